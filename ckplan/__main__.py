@@ -1,0 +1,3 @@
+from ckplan.cli.app import main
+
+main()

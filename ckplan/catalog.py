@@ -1,0 +1,86 @@
+"""The packaged data under profiles/: the model catalog and the built-in storage classes.
+
+In a built wheel the data sits at ckplan/profiles (hatch force-include); in a
+source checkout or editable install it is the repository's top-level profiles/.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from pydantic import ValidationError
+
+from ckplan.errors import InputError
+from ckplan.sizing.architecture import Architecture
+
+if TYPE_CHECKING:
+    from ckplan.profile import StorageProfile
+
+
+def profiles_dir() -> Path:
+    packaged = Path(__file__).parent / "profiles"
+    if packaged.is_dir():
+        return packaged
+    source = Path(__file__).parent.parent / "profiles"
+    if source.is_dir():
+        return source
+    raise InputError("ckplan's profiles/ data is missing from this installation; reinstall ckplan")
+
+
+def load_toml(path: Path) -> dict:
+    import tomllib
+
+    try:
+        return tomllib.loads(path.read_text())
+    except OSError as exc:
+        raise InputError(f"cannot read {path}: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(f"{path.name} is not valid TOML: {exc}") from None
+
+
+def validation_message(exc: ValidationError) -> str:
+    first = exc.errors()[0]
+    where = ".".join(str(p) for p in first["loc"]) or "(top level)"
+    return f"{where}: {first['msg']}"
+
+
+@lru_cache(maxsize=1)
+def models() -> dict[str, Architecture]:
+    out = {}
+    for path in sorted((profiles_dir() / "models").glob("*.toml")):
+        try:
+            arch = Architecture.model_validate(load_toml(path))
+        except ValidationError as exc:
+            raise InputError(f"malformed model profile {path.name}: {validation_message(exc)}") from None
+        out[arch.name] = arch
+    return out
+
+
+def closest(name: str, choices: list[str]) -> str:
+    import difflib
+
+    near = difflib.get_close_matches(name.lower(), choices, n=3, cutoff=0.4)
+    return f"; did you mean {', '.join(near)}?" if near else f"; known: {', '.join(choices)}"
+
+
+def model(name: str) -> Architecture:
+    catalog = models()
+    if name.lower() not in catalog:
+        raise InputError(f"unknown model {name!r}{closest(name, sorted(catalog))}")
+    return catalog[name.lower()]
+
+
+@lru_cache(maxsize=1)
+def storage_classes() -> dict[str, "StorageProfile"]:
+    from ckplan.profile import StorageProfile
+
+    out = {}
+    for path in sorted((profiles_dir() / "storage").glob("*.toml")):
+        try:
+            profile = StorageProfile.model_validate(load_toml(path))
+        except ValidationError as exc:
+            raise InputError(f"malformed storage profile {path.name}: {validation_message(exc)}") from None
+        out[profile.name] = profile
+    return out

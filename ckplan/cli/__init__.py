@@ -1,0 +1,1 @@
+"""The command-line interface: parse, call the library, render. No formulas live here."""

@@ -1,0 +1,1 @@
+"""Output formats: rich tables for people, JSON for tools, Markdown/HTML for reports."""

@@ -1,0 +1,82 @@
+"""Rich rendering of a CheckpointPlan."""
+
+from __future__ import annotations
+
+from rich.table import Table
+
+from ckplan.render.console import console
+from ckplan.sizing.plan import CheckpointPlan
+from ckplan.units import fmt_bytes, fmt_count, fmt_duration, fmt_percent, fmt_rate
+
+MANIFEST_ROWS = 20
+
+
+def headline(plan: CheckpointPlan) -> str:
+    s = plan.setup
+    model = s.model or f"{fmt_count(s.parameters)} parameters"
+    zero = f" ZeRO-{s.zero}" if s.framework in ("deepspeed", "dcp", "megatron") else ""
+    return (f"{model} ({s.parameters:,} params) · {s.optimizer} · {s.precision} · {s.framework}{zero} · "
+            f"{s.gpus} GPUs on {s.nodes} node(s), tp {s.tp} pp {s.pp} dp {s.dp}")
+
+
+def render_plan(plan: CheckpointPlan, full_manifest: bool = False) -> None:
+    out = console()
+    out.print(f"[bold]{headline(plan)}[/bold]")
+    out.print(f"One save writes [bold]{fmt_bytes(plan.total_bytes)}[/bold] in {plan.file_count:,} files "
+              f"from {plan.writers:,} writer(s) on {plan.nodes_writing} node(s); "
+              f"{plan.bytes_per_parameter:.2f} bytes/param of state.\n")
+
+    states = Table(title="What one save holds", title_justify="left")
+    for col in ("state", "dtype", "bytes/param", "bytes"):
+        states.add_column(col, justify="right" if col != "state" else "left")
+    for s in plan.breakdown:
+        states.add_row(s.name, s.dtype, f"{s.bytes / plan.parameters:.3f}", fmt_bytes(s.bytes))
+    for s in plan.not_saved:
+        states.add_row(f"[dim]{s.name} (held, not saved)[/dim]", f"[dim]{s.dtype}[/dim]", "[dim]0[/dim]", "[dim]–[/dim]")
+    states.add_row("small files + file overhead", "", f"{plan.small_file_bytes / plan.parameters:.4f}", fmt_bytes(plan.small_file_bytes))
+    states.add_row("[bold]total[/bold]", "", f"[bold]{plan.total_bytes / plan.parameters:.3f}[/bold]", f"[bold]{fmt_bytes(plan.total_bytes)}[/bold]")
+    out.print(states)
+
+    nodes = Table(title="Who writes it", title_justify="left")
+    for col in ("node", "writers", "files", "bytes"):
+        nodes.add_column(col, justify="right")
+    shown = plan.nodes if len(plan.nodes) <= 8 else plan.nodes[:4] + plan.nodes[-2:]
+    for n in shown:
+        nodes.add_row(str(n.node), str(n.writers), f"{n.files:,}", fmt_bytes(n.bytes))
+    if len(shown) < len(plan.nodes):
+        nodes.add_row("…", f"({len(plan.nodes) - len(shown)} more)", "", "")
+    out.print(nodes)
+    out.print(f"Busiest rank writes {fmt_bytes(plan.bytes_per_rank_max)}; busiest node {fmt_bytes(plan.bytes_per_node_max)}.\n")
+
+    manifest = Table(title="File manifest", title_justify="left")
+    for col in ("path", "rank", "node", "bytes"):
+        manifest.add_column(col, justify="left" if col == "path" else "right")
+    files = plan.manifest if full_manifest else plan.manifest[:MANIFEST_ROWS]
+    for f in files:
+        manifest.add_row(f.path, str(f.rank), str(f.node), fmt_bytes(f.bytes))
+    if len(files) < len(plan.manifest):
+        manifest.add_row(f"… {len(plan.manifest) - len(files):,} more files (--full-manifest or --json)", "", "", "")
+    out.print(manifest)
+
+    ops = plan.operations
+    out.print(f"Operations per save: {ops.creates:,} creates, {ops.writes:,} writes, {ops.fsyncs:,} fsyncs, "
+              f"{ops.renames:,} renames = {ops.total:,}\n")
+
+    if plan.interval:
+        d = plan.interval
+        demand = Table(title=f"Demand for a save every {fmt_duration(d.interval_s)} "
+                             f"blocking at most {fmt_percent(d.max_overhead)} ({fmt_duration(d.stall_budget_s)})",
+                       title_justify="left")
+        demand.add_column("figure")
+        demand.add_column("value", justify="right")
+        demand.add_row("average write bandwidth (bytes per save ÷ interval)", fmt_rate(d.average_bandwidth_bytes_per_s))
+        demand.add_row("burst bandwidth, total (save within the stall budget)", fmt_rate(d.burst_bandwidth_bytes_per_s))
+        demand.add_row("burst bandwidth, busiest node", fmt_rate(d.burst_bandwidth_per_node_bytes_per_s))
+        demand.add_row("naive N·C/T", fmt_rate(d.naive_bandwidth_bytes_per_s))
+        demand.add_row("operations per save / IOPS in the budget", f"{d.ops_per_save:,} / {d.iops_needed:,.0f} IOPS")
+        out.print(demand)
+        out.print(f"[dim]{d.naive_explanation}[/dim]\n")
+
+    out.print("[bold]Assumptions[/bold]")
+    for a in plan.assumptions:
+        out.print(f" • {a}")

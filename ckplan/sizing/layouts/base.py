@@ -1,0 +1,141 @@
+"""The interface every framework layout implements, and what layouts share.
+
+A layout answers two questions for one framework: which states it persists
+(some frameworks keep only the fp32 copy of the weights) and which files a
+save produces, with the rank that writes each one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+from pydantic import BaseModel
+
+from ckplan.sizing.architecture import Tensor
+from ckplan.sizing.states import StateBytes
+
+FileKind = Literal["weights", "optimizer", "mixed", "small"]
+
+# Sizes of the small files, measured from real saves or read from the
+# frameworks' source; each is an estimate and is listed as an assumption.
+RNG_STATE_BYTES = 15_000  # torch.save of python/numpy/cpu/cuda RNG states (HF rng_state_{i}.pth is ~14.5 KB)
+SCHEDULER_BYTES = 1_500  # torch.save of an LR scheduler state_dict
+TRAINER_STATE_BYTES = 8_000  # HF trainer_state.json early in a run; grows with log history
+TRAINING_ARGS_BYTES = 6_000  # HF training_args.bin
+CONFIG_JSON_BYTES = 1_000  # config.json / generation_config.json / metadata.json
+LATEST_TAG_BYTES = 16  # 'latest', 'latest_checkpointed_iteration.txt'
+TORCH_SAVE_OVERHEAD_BYTES = 4_096  # pickle header and per-file records of a torch.save zip
+TORCH_SAVE_PER_TENSOR_BYTES = 300  # per-tensor pickle record and zip entry in a torch.save file
+ZERO_TO_FP32_SCRIPT_BYTES = 33_000  # DeepSpeed copies zero_to_fp32.py into each ZeRO checkpoint
+DCP_METADATA_PER_CHUNK_BYTES = 250  # one chunk entry (offsets, sizes, storage index) in DCP .metadata
+SAFETENSORS_INDEX_PER_TENSOR_BYTES = 60  # one '"name": "model-0000x-of-0000n.safetensors"' line
+
+
+class ManifestFile(BaseModel):
+    path: str
+    bytes: int
+    rank: int
+    node: int
+    kind: FileKind
+
+
+@dataclass(frozen=True, slots=True)
+class Parallelism:
+    """World layout. Rank order: tensor-parallel fastest, then data, then pipeline (Megatron's default)."""
+
+    gpus: int
+    gpus_per_node: int
+    tp: int
+    pp: int
+    zero: int
+
+    @property
+    def dp(self) -> int:
+        return self.gpus // (self.tp * self.pp)
+
+    @property
+    def mp(self) -> int:
+        return self.tp * self.pp
+
+    def rank(self, pp: int, dp: int, tp: int) -> int:
+        return pp * (self.dp * self.tp) + dp * self.tp + tp
+
+    def node(self, rank: int) -> int:
+        return rank // self.gpus_per_node
+
+
+@dataclass(frozen=True, slots=True)
+class LayoutInput:
+    """What a layout needs: the world, the model's tensors, and a state-bytes function."""
+
+    par: Parallelism
+    tensors: list[Tensor]
+    states: "StatesFn"
+    scale: float  # bytes multiplier when the model is known only by its parameter count
+    step: int
+    options: dict[str, str]
+
+    def stage_tensors(self) -> list[list[Tensor]]:
+        """Tensors of each pipeline stage: embeddings first, head last, blocks split evenly."""
+        layers = 1 + max(t.layer for t in self.tensors if t.layer is not None)
+        bounds = split_even(layers, self.par.pp)
+        stage_of_layer: list[int] = []
+        for stage, count in enumerate(bounds):
+            stage_of_layer += [stage] * count
+        stages: list[list[Tensor]] = [[] for _ in range(self.par.pp)]
+        for t in self.tensors:
+            if t.layer is not None:
+                stages[stage_of_layer[t.layer]].append(t)
+            elif t.role == "embedding":
+                stages[0].append(t)
+            else:
+                stages[-1].append(t)
+        return stages
+
+    def scaled(self, nbytes: float) -> int:
+        return int(round(nbytes * self.scale))
+
+
+class StatesFn(Protocol):
+    def __call__(self, tensors: list[Tensor]) -> list[StateBytes]: ...
+
+
+class Layout(Protocol):
+    name: str
+    description: str
+
+    def check(self, par: Parallelism) -> None:
+        """Raise InputError for a parallelism this framework cannot run."""
+
+    def persisted(self, states: list[StateBytes], zero: int) -> list[StateBytes]:
+        """The states this framework writes, out of all the states training holds."""
+
+    def files(self, inp: LayoutInput) -> list[ManifestFile]:
+        """Every file of one save, with the rank that writes it."""
+
+
+def split_even(total: int, parts: int) -> list[int]:
+    """Split an integer into `parts` integers that differ by at most one and sum to `total`."""
+    base, extra = divmod(total, parts)
+    return [base + (1 if i < extra else 0) for i in range(parts)]
+
+
+def fp32_copy_only(states: list[StateBytes]) -> list[StateBytes]:
+    """Drop half-precision weights when an fp32 master exists.
+
+    Under torch AMP and FSDP mixed precision the module's own parameters are the
+    fp32 copy; the half copy only lives during forward/backward and is not saved.
+    """
+    if any(s.kind == "master" for s in states):
+        return [s for s in states if s.kind != "weights"]
+    return states
+
+
+def total(states: list[StateBytes], kinds: tuple[str, ...] = ("weights", "master", "optimizer")) -> int:
+    return sum(s.bytes for s in states if s.kind in kinds)
+
+
+def torch_save_bytes(payload: float, tensor_count: int) -> float:
+    """Size of a torch.save file: tensor payload plus the pickle/zip records."""
+    return payload + TORCH_SAVE_OVERHEAD_BYTES + TORCH_SAVE_PER_TENSOR_BYTES * tensor_count

@@ -1,0 +1,50 @@
+"""PyTorch Distributed Checkpoint (torch.distributed.checkpoint.save, FileSystemWriter).
+
+- One directory per checkpoint (`step-{N}/`, torchtitan's naming).
+- Each rank writes `__{rank}_{k}.distcp`, one file per writer thread
+  (thread_count defaults to 1), and fsyncs it (sync_files=True).
+- The coordinator (rank 0) writes `.metadata` through `.metadata.tmp` and a rename.
+- Replicated tensors (DDP, or TP-replicated) are deduplicated and the save
+  plan balances them across ranks, so every rank writes about 1/N of the bytes;
+  FSDP/ZeRO-3 shards are disjoint and also 1/N each.
+- What is saved is the module's parameters, which are fp32 under torch AMP and
+  FSDP mixed precision (the half copy is transient), plus the optimizer state.
+"""
+
+from __future__ import annotations
+
+from ckplan.sizing.layouts.base import (
+    DCP_METADATA_PER_CHUNK_BYTES, LayoutInput, ManifestFile, Parallelism, fp32_copy_only, split_even, total,
+)
+from ckplan.sizing.states import StateBytes
+
+
+def distcp_files(inp: LayoutInput, directory: str, states_of) -> list[ManifestFile]:
+    """One `.distcp` per rank holding an even share of its pipeline stage, plus `.metadata`."""
+    par = inp.par
+    out: list[ManifestFile] = []
+    chunks = 0
+    for stage, stage_tensors in enumerate(inp.stage_tensors()):
+        states = states_of(inp.states(stage_tensors))
+        chunks += len(stage_tensors) * len(states) * par.dp * par.tp
+        ranks = [par.rank(stage, dp, tp) for dp in range(par.dp) for tp in range(par.tp)]
+        for rank, share in zip(ranks, split_even(inp.scaled(total(states)), len(ranks))):
+            out.append(ManifestFile(path=f"{directory}/__{rank}_0.distcp", bytes=share, rank=rank, node=par.node(rank), kind="mixed"))
+    out.sort(key=lambda f: f.rank)
+    out.append(ManifestFile(path=f"{directory}/.metadata", bytes=DCP_METADATA_PER_CHUNK_BYTES * chunks, rank=0, node=0, kind="small"))
+    return out
+
+
+class DcpLayout:
+    name = "dcp"
+    description = "PyTorch Distributed Checkpoint (one .distcp per rank plus .metadata)"
+    renames_per_save = 1  # .metadata.tmp -> .metadata
+
+    def check(self, par: Parallelism) -> None:
+        return None
+
+    def persisted(self, states: list[StateBytes], zero: int) -> list[StateBytes]:
+        return fp32_copy_only(states)
+
+    def files(self, inp: LayoutInput) -> list[ManifestFile]:
+        return distcp_files(inp, f"step-{inp.step}", lambda s: self.persisted(s, inp.par.zero))

@@ -1,0 +1,104 @@
+"""DeepSpeed's checkpoint layout (deepspeed/runtime/engine.py, pipe/module.py).
+
+- Tag directory `global_step{N}/`, and a `latest` file beside it holding the tag.
+- ZeRO 0-2: `mp_rank_{mp:02d}_model_states.pt`, written by data-parallel rank 0
+  of each model-parallel rank. ZeRO 0 keeps the optimizer inside it.
+- ZeRO 1-2: every rank writes `[bf16_]zero_pp_rank_{dp}_mp_rank_{mp:02d}_optim_states.pt`
+  with its partition of the fp32 master copy and optimizer states
+  ('bf16_' when bf16 is enabled, as in _get_zero_ckpt_prefix).
+- ZeRO 3: every rank writes `zero_pp_rank_{dp}_mp_rank_{mp:02d}_model_states.pt`
+  (parameter placeholders only) and its optimizer partition, which holds the
+  fp32 parameter partition: the half weights are not saved.
+- Pipeline parallelism: data-parallel rank 0 of each stage writes
+  `layer_{idx:02d}-model_{tp:02d}-model_states.pt` per layer per tensor rank
+  (PipelineModule.save_state_dict); layer 0 is the embedding, then the blocks,
+  then the final norm and the head.
+- With ZeRO, rank 0 also copies zero_to_fp32.py into the tag directory.
+Model-parallel rank = pipeline stage × tp + tensor rank, as PipelineParallelGrid counts it.
+"""
+
+from __future__ import annotations
+
+from ckplan.errors import InputError
+from ckplan.sizing.layouts.base import (
+    LATEST_TAG_BYTES, ZERO_TO_FP32_SCRIPT_BYTES, LayoutInput, ManifestFile, Parallelism,
+    split_even, torch_save_bytes, total,
+)
+from ckplan.sizing.states import StateBytes
+
+
+class DeepSpeedLayout:
+    name = "deepspeed"
+    description = "DeepSpeed engine.save_checkpoint (global_stepN/, per-rank ZeRO optimizer shards)"
+
+    def check(self, par: Parallelism) -> None:
+        if par.zero == 3 and par.pp > 1:
+            raise InputError("DeepSpeed does not combine ZeRO stage 3 with pipeline parallelism (--pp > 1)")
+
+    def persisted(self, states: list[StateBytes], zero: int) -> list[StateBytes]:
+        if zero == 3 and any(s.kind == "master" for s in states):
+            return [s for s in states if s.kind != "weights"]
+        return states
+
+    def files(self, inp: LayoutInput) -> list[ManifestFile]:
+        par = inp.par
+        tag = f"global_step{inp.step}"
+        bf16 = any(s.dtype == "bf16" for s in inp.states(inp.tensors[:1]) if s.kind == "weights")
+        prefix = "bf16_" if bf16 else ""
+        out = [ManifestFile(path="latest", bytes=LATEST_TAG_BYTES, rank=0, node=0, kind="small")]
+        if par.zero > 0:
+            out.append(ManifestFile(path=f"{tag}/zero_to_fp32.py", bytes=ZERO_TO_FP32_SCRIPT_BYTES, rank=0, node=0, kind="small"))
+        for stage, stage_tensors in enumerate(inp.stage_tensors()):
+            states = self.persisted(inp.states(stage_tensors), par.zero)
+            weights = total(states, ("weights",)) / par.tp
+            optim = total(states, ("master", "optimizer")) / par.tp
+            per_tp_tensors = len(stage_tensors)
+            layers = sorted({t.layer for t in stage_tensors if t.layer is not None})
+            for tp in range(par.tp):
+                mp = stage * par.tp + tp
+                writer = par.rank(stage, 0, tp)
+                if par.zero < 3:
+                    # Module weights go in per-layer files under pipeline parallelism, else here.
+                    payload = 0.0 if par.pp > 1 else weights
+                    if par.zero == 0:
+                        payload += optim
+                    out.append(ManifestFile(
+                        path=f"{tag}/mp_rank_{mp:02d}_model_states.pt", rank=writer, node=par.node(writer),
+                        bytes=inp.scaled(payload) + int(torch_save_bytes(0, per_tp_tensors * (par.pp == 1))),
+                        kind="mixed" if par.zero == 0 else ("small" if par.pp > 1 else "weights")))
+                if par.pp > 1:
+                    out += self._layer_files(inp, tag, stage, tp, stage_tensors, layers, writer)
+                if par.zero > 0:
+                    for dp, share in enumerate(split_even(inp.scaled(optim), par.dp)):
+                        rank = par.rank(stage, dp, tp)
+                        out.append(ManifestFile(
+                            path=f"{tag}/{prefix}zero_pp_rank_{dp}_mp_rank_{mp:02d}_optim_states.pt",
+                            bytes=share + int(torch_save_bytes(0, len(states))), rank=rank, node=par.node(rank), kind="optimizer"))
+                        if par.zero == 3:
+                            out.append(ManifestFile(
+                                path=f"{tag}/zero_pp_rank_{dp}_mp_rank_{mp:02d}_model_states.pt",
+                                bytes=int(torch_save_bytes(0, per_tp_tensors)), rank=rank, node=par.node(rank), kind="small"))
+        return out
+
+    def _layer_files(self, inp: LayoutInput, tag: str, stage: int, tp: int, stage_tensors, layers, writer) -> list[ManifestFile]:
+        """Per-layer weight files; indices follow the PipelineModule's layer list."""
+        par = inp.par
+        first_block = 1  # index 0 is the embedding layer
+        groups: list[tuple[int, list]] = []
+        if stage == 0:
+            groups.append((0, [t for t in stage_tensors if t.role == "embedding"]))
+        for layer in layers:
+            groups.append((first_block + layer, [t for t in stage_tensors if t.layer == layer]))
+        if stage == par.pp - 1:
+            last_block = first_block + max(t.layer for t in inp.tensors if t.layer is not None)
+            groups.append((last_block + 1, [t for t in stage_tensors if t.layer is None and t.role == "vector"]))
+            head = [t for t in stage_tensors if t.role == "head"]
+            if head:
+                groups.append((last_block + 2, head))
+        out = []
+        for idx, ts in groups:
+            weights = total(self.persisted(inp.states(ts), par.zero), ("weights",)) / par.tp
+            out.append(ManifestFile(
+                path=f"{tag}/layer_{idx:02d}-model_{tp:02d}-model_states.pt", rank=writer, node=par.node(writer),
+                bytes=inp.scaled(weights) + int(torch_save_bytes(0, len(ts))), kind="weights"))
+        return out

@@ -1,0 +1,34 @@
+"""PyTorch Lightning's default checkpoint: one torch.save file from rank 0.
+
+`epoch={e}-step={N}.ckpt` under `checkpoints/` holds the module's state_dict
+(fp32 under AMP), optimizer and scheduler states, loops and callbacks. Applies
+to single-device and DDP strategies; Lightning's FSDP strategy writes a DCP
+directory and its DeepSpeed strategy writes DeepSpeed's layout.
+"""
+
+from __future__ import annotations
+
+from ckplan.errors import InputError
+from ckplan.sizing.layouts.base import (
+    RNG_STATE_BYTES, SCHEDULER_BYTES, LayoutInput, ManifestFile, Parallelism, fp32_copy_only, torch_save_bytes, total,
+)
+from ckplan.sizing.states import StateBytes
+
+
+class LightningLayout:
+    name = "lightning"
+    description = "PyTorch Lightning ModelCheckpoint (one .ckpt via torch.save, rank 0)"
+
+    def check(self, par: Parallelism) -> None:
+        if par.zero or par.tp > 1 or par.pp > 1:
+            raise InputError("the lightning layout is one torch.save file (DDP: --zero 0, --tp 1, --pp 1); "
+                             "Lightning's FSDP strategy writes DCP (--framework dcp), its DeepSpeed strategy DeepSpeed's layout")
+
+    def persisted(self, states: list[StateBytes], zero: int) -> list[StateBytes]:
+        return fp32_copy_only(states)
+
+    def files(self, inp: LayoutInput) -> list[ManifestFile]:
+        states = self.persisted(inp.states(inp.tensors), 0)
+        payload = inp.scaled(total(states)) + SCHEDULER_BYTES + RNG_STATE_BYTES
+        size = int(torch_save_bytes(payload, len(inp.tensors) * len(states)))
+        return [ManifestFile(path=f"checkpoints/epoch=0-step={inp.step}.ckpt", bytes=size, rank=0, node=0, kind="mixed")]

@@ -1,0 +1,41 @@
+"""Megatron-Core distributed checkpointing, `torch_dist` format.
+
+- `iter_{N:07d}/` holding DCP-style `__{rank}_0.distcp` files and `.metadata`,
+  plus `common.pt` (non-sharded state, rank 0) and `metadata.json`
+  (the sharded backend's name and version); `latest_checkpointed_iteration.txt`
+  sits beside the iteration directories.
+- Fully parallel save (the default since Megatron-Core 0.7) spreads replicated
+  shards across the data-parallel ranks, so every rank writes about 1/N.
+- The distributed optimizer saves the bf16 model weights, the fp32 main params
+  and both Adam moments: 14 bytes/param for mixed-precision Adam.
+"""
+
+from __future__ import annotations
+
+from ckplan.sizing.layouts.base import (
+    CONFIG_JSON_BYTES, LATEST_TAG_BYTES, TORCH_SAVE_OVERHEAD_BYTES, LayoutInput, ManifestFile, Parallelism,
+)
+from ckplan.sizing.layouts.dcp import distcp_files
+from ckplan.sizing.states import StateBytes
+
+COMMON_PT_BYTES = TORCH_SAVE_OVERHEAD_BYTES + 12_000  # args namespace, RNG state, iteration counters
+
+
+class MegatronLayout:
+    name = "megatron"
+    description = "Megatron-Core dist checkpointing, torch_dist format (iter_NNNNNNN/)"
+    renames_per_save = 1  # .metadata.tmp -> .metadata
+
+    def check(self, par: Parallelism) -> None:
+        return None
+
+    def persisted(self, states: list[StateBytes], zero: int) -> list[StateBytes]:
+        return states
+
+    def files(self, inp: LayoutInput) -> list[ManifestFile]:
+        directory = f"iter_{inp.step:07d}"
+        out = distcp_files(inp, directory, lambda s: self.persisted(s, inp.par.zero))
+        out.append(ManifestFile(path=f"{directory}/common.pt", bytes=COMMON_PT_BYTES, rank=0, node=0, kind="small"))
+        out.append(ManifestFile(path=f"{directory}/metadata.json", bytes=CONFIG_JSON_BYTES // 10, rank=0, node=0, kind="small"))
+        out.append(ManifestFile(path="latest_checkpointed_iteration.txt", bytes=LATEST_TAG_BYTES, rank=0, node=0, kind="small"))
+        return out

@@ -1,0 +1,42 @@
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def ckplan_exe() -> list[str]:
+    """The installed console script; tests drive it as a user would."""
+    exe = shutil.which("ckplan", path=str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""))
+    assert exe, "the ckplan console script is not installed (pip install -e '.[dev]')"
+    return [exe]
+
+
+def run_cli(*args: str, check: bool = False, timeout: float = 300, env: dict | None = None, cwd=None) -> subprocess.CompletedProcess:
+    full_env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "200", **(env or {})}
+    proc = subprocess.run(ckplan_exe() + list(args), capture_output=True, text=True, timeout=timeout, env=full_env, cwd=cwd)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"ckplan {' '.join(args)} exited {proc.returncode}:\n{proc.stderr}")
+    return proc
+
+
+def run_json(*args: str, **kw) -> dict:
+    return json.loads(run_cli(*args, "--json", check=True, **kw).stdout)
+
+
+def assert_one_line_error(proc: subprocess.CompletedProcess, fragment: str = "") -> None:
+    assert proc.returncode == 2, (proc.returncode, proc.stderr)
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert fragment.lower() in lines[0].lower(), lines[0]
+
+
+@pytest.fixture
+def cli():
+    return run_cli

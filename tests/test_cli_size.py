@@ -1,0 +1,86 @@
+"""`ckplan size` and `ckplan models` through the installed console script."""
+
+import json
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import assert_one_line_error, run_cli, run_json
+
+
+def test_size_default_json_keys():
+    plan = run_json("size", "--params", "7e9", "--optimizer", "adam", "--interval", "5m")
+    for key in ("parameters", "bytes_per_parameter", "total_bytes", "file_count", "writers", "manifest"):
+        assert key in plan
+    assert plan["parameters"] == 7_000_000_000
+    assert plan["bytes_per_parameter"] == pytest.approx(14.0)
+    assert plan["total_bytes"] == sum(f["bytes"] for f in plan["manifest"])
+    assert set(plan["manifest"][0]) >= {"path", "bytes", "rank"}
+    assert plan["interval"]["average_bandwidth_bytes_per_s"] == pytest.approx(plan["total_bytes"] / 300)
+    assert plan["interval"]["burst_bandwidth_bytes_per_s"] == pytest.approx(plan["total_bytes"] / 15)
+
+
+def test_size_table_shows_both_units_and_assumptions():
+    out = run_cli("size", "--model", "llama-3.1-70b", "--gpus", "64", "--tp", "8", "--interval", "10m", check=True).stdout
+    assert "GB (" in out and "GiB)" in out
+    assert "Assumptions" in out and "naive N·C/T" in out
+    assert "bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt" in out
+
+
+def test_python_dash_m_works():
+    proc = subprocess.run([sys.executable, "-m", "ckplan", "size", "--json"], capture_output=True, text=True, check=True)
+    assert json.loads(proc.stdout)["file_count"] == 11
+
+
+def test_models_lists_catalog():
+    data = run_json("models")
+    names = {m["name"] for m in data["models"]}
+    assert "llama-3.1-405b" in names and "gpt-3-175b" in names
+    l405 = next(m for m in data["models"] if m["name"] == "llama-3.1-405b")
+    assert l405["parameters"] == l405["published_parameters"] == 405_853_388_800
+
+
+@pytest.mark.parametrize("args,fragment", [
+    (["--params", "-1"], "must be > 0"), (["--params", "abc"], "not a valid"), (["--params", "0"], "must be > 0"),
+    (["--optimizer", "adm"], "did you mean adam"), (["--model", "llama3-8b"], "did you mean llama-3.1-8b"),
+    (["--gpus", "8", "--tp", "3"], "not divisible"), (["--interval", "0"], "--interval"),
+    (["--params", "7B", "--model", "llama-2-7b"], "not both"), (["--max-overhead", "150%"], "between"),
+    (["--dtype", "master"], "name=value"), (["--framework", "jax"], "unknown framework"), (["--nonsense"], "no such option"),
+])
+def test_size_bad_input(args, fragment):
+    assert_one_line_error(run_cli("size", *args), fragment)
+
+
+def test_malformed_model_profile_is_one_line(tmp_path):
+    """A broken catalog file in an installed copy gives one line, not a traceback."""
+    import shutil
+    import ckplan
+    pkg = tmp_path / "ckplan"
+    shutil.copytree(Path(ckplan.__file__).parent, pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(Path(__file__).parent.parent / "profiles", pkg / "profiles")
+    (pkg / "profiles" / "models" / "broken.toml").write_text("name = \"broken\"\nhidden = -3\n")
+    proc = subprocess.run([sys.executable, "-m", "ckplan", "size", "--model", "llama-2-7b"], capture_output=True, text=True,
+                          env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"}, cwd=tmp_path)
+    assert_one_line_error(proc, "malformed model profile broken.toml")
+
+
+def test_wheel_ships_profiles_and_runs_from_elsewhere(tmp_path):
+    """Build the wheel, install it (without the editable copy) and size from another directory."""
+    root = Path(__file__).parent.parent
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path / "dist"), str(root)],
+                   check=True, capture_output=True)
+    wheel = next((tmp_path / "dist").glob("ckplan-*.whl"))
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "ckplan/profiles/models/llama-3.1-8b.toml" in names
+    assert any(n.startswith("ckplan/profiles/storage/") for n in names)
+    target = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)], check=True, capture_output=True)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    code = "import ckplan, ckplan.catalog as c; print(ckplan.__file__); print(c.profiles_dir()); print(len(c.models()))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=elsewhere,
+                         env={"PYTHONPATH": str(target)}).stdout.split()
+    assert out[0].startswith(str(target)) and out[1] == str(target / "ckplan" / "profiles") and int(out[2]) >= 11

@@ -1,0 +1,185 @@
+"""Sizing arithmetic: parameter counts, bytes per parameter, framework file layouts."""
+
+import re
+
+import pytest
+
+from ckplan import catalog
+from ckplan.errors import InputError
+from ckplan.sizing.architecture import parameter_count
+from ckplan.sizing.plan import build_plan, interval_demand, nearest_shape
+
+
+@pytest.mark.parametrize("name", sorted(catalog.models()))
+def test_parameter_count_matches_published(name):
+    arch = catalog.model(name)
+    assert abs(parameter_count(arch) - arch.published_parameters) <= arch.published_rounding // 2
+
+
+def test_catalog_has_required_models():
+    required = {"llama-2-7b", "llama-2-13b", "llama-2-70b", "llama-3.1-8b", "llama-3.1-70b", "llama-3.1-405b",
+                "mistral-7b", "mixtral-8x7b", "qwen2.5-7b", "qwen2.5-72b", "gpt-3-175b"}
+    assert required <= set(catalog.models())
+
+
+# Hand-computed bytes/param (weights + master + optimizer), DeepSpeed ZeRO-1 saves all of them.
+# Adafactor, 8-bit Adam and Muon depend on tensor shapes; their expected values are derived
+# below from Llama-3.1-8B's shapes by hand.
+L8 = catalog.model("llama-3.1-8b")
+N8 = 8_030_261_248
+EMB = 128256 * 4096  # embed_tokens and lm_head each
+HIDDEN_MATRICES = N8 - 2 * EMB - (2 * 32 + 1) * 4096
+NORMS = (2 * 32 + 1) * 4096
+FACTORS = 32 * (2 * (4096 + 4096) + 2 * (1024 + 4096) + 3 * (14336 + 4096)) + 2 * (128256 + 4096) + NORMS
+# every tensor, norms included (4096 values), reaches bitsandbytes' 4096-value threshold for 8-bit states
+BNB = 2 * (N8 + sum(-(-numel // 2048) * 4 for numel in
+                    [4096 * 4096] * 64 + [1024 * 4096] * 64 + [14336 * 4096] * 96 + [EMB] * 2 + [4096] * 65))
+
+EXPECTED = {
+    ("adam", "bf16-mixed"): 14, ("adam", "fp16-mixed"): 14, ("adam", "fp32"): 12, ("adam", "bf16"): 6,
+    ("adamw", "bf16-mixed"): 14, ("adamw", "fp32"): 12, ("adamw", "bf16"): 6, ("adamw", "fp16-mixed"): 14,
+    ("sgd", "bf16-mixed"): 6, ("sgd", "fp32"): 4, ("sgd", "bf16"): 2, ("sgd", "fp16-mixed"): 6,
+    ("sgd-momentum", "bf16-mixed"): 10, ("sgd-momentum", "fp32"): 8, ("sgd-momentum", "bf16"): 4, ("sgd-momentum", "fp16-mixed"): 10,
+    ("lion", "bf16-mixed"): 10, ("lion", "fp32"): 8, ("lion", "bf16"): 4, ("lion", "fp16-mixed"): 10,
+    ("none", "bf16-mixed"): 6, ("none", "fp32"): 4, ("none", "bf16"): 2, ("none", "fp16-mixed"): 6,
+    ("adafactor", "fp32"): 4 + 4 * FACTORS / N8, ("adafactor", "bf16-mixed"): 6 + 4 * FACTORS / N8,
+    ("adafactor", "bf16"): 2 + 2 * FACTORS / N8, ("adafactor", "fp16-mixed"): 6 + 4 * FACTORS / N8,
+    ("adam-8bit", "fp32"): 4 + BNB / N8, ("adam-8bit", "bf16-mixed"): 6 + BNB / N8,
+    ("adam-8bit", "bf16"): 2 + BNB / N8, ("adam-8bit", "fp16-mixed"): 6 + BNB / N8,
+    ("muon", "bf16-mixed"): 6 + (4 * HIDDEN_MATRICES + 8 * (N8 - HIDDEN_MATRICES)) / N8,
+    ("muon", "fp32"): 4 + (4 * HIDDEN_MATRICES + 8 * (N8 - HIDDEN_MATRICES)) / N8,
+    ("muon", "bf16"): 2 + (2 * HIDDEN_MATRICES + 4 * (N8 - HIDDEN_MATRICES)) / N8,
+    ("muon", "fp16-mixed"): 6 + (4 * HIDDEN_MATRICES + 8 * (N8 - HIDDEN_MATRICES)) / N8,
+}
+
+
+@pytest.mark.parametrize("optimizer,precision", sorted(EXPECTED))
+def test_bytes_per_parameter(optimizer, precision):
+    plan = build_plan(arch=L8, model_name="llama-3.1-8b", optimizer=optimizer, precision=precision, gpus=8, zero=1)
+    assert plan.bytes_per_parameter == pytest.approx(EXPECTED[(optimizer, precision)], rel=1e-9)
+
+
+def test_reference_rounded_figures():
+    """The reference table's rounded figures: 8-bit Adam ≈ 6 (fp32 weights), Muon ≈ 10.5 mixed for an 8B Llama."""
+    assert EXPECTED[("adam-8bit", "fp32")] == pytest.approx(6.0, abs=0.01)
+    assert EXPECTED[("muon", "bf16-mixed")] == pytest.approx(10.5, abs=0.05)
+
+
+def test_dtype_override_and_unknown_state():
+    plan = build_plan(arch=L8, model_name="x", optimizer="adam", precision="bf16-mixed", dtype_overrides={"exp_avg_sq": "bf16", "master": "none"})
+    assert plan.bytes_per_parameter == pytest.approx(2 + 4 + 2)
+    with pytest.raises(InputError, match="unknown state"):
+        build_plan(arch=L8, model_name="x", dtype_overrides={"momentum": "bf16"})
+
+
+def test_zero3_and_fsdp_save_the_fp32_copy_only():
+    ds3 = build_plan(arch=L8, model_name="x", framework="deepspeed", zero=3)
+    dcp = build_plan(arch=L8, model_name="x", framework="dcp", zero=3)
+    assert ds3.bytes_per_parameter == pytest.approx(12) and dcp.bytes_per_parameter == pytest.approx(12)
+    assert [s.name for s in ds3.not_saved] == ["weights"]
+
+
+def _names(plan):
+    return [f.path for f in plan.manifest]
+
+
+def test_deepspeed_zero1_single_node():
+    plan = build_plan(arch=L8, model_name="x", framework="deepspeed", zero=1, gpus=8)
+    names = _names(plan)
+    assert names[:3] == ["latest", "global_step1000/zero_to_fp32.py", "global_step1000/mp_rank_00_model_states.pt"]
+    assert [n for n in names if "optim" in n] == [f"global_step1000/bf16_zero_pp_rank_{i}_mp_rank_00_optim_states.pt" for i in range(8)]
+    assert plan.writers == 8 and plan.file_count == 11
+    model_states = next(f for f in plan.manifest if f.path.endswith("mp_rank_00_model_states.pt"))
+    assert model_states.rank == 0 and model_states.bytes == pytest.approx(2 * N8, rel=1e-4)
+
+
+def test_deepspeed_zero3_every_rank_writes_model_states():
+    plan = build_plan(arch=L8, model_name="x", framework="deepspeed", zero=3, gpus=16, precision="fp16-mixed")
+    assert sum(1 for n in _names(plan) if re.fullmatch(r"global_step1000/zero_pp_rank_\d+_mp_rank_00_model_states\.pt", n)) == 16
+    assert sum(1 for n in _names(plan) if re.fullmatch(r"global_step1000/zero_pp_rank_\d+_mp_rank_00_optim_states\.pt", n)) == 16
+    assert plan.nodes_writing == 2 and plan.max_writers_per_node == 8
+
+
+def test_deepspeed_1024_gpus_zero1_tp8_pp8():
+    arch = catalog.model("llama-3.1-405b")
+    plan = build_plan(arch=arch, model_name="llama-3.1-405b", framework="deepspeed", zero=1, gpus=1024, tp=8, pp=8)
+    names = _names(plan)
+    dp, mp = 16, 64
+    assert plan.setup.dp == dp
+    optim = [n for n in names if n.endswith("_optim_states.pt")]
+    assert len(optim) == dp * mp
+    assert "global_step1000/bf16_zero_pp_rank_15_mp_rank_63_optim_states.pt" in optim
+    assert len([n for n in names if re.fullmatch(r"global_step1000/mp_rank_\d\d_model_states\.pt", n)]) == mp
+    # 126 blocks + embedding + final norm + head, each split over 8 tensor ranks
+    layer_files = [n for n in names if "/layer_" in n]
+    assert len(layer_files) == (126 + 3) * 8
+    assert "global_step1000/layer_00-model_07-model_states.pt" in layer_files
+    assert "global_step1000/layer_128-model_00-model_states.pt" in layer_files
+    assert plan.file_count == len(optim) + mp + len(layer_files) + 2
+    assert plan.writers == 1024 and plan.nodes_writing == 128
+    assert plan.state_bytes == pytest.approx(14 * arch.published_parameters, rel=1e-9)
+    # pipeline stage 0 (dp rank 0 of each tp rank) carries the embedding: its node is the busiest
+    assert plan.nodes[0].bytes == plan.bytes_per_node_max
+
+
+def test_dcp_one_file_per_rank_plus_metadata():
+    plan = build_plan(arch=L8, model_name="x", framework="dcp", zero=3, gpus=32)
+    names = _names(plan)
+    assert names[:32] == [f"step-1000/__{r}_0.distcp" for r in range(32)]
+    assert names[-1] == "step-1000/.metadata" and plan.file_count == 33
+    sizes = [f.bytes for f in plan.manifest[:32]]
+    assert max(sizes) - min(sizes) <= 1
+    assert plan.operations.renames == 1
+
+
+def test_megatron_torch_dist():
+    plan = build_plan(arch=catalog.model("llama-3.1-70b"), model_name="x", framework="megatron", zero=1, gpus=64, tp=4, pp=2)
+    names = _names(plan)
+    assert len([n for n in names if n.endswith(".distcp")]) == 64
+    assert {"iter_0001000/.metadata", "iter_0001000/common.pt", "iter_0001000/metadata.json", "latest_checkpointed_iteration.txt"} <= set(names)
+    assert plan.bytes_per_parameter == pytest.approx(14)
+
+
+def test_hf_shards_and_rng_files():
+    plan = build_plan(arch=L8, model_name="x", framework="hf", zero=0, gpus=4)
+    names = _names(plan)
+    shards = [n for n in names if n.endswith(".safetensors")]
+    # fp32 weights: 32.1 GB split at 5 GB -> 7 shards
+    assert len(shards) == 7 and shards[0] == "checkpoint-1000/model-00001-of-00007.safetensors"
+    assert all(f.bytes <= 5 * 10**9 + 10**6 for f in plan.manifest if f.path.endswith(".safetensors"))
+    assert {f"checkpoint-1000/rng_state_{i}.pth" for i in range(4)} <= set(names)
+    assert {"checkpoint-1000/optimizer.pt", "checkpoint-1000/model.safetensors.index.json", "checkpoint-1000/scheduler.pt",
+            "checkpoint-1000/trainer_state.json", "checkpoint-1000/training_args.bin"} <= set(names)
+    big = build_plan(arch=L8, model_name="x", framework="hf", zero=0, gpus=1, gpus_per_node=1, options={"hf_shard_size": "50GB"})
+    assert "checkpoint-1000/model.safetensors" in _names(big) and "checkpoint-1000/rng_state.pth" in _names(big)
+
+
+def test_lightning_single_file():
+    plan = build_plan(arch=L8, model_name="x", framework="lightning", zero=0, gpus=8)
+    assert _names(plan) == ["checkpoints/epoch=0-step=1000.ckpt"]
+    assert plan.writers == 1 and plan.bytes_per_parameter == pytest.approx(12)
+
+
+@pytest.mark.parametrize("framework,kw,fragment", [
+    ("hf", {"zero": 1}, "ddp"), ("lightning", {"tp": 2}, "ddp"), ("deepspeed", {"zero": 3, "pp": 2, "gpus": 16}, "pipeline"),
+    ("deepspeed", {"gpus": 8, "tp": 3}, "divisible"), ("deepspeed", {"gpus": 12}, "whole number"), ("deepspeed", {"zero": 4}, "zero"),
+])
+def test_contradictory_parallelism(framework, kw, fragment):
+    with pytest.raises(InputError, match=f"(?i){fragment}"):
+        build_plan(arch=L8, model_name="x", framework=framework, **kw)
+
+
+def test_params_only_scales_bytes_exactly():
+    arch = nearest_shape(7e9, catalog.models())
+    plan = build_plan(arch=arch, parameters=7_000_000_000)
+    assert plan.state_bytes == pytest.approx(14 * 7e9, rel=1e-6)
+    assert any("borrowed" in a for a in plan.assumptions)
+
+
+def test_interval_demand():
+    plan = build_plan(arch=L8, model_name="x", gpus=8, zero=1)
+    d = interval_demand(plan, 600, 0.05)
+    assert d.average_bandwidth_bytes_per_s == pytest.approx(plan.total_bytes / 600)
+    assert d.burst_bandwidth_bytes_per_s == pytest.approx(plan.total_bytes / 30)
+    assert d.naive_bandwidth_bytes_per_s == pytest.approx(8 * d.burst_bandwidth_bytes_per_s)
+    assert d.iops_needed == pytest.approx(plan.operations.total / 30)
