@@ -7,6 +7,7 @@ that `ckplan size` starts fast.
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
@@ -59,6 +60,85 @@ def models(json: o.Json = False) -> None:
         render_models(catalog)
 
 
+@app.command()
+def probe(
+    path: Annotated[str, typer.Argument(help="A directory on the filesystem to measure.")],
+    quick: Annotated[bool, typer.Option("--quick", help="About 15 s: one run per point.")] = False,
+    thorough: Annotated[bool, typer.Option("--thorough", help="Longer runs, 5 repeats.")] = False,
+    writers: Annotated[Optional[int], typer.Option(help="Most writers to test (default: the plan's writers per node, else the CPU count).")] = None,
+    plan_file: o.PlanFile = None,
+    scale: Annotated[float, typer.Option(help="Shrink every replayed file by this factor to fit a small machine.")] = 1.0,
+    max_bytes: Annotated[Optional[str], typer.Option("--max-bytes", help="Most bytes the probe may write at once, e.g. 10GB.")] = None,
+    save: Annotated[Optional[str], typer.Option(help="Save the profile under this name in the user config directory.")] = None,
+    out: Annotated[Optional[Path], typer.Option(help="Write the profile to this file.")] = None,
+    json: o.Json = False,
+) -> None:
+    """Measure what a filesystem target sustains: bandwidth against writers, small files, fsync latency, replay."""
+    import signal
+
+    from ckplan import profile_store
+    from ckplan.probe.filesystem import prepare_probe, run_probe
+    from ckplan.units import parse_bytes
+
+    if quick and thorough:
+        raise InputError("give --quick or --thorough, not both")
+    if not 0 < scale <= 1:
+        raise InputError(f"--scale must be in (0, 1], got {scale}")
+    preset = "quick" if quick else "thorough" if thorough else "default"
+    plan = o.load_plan(plan_file) if plan_file else None
+    limit = parse_bytes(max_bytes, "--max-bytes") if max_bytes else None
+    job = prepare_probe(Path(path), preset=preset, writers=writers, plan=plan, scale=scale, max_bytes=limit, name=save)
+    signal.signal(signal.SIGTERM, _interrupt)  # run the same cleanup as Ctrl-C
+    from ckplan.render.profile import live_progress
+    with live_progress(job.estimated_seconds) as live:
+        profile = run_probe(job, live)
+    if save:
+        where = profile_store.save(profile, save)
+        print(f"saved profile {save!r} to {where}", file=sys.stderr)
+    if out:
+        profile_store.write(profile, out)
+    _emit(profile, json, "ckplan.render.profile", "render_profile")
+
+
+@app.command()
+def clean(
+    path: Annotated[str, typer.Argument(help="The directory a killed probe wrote under.")],
+    force: Annotated[bool, typer.Option("--force", help="Also remove scratch directories of other hosts' probes.")] = False,
+    json: o.Json = False,
+) -> None:
+    """Remove scratch directories left by a probe that was killed with -9."""
+    from ckplan.probe.clean import clean_target
+
+    _emit(clean_target(Path(path), force), json, "ckplan.render.clean", "render_clean")
+
+
+@app.command()
+def profiles(json: o.Json = False) -> None:
+    """List saved storage profiles and the built-in storage classes."""
+    from ckplan.render.profile import ProfileList, render_profiles
+
+    listing = ProfileList.collect()
+    if json:
+        from ckplan.render.console import print_json
+        print_json(listing)
+    else:
+        render_profiles(listing.profiles)
+
+
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
+def _emit(model, json: bool, module: str, renderer: str) -> None:
+    """Print a result as JSON or through its rich renderer."""
+    if json:
+        from ckplan.render.console import print_json
+        print_json(model)
+    else:
+        import importlib
+        getattr(importlib.import_module(module), renderer)(model)
+
+
 def main() -> None:
     """Entry point: bad input becomes one line on stderr and exit code 2.
 
@@ -80,11 +160,17 @@ def main() -> None:
             print("ckplan: interrupted", file=sys.stderr)
             sys.exit(130)
         if name == "Exit":
-            sys.exit(getattr(exc, "exit_code", 0))
+            _exit(getattr(exc, "exit_code", 0))
         if hasattr(exc, "format_message") and getattr(exc, "exit_code", None) == 2:
             _fail(exc.format_message())
         raise
-    sys.exit(result if isinstance(result, int) else 0)
+    _exit(result if isinstance(result, int) else 0)
+
+
+def _exit(code: int) -> None:
+    if code == 130:  # typer turns KeyboardInterrupt (Ctrl-C, or SIGTERM in a probe) into exit code 130
+        print("ckplan: interrupted", file=sys.stderr)
+    sys.exit(code)
 
 
 def _fail(message: str) -> None:

@@ -1,0 +1,36 @@
+"""`ckplan clean`: remove what a killed probe left behind."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from ckplan.errors import InputError
+from ckplan.probe import target
+
+
+class CleanResult(BaseModel):
+    target: str
+    removed: list[str]
+    kept: list[str]  # other hosts' probes, which may still be running (remove with --force)
+
+
+def clean_target(path: Path, force: bool = False) -> CleanResult:
+    if not path.is_dir():
+        raise InputError(f"{path} is not a directory")
+    removed, kept = [], []
+    for entry in target.leftovers(path):
+        try:
+            host = json.loads((entry / target.MARKER).read_text()).get("host")
+        except (OSError, ValueError):
+            host = None
+        if host not in (None, socket.gethostname()) and not force:
+            kept.append(str(entry))
+            continue
+        shutil.rmtree(entry, ignore_errors=True)
+        removed.append(str(entry))
+    return CleanResult(target=str(path), removed=removed, kept=kept)

@@ -1,0 +1,294 @@
+"""Probe a mounted filesystem with fio and ckplan's replay writer, producing a StorageProfile."""
+
+from __future__ import annotations
+
+import datetime as dt
+import errno
+import os
+import socket
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from ckplan.errors import InputError
+from ckplan.probe import fio, replay, target
+from ckplan.profile import (
+    BandwidthPoint, Latency, Measurement, Replay, SmallFiles, Spread, StorageProfile,
+)
+
+MiB = 2**20
+DEFAULT_SMALL_FILE_RANGE = (4 * 1024, 256 * 1024)  # RNG states (~15 KB) up to index/metadata files
+UNSIZED_DEFAULT_BYTES = 2**30  # what the probe may write on a filesystem that reports no size, unless --max-bytes
+
+
+@dataclass(frozen=True)
+class Preset:
+    name: str
+    bytes_per_writer: int  # upper bound per writer for a bandwidth point; the runtime cap usually ends it first
+    point_runtime_s: float  # cap on one bandwidth point
+    small_files_runtime_s: float
+    latency_runtime_s: float
+    repeats: int
+
+
+PRESETS = {
+    "quick": Preset("quick", 256 * MiB, 1.5, 1.5, 1.0, 1),
+    "default": Preset("default", 1024 * MiB, 2.5, 2.0, 2.0, 3),
+    "thorough": Preset("thorough", 4096 * MiB, 10.0, 8.0, 8.0, 5),
+}
+
+
+class Progress(Protocol):
+    """What the probe reports while it runs; the CLI draws it with rich."""
+
+    def phase(self, name: str, budget_s: float) -> None: ...
+    def update(self, bytes_written: int, elapsed_s: float) -> None: ...
+
+
+class _Silent:
+    def phase(self, name: str, budget_s: float) -> None:
+        pass
+
+    def update(self, bytes_written: int, elapsed_s: float) -> None:
+        pass
+
+
+def writer_counts(max_writers: int) -> list[int]:
+    counts, w = [], 1
+    while w < max_writers:
+        counts.append(w)
+        w *= 2
+    return counts + [max_writers]
+
+
+def estimated_seconds(preset: Preset, max_writers: int, replay_bytes: int = 0) -> float:
+    points = len(writer_counts(max_writers))
+    return (preset.repeats * (points * preset.point_runtime_s + preset.small_files_runtime_s)
+            + 2 * preset.latency_runtime_s + 0.5 * (points + 4) * preset.repeats)
+
+
+@dataclass(frozen=True)
+class ProbeJob:
+    """A checked probe: the target is a writable directory, fio exists, and the sizes fit."""
+
+    path: Path
+    mount: target.Mount
+    preset: Preset
+    writers: int
+    bytes_per_writer: int
+    budget_bytes: int
+    plan: object | None
+    replay_files: tuple
+    scale: float
+    name: str | None
+    notes: tuple[str, ...]
+
+    @property
+    def estimated_seconds(self) -> float:
+        return estimated_seconds(self.preset, self.writers)
+
+
+def prepare_probe(path: Path, *, preset: str = "default", writers: int | None = None, plan=None,
+                  scale: float = 1.0, max_bytes: int | None = None, name: str | None = None,
+                  mounts_text: str | None = None) -> ProbeJob:
+    """Every check that can fail before a byte is written."""
+    settings = PRESETS[preset]
+    fio.fio_binary()
+    path = path.expanduser()
+    target.check_target(path)
+    mount = target.mount_of(path, target.parse_mounts(mounts_text or Path("/proc/self/mounts").read_text()))
+    max_writers = writers or (plan.max_writers_per_node if plan else os.cpu_count() or 1)
+    if max_writers < 1:
+        raise InputError("--writers must be ≥ 1")
+    free = target.free_bytes(path)
+    notes: list[str] = []
+    if free is None:
+        free = 2 * (max_bytes or UNSIZED_DEFAULT_BYTES)
+        notes.append(f"the filesystem reports no size; the probe wrote at most {free // 2 / 1e9:.2f} GB (--max-bytes)")
+    budget = free_budget = free // 2
+    if max_bytes is not None:
+        budget = min(budget, max_bytes)
+    replay_files: list[replay.FileToWrite] = []
+    if plan is not None:
+        _, share = replay.node_share(plan.manifest)
+        replay_files = replay.scaled_files(share, scale)
+        need = sum(f.bytes for f in replay_files)
+        if need > budget:
+            fit = budget / sum(f.bytes for f in share)
+            raise InputError(f"replaying the plan at --scale {scale:g} writes {need / 1e9:.2f} GB but the probe may use "
+                             f"{budget / 1e9:.2f} GB here (half the free space or --max-bytes); try --scale {fit * 0.9:.2g}")
+    per_writer = min(settings.bytes_per_writer, budget // max_writers)
+    if per_writer < 4 * MiB:
+        raise InputError(f"too little free space on {path}: the probe may use {budget / 1e6:.1f} MB "
+                         f"(half the free space, {free_budget / 1e6:.1f} MB, or --max-bytes), and needs at least "
+                         f"{4 * max_writers} MiB for {max_writers} writers")
+    stale = target.leftovers(path)
+    if stale:
+        notes.append(f"found {len(stale)} scratch director{'y' if len(stale) == 1 else 'ies'} from a killed probe: "
+                     f"remove with `ckplan clean {path}`")
+    return ProbeJob(path=path, mount=mount, preset=settings, writers=max_writers, bytes_per_writer=per_writer,
+                    budget_bytes=budget, plan=plan, replay_files=tuple(replay_files), scale=scale, name=name, notes=tuple(notes))
+
+
+def run_probe(job: ProbeJob, progress: Progress | None = None) -> StorageProfile:
+    """Measure bandwidth against writers, small-file rate, fsync latency and (with a plan) a replay."""
+    progress = progress or _Silent()
+    settings, path = job.preset, job.path
+    started = time.monotonic()
+    raw: list[dict] = []
+    notes = list(job.notes)
+    with target.ScratchDir(path) as scratch:
+        direct = _direct_io_works(scratch.path)
+        if not direct:
+            notes.append("the target refused O_DIRECT (EINVAL): buffered writes with a final fsync were used")
+        bandwidth = _bandwidth(scratch.path, settings, job.writers, job.bytes_per_writer, direct, progress, raw)
+        small = _small_files(scratch.path, settings, job.writers, job.budget_bytes, job.plan, progress, raw)
+        fsync_lat, sync_write_lat = _latency(scratch.path, settings, progress, raw)
+        replayed = (_replay(scratch.path, job.plan, list(job.replay_files), job.scale, settings, progress)
+                    if job.plan is not None else None)
+    best = max(p.bytes_per_s for p in bandwidth)
+    mount = job.mount
+    return StorageProfile(
+        name=job.name or f"{socket.gethostname()}:{path}", target=str(path.resolve()), fs_type=mount.fs_type,
+        storage_class=mount.storage_class, mount_point=mount.mount_point, mount_options=mount.options,
+        shared=mount.storage_class in target.SHARED_CLASSES, direct_io=direct, bandwidth=bandwidth,
+        best_write_bytes_per_s=best, small_files=small, fsync_latency=fsync_lat, sync_write_latency=sync_write_lat,
+        replay=replayed, notes=notes, raw_fio=raw,
+        measurement=Measurement(tool=fio.fio_version(), date=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+                                host=socket.gethostname(), preset=settings.name, duration_s=time.monotonic() - started,
+                                bandwidth_bytes_per_writer=job.bytes_per_writer, runtime_cap_s=settings.point_runtime_s,
+                                repeats=settings.repeats))
+
+
+def probe_filesystem(path: Path, progress: Progress | None = None, **kwargs) -> StorageProfile:
+    return run_probe(prepare_probe(path, **kwargs), progress)
+
+
+def _direct_io_works(scratch: Path) -> bool:
+    job = fio.FioJob("direct-check", {"directory": fio.escape_path(scratch), "rw": "write", "bs": "1M", "size": "1M",
+                                      "ioengine": "psync", "direct": 1, "unlink": 1})
+    try:
+        fio.run_fio([job], scratch, "the direct I/O check")
+    except fio.FioError as exc:
+        if exc.errno == errno.EINVAL:
+            return False
+        raise
+    return True
+
+
+def _bandwidth(scratch, settings, max_writers, per_writer, direct, progress, raw) -> list[BandwidthPoint]:
+    points = []
+    for w in writer_counts(max_writers):
+        values = []
+        for r in range(settings.repeats):
+            progress.phase(f"bandwidth: {w} writer(s), run {r + 1}/{settings.repeats}", settings.point_runtime_s)
+            job = fio.FioJob(f"bw-{w}", {
+                "directory": fio.escape_path(scratch), "rw": "write", "bs": "1M", "size": per_writer,
+                "numjobs": w, "ioengine": "psync", "direct": int(direct), "end_fsync": 1,
+                "runtime": f"{settings.point_runtime_s}s", "group_reporting": 1, "unlink": 1})
+            doc = fio.run_fio([job], scratch, f"the bandwidth phase ({w} writers)", on_status=progress.update)
+            raw.append(doc)
+            values.append(float(doc["jobs"][0]["write"]["bw_bytes"]))
+        spread = Spread.of(values)
+        points.append(BandwidthPoint(writers=w, bytes_per_s=spread.median, spread=spread))
+    return points
+
+
+def _small_file_range(plan) -> tuple[int, int]:
+    if plan is None:
+        return DEFAULT_SMALL_FILE_RANGE
+    sizes = [f.bytes for f in plan.manifest if f.kind == "small"]
+    if not sizes:
+        return DEFAULT_SMALL_FILE_RANGE
+    return max(4096, min(sizes)), max(4096, min(max(sizes), 16 * MiB))
+
+
+def _small_files(scratch, settings, writers, budget, plan, progress, raw) -> SmallFiles:
+    """Create, write, fsync and close many small files from every writer at once.
+
+    fio 3.33 ignores `runtime` between the files of a many-file job, so the
+    file count is sized from a short calibration run to fit the time budget;
+    every file then completes and files/s is exact.
+    """
+    low, high = _small_file_range(plan)
+    bs = min(64 * 1024, low)
+    space_cap = max(8, budget // (writers * high))
+
+    def run(nrfiles: int, label: str) -> tuple[float, float]:
+        progress.phase(f"small files: create, write, fsync, close ({writers} writers){label}", settings.small_files_runtime_s)
+        directory = scratch / "small"
+        directory.mkdir()
+        try:
+            job = fio.FioJob("smallfiles", {
+                "directory": fio.escape_path(directory), "rw": "write", "bs": bs,
+                "filesize": f"{low}-{high}" if high > low else low, "nrfiles": nrfiles, "openfiles": 1,
+                "create_on_open": 1, "fsync_on_close": 1, "file_service_type": "sequential", "fallocate": "none",
+                "ioengine": "psync", "numjobs": writers})
+            doc = fio.run_fio([job], scratch, "the small-file phase", on_status=progress.update)
+            files = sum(1 for _ in os.scandir(directory))
+        finally:
+            target_rm(directory)
+        raw.append(doc)
+        runtime_s = max(max(int(j["write"]["runtime"]) for j in doc["jobs"]) / 1000, 1e-3)
+        write_calls = sum(int(j["write"]["total_ios"]) for j in doc["jobs"])
+        # per file: create, fsync, close (fio counts none of them), plus its write() calls
+        return files / runtime_s, (3 * files + write_calls) / runtime_s
+
+    calibration, _ = run(min(32, space_cap), " calibration")
+    nrfiles = int(max(8, min(20000, space_cap, calibration * settings.small_files_runtime_s / writers)))
+    rates, ops = [], []
+    for r in range(settings.repeats):
+        rate, op = run(nrfiles, f", run {r + 1}/{settings.repeats}")
+        rates.append(rate)
+        ops.append(op)
+    spread = Spread.of(rates)
+    return SmallFiles(files_per_s=spread.median, ops_per_s=Spread.of(ops).median, file_bytes_min=low,
+                      file_bytes_max=high, writers=writers, spread=spread)
+
+
+def target_rm(directory: Path) -> None:
+    import shutil
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+def _latency(scratch, settings, progress, raw) -> tuple[Latency, Latency]:
+    progress.phase("latency: 4 KiB write + fsync", settings.latency_runtime_s)
+    common = {"directory": fio.escape_path(scratch), "rw": "write", "bs": "4k", "size": "64M", "ioengine": "psync",
+              "runtime": f"{settings.latency_runtime_s}s", "percentile_list": "50:99:99.9", "unlink": 1}
+    doc = fio.run_fio([fio.FioJob("fsync-lat", {**common, "fsync": 1})], scratch, "the fsync latency phase", on_status=progress.update)
+    raw.append(doc)
+    p50, p99, p999, mean, n = fio.percentiles_s(doc["jobs"][0]["sync"], "lat_ns")
+    fsync_lat = Latency(p50_s=p50, p99_s=p99, p999_s=p999, mean_s=mean, samples=n)
+    progress.phase("latency: 4 KiB O_SYNC writes", settings.latency_runtime_s)
+    doc = fio.run_fio([fio.FioJob("sync-write-lat", {**common, "sync": 1})], scratch, "the sync-write latency phase", on_status=progress.update)
+    raw.append(doc)
+    p50, p99, p999, mean, n = fio.percentiles_s(doc["jobs"][0]["write"], "clat_ns")
+    return fsync_lat, Latency(p50_s=p50, p99_s=p99, p999_s=p999, mean_s=mean, samples=n)
+
+
+def _replay(scratch, plan, files, scale, settings, progress) -> Replay:
+    total = sum(f.bytes for f in files)
+    writers = len({f.writer for f in files})
+    times = []
+    for r in range(settings.repeats):
+        progress.phase(f"replay: {len(files)} files, {writers} writers, scale {scale:g}, run {r + 1}/{settings.repeats}", 0)
+        root = scratch / f"replay-{r}"
+        written = [0]
+        start = time.monotonic()
+
+        def on_bytes(n: int) -> None:
+            written[0] += n
+            progress.update(written[0], time.monotonic() - start)
+
+        try:
+            times.append(replay.write_files(root, files, on_bytes))
+        except OSError as exc:
+            raise replay.oserror_message(exc, "the replay") from None
+        finally:
+            target_rm(root)
+    spread = Spread.of(times)
+    full_bytes = sum(f.bytes for f in replay.node_share(plan.manifest)[1])
+    return Replay(seconds=spread.median, bytes=total, files=len(files), writers=writers, scale=scale,
+                  plan_fingerprint=replay.fingerprint([(f.path, f.bytes, f.rank) for f in plan.manifest]),
+                  full_scale_seconds=spread.median * full_bytes / total, spread=spread)

@@ -1,0 +1,187 @@
+"""Driving fio: declarative jobs in, parsed JSON out.
+
+fio quirks handled here (shared reference storage-and-fio.md, fixtures in tests/fixtures/fio):
+- text (error lines, client banners) can precede the JSON on stdout: parse from the first '{';
+- --status-interval prints one whole JSON document per interval: the last one is final;
+- a failed job sets `error` to an errno and fio exits non-zero;
+- ':' separates entries in `directory`/`filename`: a literal colon is escaped as '\\:';
+- the filecreate engine records its creates in the read direction in fio 3.33.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from ckplan.errors import InputError
+
+INSTALL_HINT = "fio is not installed; install it with `apt-get install fio` (Debian/Ubuntu) or `dnf install fio` (RHEL/Fedora)"
+
+
+@dataclass
+class FioJob:
+    """One fio job section: name plus options, written as a job file."""
+
+    name: str
+    options: dict[str, str | int] = field(default_factory=dict)
+
+    def render(self) -> str:
+        lines = [f"[{self.name}]"]
+        for key, value in self.options.items():
+            lines.append(f"{key}={value}")
+        return "\n".join(lines) + "\n"
+
+
+def escape_path(path: Path | str) -> str:
+    """fio splits `directory` on ':'; escape literal colons (spaces and commas need nothing in a job file)."""
+    return str(path).replace("\\", "\\\\").replace(":", "\\:")
+
+
+def fio_binary() -> str:
+    exe = shutil.which("fio")
+    if not exe:
+        raise InputError(INSTALL_HINT)
+    return exe
+
+
+def fio_version() -> str:
+    return subprocess.run([fio_binary(), "--version"], capture_output=True, text=True, check=False).stdout.strip()
+
+
+def json_documents(text: str) -> list[dict]:
+    """Every JSON document in fio's stdout, skipping any text before, between or after them."""
+    decoder = json.JSONDecoder()
+    docs, pos = [], text.find("{")
+    while pos != -1:
+        try:
+            doc, end = decoder.raw_decode(text, pos)
+        except json.JSONDecodeError:
+            pos = text.find("{", pos + 1)
+            continue
+        if isinstance(doc, dict):
+            docs.append(doc)
+        pos = text.find("{", end)
+    return docs
+
+
+class FioError(InputError):
+    def __init__(self, message: str, errno_value: int | None = None):
+        super().__init__(message)
+        self.errno = errno_value
+
+
+def job_errors(doc: dict) -> list[int]:
+    jobs = doc.get("jobs", []) + [c for c in doc.get("client_stats", []) if c.get("jobname") != "All clients"]
+    return [int(j.get("error", 0)) for j in jobs if int(j.get("error", 0))]
+
+
+def describe_errno(code: int, what: str) -> str:
+    if code == errno.ENOSPC:
+        return f"the target filled up (ENOSPC) during {what}; nothing was left behind"
+    if code == errno.EROFS:
+        return f"the target is read-only (EROFS) during {what}"
+    if code == errno.EACCES or code == errno.EPERM:
+        return f"permission denied during {what}"
+    if code == errno.EINVAL:
+        return f"the target refused the I/O mode (EINVAL) during {what}"
+    return f"fio failed during {what}: {os.strerror(code)} (errno {code})"
+
+
+def write_bytes(doc: dict) -> int:
+    return sum(int(j["write"]["io_bytes"]) for j in doc.get("jobs", []))
+
+
+def run_fio(jobs: list[FioJob], workdir: Path, what: str, global_options: dict | None = None,
+            on_status: Callable[[int, float], None] | None = None, timeout_s: float = 3600) -> dict:
+    """Run jobs and return fio's final JSON document.
+
+    `on_status(bytes_written, elapsed_s)` is called about once a second with
+    live figures from fio's --status-interval documents.
+    """
+    exe = fio_binary()
+    jobfile = workdir / f"{jobs[0].name}.fio"
+    glob = FioJob("global", global_options or {})
+    jobfile.write_text(glob.render() + "".join(j.render() for j in jobs))
+    cmd = [exe, "--output-format=json", "--status-interval=1", str(jobfile)]
+    start = time.monotonic()
+    chunks: list[bytes] = []
+    with tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, start_new_session=True)
+        reader = threading.Thread(target=_drain, args=(proc, chunks), daemon=True)
+        reader.start()
+        try:
+            seen = 0
+            while reader.is_alive():
+                reader.join(timeout=0.2)
+                if on_status and len(chunks) > seen:
+                    seen = len(chunks)
+                    docs = [d for d in json_documents(b"".join(chunks[-64:]).decode(errors="replace")) if "jobs" in d]
+                    if docs:
+                        on_status(write_bytes(docs[-1]), time.monotonic() - start)
+                if time.monotonic() - start > timeout_s:
+                    raise FioError(f"fio did not finish {what} within {timeout_s:.0f} s")
+            proc.wait()
+        finally:
+            stop(proc)
+            jobfile.unlink(missing_ok=True)
+        err.seek(0)
+        stderr = err.read().decode(errors="replace")
+    docs = json_documents(b"".join(chunks).decode(errors="replace"))
+    final = docs[-1] if docs else None
+    codes = job_errors(final) if final else []
+    if codes:
+        raise FioError(describe_errno(codes[0], what), codes[0])
+    if proc.returncode != 0 or final is None:
+        line = next((l for l in stderr.splitlines() if l.strip()), f"fio exited {proc.returncode}")
+        code = errno.EINVAL if "O_DIRECT" in stderr or "direct=1" in stderr else None
+        raise FioError(f"fio failed during {what}: {line.strip()}", code)
+    return final
+
+
+def _drain(proc: subprocess.Popen, chunks: list[bytes]) -> None:
+    assert proc.stdout is not None
+    while True:
+        data = proc.stdout.read1(65536)
+        if not data:
+            return
+        chunks.append(data)
+
+
+def stop(proc: subprocess.Popen) -> None:
+    """End fio and everything it forked; it runs in its own session so Ctrl-C reaches us first."""
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=5)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait()
+    if proc.stdout:
+        proc.stdout.close()
+
+
+def percentiles_s(section: dict, key: str = "clat_ns") -> tuple[float, float, float, float, int]:
+    """(p50, p99, p99.9, mean, samples) in seconds from a fio latency section."""
+    lat = section.get(key, {})
+    pct = lat.get("percentile", {})
+
+    def at(p: str) -> float:
+        for k, v in pct.items():
+            if abs(float(k) - float(p)) < 1e-6:
+                return v / 1e9
+        return float("nan")
+
+    return at("50"), at("99"), at("99.9"), lat.get("mean", 0) / 1e9, int(lat.get("N", 0))

@@ -1,0 +1,174 @@
+"""A filesystem target: where it is mounted, what it is, and a safe scratch directory on it.
+
+The probe is a guest on shared storage. It writes only inside a new, uniquely
+named scratch directory, which it removes on every exit path; `ckplan clean`
+removes those left by a probe killed with -9.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import socket
+import stat
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ckplan.errors import InputError
+
+SCRATCH_PREFIX = ".ckplan-probe-"
+MARKER = "ckplan-probe.json"
+
+# fs type -> storage class; fuse.* maps to 'fuse'
+FS_CLASSES = {
+    "ext4": "local-disk", "ext3": "local-disk", "xfs": "local-disk", "btrfs": "local-disk", "zfs": "local-disk",
+    "f2fs": "local-disk", "overlay": "local-disk", "tmpfs": "tmpfs", "ramfs": "tmpfs",
+    "nfs": "nfs", "nfs4": "nfs", "lustre": "lustre", "gpfs": "gpfs", "ceph": "cephfs", "cephfs": "cephfs",
+    "beegfs": "beegfs", "wekafs": "weka", "9p": "virtual", "virtiofs": "virtual",
+}
+SECRET_OPTIONS = {"secret", "password", "pass", "token", "key", "credentials", "secretfile"}  # never stored in a profile
+SHARED_CLASSES = {"nfs", "lustre", "gpfs", "cephfs", "beegfs", "weka", "fuse", "s3"}
+
+
+@dataclass(frozen=True)
+class Mount:
+    source: str
+    mount_point: str
+    fs_type: str
+    options: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def storage_class(self) -> str:
+        if self.fs_type.startswith("fuse"):
+            return "fuse"
+        cls = FS_CLASSES.get(self.fs_type, "unknown")
+        if cls == "local-disk" and "nvme" in self.source:
+            return "local-nvme"
+        return cls
+
+
+def _unescape(field_text: str) -> str:
+    """/proc/mounts escapes space, tab, newline and backslash as octal (\\040)."""
+    out, i = [], 0
+    while i < len(field_text):
+        if field_text[i] == "\\" and field_text[i + 1:i + 4].isdigit():
+            out.append(chr(int(field_text[i + 1:i + 4], 8)))
+            i += 4
+        else:
+            out.append(field_text[i])
+            i += 1
+    return "".join(out)
+
+
+def parse_mounts(text: str) -> list[Mount]:
+    mounts = []
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) < 4:
+            continue
+        options = {}
+        for opt in parts[3].split(","):
+            key, _, value = opt.partition("=")
+            options[key] = "<redacted>" if key.lower() in SECRET_OPTIONS else value
+        mounts.append(Mount(_unescape(parts[0]), _unescape(parts[1]), parts[2], options))
+    return mounts
+
+
+def mount_of(path: Path, mounts: list[Mount]) -> Mount:
+    """The mount holding `path`: the longest mount point that is a prefix; the last one mounted wins."""
+    real = str(path.resolve())
+    best: Mount | None = None
+    for m in mounts:
+        mp = m.mount_point.rstrip("/") or "/"
+        if real == mp or real.startswith(mp + "/") or mp == "/":
+            if best is None or len(mp) >= len(best.mount_point.rstrip("/") or "/"):
+                best = m
+    if best is None:
+        raise InputError(f"cannot find the mount holding {path}")
+    return best
+
+
+def check_target(path: Path) -> None:
+    """Refuse anything but an existing, writable directory on a read-write filesystem."""
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        raise InputError(f"target {path} does not exist") from None
+    except PermissionError:
+        raise InputError(f"cannot access target {path}: permission denied") from None
+    if stat.S_ISBLK(st.st_mode) or stat.S_ISCHR(st.st_mode):
+        raise InputError(f"target {path} is a device; ckplan probes a directory on a mounted filesystem, never a raw device")
+    if not stat.S_ISDIR(st.st_mode):
+        raise InputError(f"target {path} is not a directory")
+    if os.statvfs(path).f_flag & os.ST_RDONLY:
+        raise InputError(f"target {path} is on a read-only filesystem")
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise InputError(f"target {path} is not writable by this user")
+
+
+def free_bytes(path: Path) -> int | None:
+    """Free bytes, or None where the filesystem reports no size at all (ramfs, some FUSE targets)."""
+    st = os.statvfs(path)
+    if st.f_blocks == 0:
+        return None
+    return st.f_bavail * st.f_frsize
+
+
+class ScratchDir:
+    """A uniquely named directory under the target, removed on exit, error, Ctrl-C or SIGTERM."""
+
+    def __init__(self, parent: Path):
+        self.parent = parent
+        name = f"{SCRATCH_PREFIX}{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(4)}"
+        self.path = parent / name
+
+    def __enter__(self) -> "ScratchDir":
+        try:
+            self.path.mkdir(mode=0o700)
+            (self.path / MARKER).write_text(json.dumps(
+                {"host": socket.gethostname(), "pid": os.getpid(), "started": time.time()}))
+        except OSError as exc:
+            shutil.rmtree(self.path, ignore_errors=True)
+            raise InputError(f"cannot create a scratch directory in {self.parent}: {exc.strerror}") from None
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.remove()
+
+    def remove(self) -> None:
+        shutil.rmtree(self.path, ignore_errors=True)
+
+
+def leftovers(parent: Path) -> list[Path]:
+    """Scratch directories under `parent` whose probe is no longer running on this host."""
+    out = []
+    try:
+        entries = list(parent.iterdir())
+    except OSError:
+        return []
+    for entry in entries:
+        if not entry.name.startswith(SCRATCH_PREFIX) or not entry.is_dir():
+            continue
+        try:
+            info = json.loads((entry / MARKER).read_text())
+        except (OSError, ValueError):
+            info = {}
+        if info.get("host") == socket.gethostname() and _alive(int(info.get("pid", -1))):
+            continue
+        out.append(entry)
+    return out
+
+
+def _alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -1,0 +1,123 @@
+"""StorageProfile: what a storage target sustains for checkpoint writes.
+
+One shape for every target: a local or shared filesystem probed with fio, an
+object store probed with ckplan's own client, many hosts probed at once, or a
+built-in class of typical figures. `recommend` reads only this model.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from ckplan import __version__
+
+SCHEMA_VERSION = 1
+
+
+class Spread(BaseModel):
+    """Median of repeats, with the min and max, as hyperfine reports them."""
+
+    median: float
+    min: float
+    max: float
+    repeats: int = 1
+
+    @classmethod
+    def of(cls, values: list[float]) -> "Spread":
+        ordered = sorted(values)
+        n = len(ordered)
+        median = ordered[n // 2] if n % 2 else (ordered[n // 2 - 1] + ordered[n // 2]) / 2
+        return cls(median=median, min=ordered[0], max=ordered[-1], repeats=n)
+
+    @property
+    def relative_range(self) -> float:
+        return (self.max - self.min) / self.median if self.median else 0.0
+
+
+class BandwidthPoint(BaseModel):
+    writers: int  # concurrent writers per host
+    hosts: int = 1
+    bytes_per_s: float  # median over repeats, summed over writers (and hosts)
+    spread: Spread | None = None
+
+
+class SmallFiles(BaseModel):
+    files_per_s: float
+    ops_per_s: float  # create + write + fsync + close
+    file_bytes_min: int
+    file_bytes_max: int
+    writers: int
+    spread: Spread | None = None
+
+
+class Latency(BaseModel):
+    p50_s: float
+    p99_s: float
+    p999_s: float
+    mean_s: float | None = None
+    samples: int | None = None
+
+
+class Replay(BaseModel):
+    """Wall time of one node's share of a plan, written as the framework would."""
+
+    seconds: float  # median over repeats, at the replayed scale
+    bytes: int  # bytes written at the replayed scale
+    files: int
+    writers: int
+    scale: float  # 1.0 = full size
+    plan_fingerprint: str  # identifies the plan (see ckplan.probe.replay.fingerprint)
+    full_scale_seconds: float  # seconds × bytes(full)/bytes(scaled): bandwidth-bound extrapolation
+    spread: Spread | None = None
+
+
+class Measurement(BaseModel):
+    tool: str  # 'fio-3.33', 'ckplan-s3 (boto3 1.x)', 'builtin'
+    date: str
+    host: str
+    preset: str
+    duration_s: float
+    bandwidth_bytes_per_writer: int | None = None
+    runtime_cap_s: float | None = None
+    repeats: int = 1
+
+
+class StorageProfile(BaseModel):
+    kind: Literal["ckplan.storage"] = "ckplan.storage"
+    schema_version: int = SCHEMA_VERSION
+    ckplan_version: str = __version__
+    name: str
+    source: Literal["measured", "builtin"] = "measured"
+    target: str
+    fs_type: str
+    storage_class: str
+    mount_point: str | None = None
+    mount_options: dict[str, str] = Field(default_factory=dict)
+    shared: bool = True  # one target shared by all nodes (NFS, Lustre, S3) or node-local (NVMe, tmpfs)
+    hosts: int = 1
+    direct_io: bool | None = None
+    bandwidth: list[BandwidthPoint]  # per host, against writers per host
+    aggregate_bandwidth: list[BandwidthPoint] = Field(default_factory=list)  # against hosts writing at once
+    aggregate_limit_bytes_per_s: float | None = None  # what the whole shared system sustains, if known
+    best_write_bytes_per_s: float
+    small_files: SmallFiles
+    aggregate_files_per_s: float | None = None  # metadata service limit for a shared system, if known
+    fsync_latency: Latency
+    sync_write_latency: Latency | None = None
+    replay: Replay | None = None
+    measurement: Measurement
+    notes: list[str] = Field(default_factory=list)
+    raw_fio: list[dict[str, Any]] = Field(default_factory=list)
+
+    def bandwidth_at(self, writers: int) -> float:
+        """Per-host bandwidth at this many writers: interpolated on the measured curve, flat beyond it."""
+        points = sorted(self.bandwidth, key=lambda p: p.writers)
+        if writers <= points[0].writers:
+            return points[0].bytes_per_s * writers / points[0].writers
+        for lo, hi in zip(points, points[1:]):
+            if writers <= hi.writers:
+                frac = (writers - lo.writers) / (hi.writers - lo.writers)
+                return lo.bytes_per_s + frac * (hi.bytes_per_s - lo.bytes_per_s)
+        return max(p.bytes_per_s for p in points)

@@ -1,0 +1,145 @@
+"""Rich rendering of a StorageProfile, a live probe progress display, and the profiles list."""
+
+from __future__ import annotations
+
+import time
+
+from pydantic import BaseModel
+
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from ckplan.profile import StorageProfile
+from ckplan.render.console import console, err_console
+from ckplan.units import fmt_bytes, fmt_duration, fmt_rate
+
+
+def _spread(s, fmt) -> str:
+    if s is None or s.repeats < 2:
+        return ""
+    return f"{fmt(s.min)} … {fmt(s.max)} (n={s.repeats}, range {s.relative_range * 100:.1f}%)"
+
+
+def render_profile(p: StorageProfile) -> None:
+    out = console()
+    mode = {True: "direct I/O", False: "buffered + fsync (O_DIRECT refused)", None: "n/a"}[p.direct_io]
+    out.print(f"[bold]{p.name}[/bold]: {p.target} — {p.fs_type} ({p.storage_class}), mounted at {p.mount_point or '-'}, "
+              f"{'shared' if p.shared else 'node-local'}, {mode}")
+    interesting = {k: v for k, v in p.mount_options.items() if k in ("nconnect", "rsize", "wsize", "vers", "proto", "hard", "soft", "ro", "sync")}
+    if interesting:
+        out.print("mount options: " + ", ".join(f"{k}={v}" if v else k for k, v in interesting.items()))
+    m = p.measurement
+    out.print(f"measured with {m.tool} on {m.host} at {m.date}, preset {m.preset}, {fmt_duration(m.duration_s)}"
+              + (f", up to {fmt_bytes(m.bandwidth_bytes_per_writer)} per writer, {m.runtime_cap_s:g} s per point" if m.bandwidth_bytes_per_writer else ""))
+    table = Table(title="Write bandwidth against writers (flushed)", title_justify="left")
+    for col in ("writers", "hosts", "median", "min … max"):
+        table.add_column(col, justify="right")
+    for b in p.bandwidth:
+        table.add_row(str(b.writers), str(b.hosts), fmt_rate(b.bytes_per_s), _spread(b.spread, fmt_rate))
+    out.print(table)
+    s = p.small_files
+    out.print(f"Small files ({fmt_bytes(s.file_bytes_min)}–{fmt_bytes(s.file_bytes_max)}, create+write+fsync+close, "
+              f"{s.writers} writers): [bold]{s.files_per_s:,.0f} files/s[/bold], {s.ops_per_s:,.0f} ops/s "
+              + _spread(s.spread, lambda v: f"{v:,.0f}"))
+    lat = Table(title="Latency", title_justify="left")
+    for col in ("operation", "p50", "p99", "p99.9"):
+        lat.add_column(col, justify="right" if col != "operation" else "left")
+    lat.add_row("fsync after a 4 KiB write", *(fmt_duration(v) for v in (p.fsync_latency.p50_s, p.fsync_latency.p99_s, p.fsync_latency.p999_s)))
+    if p.sync_write_latency:
+        w = p.sync_write_latency
+        lat.add_row("4 KiB O_SYNC write", *(fmt_duration(v) for v in (w.p50_s, w.p99_s, w.p999_s)))
+    out.print(lat)
+    if p.replay:
+        r = p.replay
+        out.print(f"Replay of one node's share: {r.files} files, {fmt_bytes(r.bytes)} from {r.writers} writers at scale "
+                  f"{r.scale:g}: [bold]{fmt_duration(r.seconds)}[/bold] ({fmt_rate(r.bytes / r.seconds)}) "
+                  + _spread(r.spread, fmt_duration) + f"; at full size ≈ {fmt_duration(r.full_scale_seconds)}")
+    for note in p.notes:
+        out.print(f"[yellow]note:[/yellow] {note}")
+
+
+class LiveProgress:
+    """Current phase, live MB/s and time left, drawn on stderr so --json output stays clean."""
+
+    def __init__(self, total_s: float):
+        self.total_s = total_s
+        self.started = time.monotonic()
+        self.progress = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[rate]}"),
+                                 TimeElapsedColumn(), TextColumn("~{task.fields[left]} left"),
+                                 console=err_console(), transient=True)
+        self.task = self.progress.add_task("starting", total=total_s, rate="", left=fmt_duration(total_s))
+
+    def __enter__(self):
+        self.progress.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.progress.stop()
+
+    def _tick(self, **fields):
+        elapsed = time.monotonic() - self.started
+        left = max(self.total_s - elapsed, 0)
+        self.progress.update(self.task, completed=min(elapsed, self.total_s), left=fmt_duration(left), **fields)
+
+    def phase(self, name: str, budget_s: float) -> None:
+        self._tick(description=name, rate="")
+
+    def update(self, bytes_written: int, elapsed_s: float) -> None:
+        self._tick(rate=f"{fmt_rate(bytes_written / elapsed_s)}" if elapsed_s > 0 else "")
+
+
+class _NoDisplay:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return None
+
+    def phase(self, name: str, budget_s: float) -> None:
+        pass
+
+    def update(self, bytes_written: int, elapsed_s: float) -> None:
+        pass
+
+
+def live_progress(total_s: float):
+    """A live display on a terminal; nothing when stderr is a pipe or a file."""
+    return LiveProgress(total_s) if err_console().is_terminal else _NoDisplay()
+
+
+def render_profiles(rows) -> None:
+    table = Table(title="Storage profiles", title_justify="left")
+    for col in ("name", "source", "class", "fs", "best write", "files/s", "fsync p99", "where"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(r.name, r.source, r.storage_class, r.fs_type, fmt_rate(r.best_write_bytes_per_s),
+                      f"{r.files_per_s:,.0f}", fmt_duration(r.fsync_p99_s), r.location)
+    console().print(table)
+
+
+class ProfileRow(BaseModel):
+    name: str
+    source: str
+    storage_class: str
+    fs_type: str
+    best_write_bytes_per_s: float
+    files_per_s: float
+    fsync_p99_s: float
+    location: str
+
+
+class ProfileList(BaseModel):
+    profiles: list[ProfileRow]
+
+    @classmethod
+    def collect(cls) -> "ProfileList":
+        from ckplan import catalog, profile_store
+
+        def row(p: StorageProfile, where: str) -> ProfileRow:
+            return ProfileRow(name=p.name, source=p.source, storage_class=p.storage_class, fs_type=p.fs_type,
+                              best_write_bytes_per_s=p.best_write_bytes_per_s, files_per_s=p.small_files.files_per_s,
+                              fsync_p99_s=p.fsync_latency.p99_s, location=where)
+
+        rows = [row(profile_store.load_file(path), str(path)) for path in profile_store.saved().values()]
+        rows += [row(p, "built-in") for p in catalog.storage_classes().values()]
+        return cls(profiles=rows)

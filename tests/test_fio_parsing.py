@@ -1,0 +1,83 @@
+"""fio output quirks and mount-line parsing, on captured fio 3.33 outputs."""
+
+import errno
+
+import pytest
+
+from ckplan.probe import fio, target
+from tests.conftest import FIXTURES
+
+FIO = FIXTURES / "fio"
+
+
+def test_text_before_json_and_enospc_error():
+    docs = fio.json_documents((FIO / "enospc.stdout.txt").read_text())
+    assert len(docs) == 1
+    assert fio.job_errors(docs[0]) == [errno.ENOSPC]
+    assert "ENOSPC" in fio.describe_errno(errno.ENOSPC, "x")
+
+
+def test_readonly_error():
+    doc = fio.json_documents((FIO / "readonly.stdout.txt").read_text())[-1]
+    assert fio.job_errors(doc) == [errno.EROFS]
+
+
+def test_status_interval_gives_several_documents_last_is_final():
+    docs = fio.json_documents((FIO / "status-interval-multi-docs.txt").read_text())
+    assert len(docs) >= 3
+    written = [fio.write_bytes(d) for d in docs]
+    assert written == sorted(written) and written[-1] > written[0]
+
+
+def test_client_mode_banner_lines_before_json():
+    docs = fio.json_documents((FIO / "client-mode-2hosts.txt").read_text())
+    doc = docs[-1]
+    hosts = {c["hostname"] for c in doc["client_stats"] if c["jobname"] != "All clients"}
+    assert len(hosts) == 2
+
+
+def test_group_reporting_bandwidth_and_fsync_percentiles():
+    import json
+    group = json.loads((FIO / "seqwrite-2jobs-group.json").read_text())
+    assert len(group["jobs"]) == 1 and group["jobs"][0]["write"]["bw_bytes"] > 0
+    direct = json.loads((FIO / "seqwrite-2jobs-direct.json").read_text())
+    assert len(direct["jobs"]) == 2
+    fsync = json.loads((FIO / "fsync-every-write.json").read_text())
+    p50, p99, p999, mean, n = fio.percentiles_s(fsync["jobs"][0]["sync"], "lat_ns")
+    assert 0 < p50 <= p99 <= p999 and n > 0
+
+
+def test_escape_path_colons():
+    assert fio.escape_path("/mnt/a:b c,d") == "/mnt/a\\:b c,d"
+
+
+def test_job_file_render():
+    job = fio.FioJob("bw", {"rw": "write", "numjobs": 2})
+    assert job.render() == "[bw]\nrw=write\nnumjobs=2\n"
+
+
+MOUNTS = target.parse_mounts((FIXTURES / "mounts" / "proc-mounts-samples.txt").read_text())
+
+
+@pytest.mark.parametrize("path,fs_type,cls", [
+    ("/mnt/nfs/run1", "nfs4", "nfs"), ("/mnt/nfs3", "nfs", "nfs"), ("/mnt/lustre/ckpt", "lustre", "lustre"),
+    ("/gpfs/fs0/x", "gpfs", "gpfs"), ("/mnt/beegfs", "beegfs", "beegfs"), ("/mnt/cephfs/a", "ceph", "cephfs"),
+    ("/mnt/weka", "wekafs", "weka"), ("/local/nvme/ckpt", "xfs", "local-nvme"), ("/raid/x", "ext4", "local-disk"),
+    ("/dev/shm", "tmpfs", "tmpfs"), ("/mnt/jfs", "fuse.juicefs", "fuse"), ("/mnt/sshfs/d", "fuse.sshfs", "fuse"),
+    ("/mnt/with space/y", "xfs", "local-disk"),
+])
+def test_mount_detection_from_captured_lines(path, fs_type, cls):
+    from pathlib import PurePosixPath
+
+    class P(PurePosixPath):
+        def resolve(self):
+            return self
+    mount = target.mount_of(P(path), MOUNTS)
+    assert (mount.fs_type, mount.storage_class) == (fs_type, cls)
+
+
+def test_nfs_options_and_secret_redaction():
+    nfs = next(m for m in MOUNTS if m.mount_point == "/mnt/nfs")
+    assert nfs.options["nconnect"] == "16" and nfs.options["rsize"] == "1048576" and nfs.options["wsize"] == "1048576"
+    ceph = next(m for m in MOUNTS if m.fs_type == "ceph")
+    assert ceph.options["secret"] == "<redacted>"
