@@ -125,6 +125,125 @@ def profiles(json: o.Json = False) -> None:
         render_profiles(listing.profiles)
 
 
+def _policy(max_loss, max_overhead, mode, mtbf, node_failure_rate, job_failure_rate, restart, iteration_time,
+            snapshot_bandwidth, host_memory, local_disk, changed_fraction, save_time, stall_time):
+    from ckplan.planning.policy import Policy
+    from ckplan.units import parse_bytes, parse_duration, parse_fraction, parse_rate
+
+    if mode not in ("sync", "async"):
+        raise InputError(f"--mode must be sync or async, got {mode!r}")
+    if stall_time is not None and mode != "async":
+        raise InputError("--stall-time applies to --mode async only")
+    if node_failure_rate < 0 or job_failure_rate < 0:
+        raise InputError("failure rates must be ≥ 0")
+    return Policy(
+        mode=mode, max_loss_s=parse_duration(max_loss, "--max-loss"), max_overhead=parse_fraction(max_overhead, "--max-overhead"),
+        mtbf_s=parse_duration(mtbf, "--mtbf") if mtbf is not None else None,
+        node_failures_per_1000_days=node_failure_rate, job_failures_per_day=job_failure_rate,
+        restart_s=parse_duration(restart, "--restart", allow_zero=True),
+        iteration_s=parse_duration(iteration_time, "--iteration-time") if iteration_time else None,
+        snapshot_bytes_per_s=parse_rate(snapshot_bandwidth, "--snapshot-bandwidth"),
+        host_memory_bytes=parse_bytes(host_memory, "--host-memory"), local_disk_bytes=parse_bytes(local_disk, "--local-disk"),
+        changed_fraction=float(changed_fraction) if changed_fraction == "1" else parse_fraction(changed_fraction, "--changed-fraction"),
+        save_time_s=parse_duration(save_time, "--save-time") if save_time else None,
+        stall_time_s=parse_duration(stall_time, "--stall-time") if stall_time else None)
+
+
+MaxLoss = Annotated[str, typer.Option("--max-loss", help="Most work a crash may destroy, e.g. 1h.", rich_help_panel="Policy")]
+MaxOverhead = Annotated[str, typer.Option("--max-overhead", help="Share of time saves may block, e.g. 5%.", rich_help_panel="Policy")]
+Mode = Annotated[str, typer.Option(help="sync or async (snapshot to host memory, persist in the background).", rich_help_panel="Policy")]
+Mtbf = Annotated[Optional[str], typer.Option(help="Job mean time between interruptions, e.g. 8h (overrides the rates).", rich_help_panel="Failures")]
+NodeRate = Annotated[float, typer.Option("--node-failure-rate", help="Interruptions per 1,000 node-days.", rich_help_panel="Failures")]
+JobRate = Annotated[float, typer.Option("--job-failure-rate", help="Job-level interruptions per day (software, network).", rich_help_panel="Failures")]
+Restart = Annotated[str, typer.Option(help="Restart cost: detect, reschedule, load, warm up.", rich_help_panel="Failures")]
+IterTime = Annotated[Optional[str], typer.Option("--iteration-time", help="Seconds per training step, to give the interval in steps.", rich_help_panel="Policy")]
+Snapshot = Annotated[str, typer.Option("--snapshot-bandwidth", help="Async: device→host copy per GPU.", rich_help_panel="Assumptions")]
+HostMem = Annotated[str, typer.Option("--host-memory", help="Host memory per node (async snapshot, /dev/shm staging).", rich_help_panel="Assumptions")]
+LocalDisk = Annotated[str, typer.Option("--local-disk", help="Local NVMe capacity per node (staging).", rich_help_panel="Assumptions")]
+Changed = Annotated[str, typer.Option("--changed-fraction", help="Incremental what-if: share of bytes that change per save.", rich_help_panel="Assumptions")]
+SaveTime = Annotated[Optional[str], typer.Option("--save-time", help="A measured save time: skips the save-time model.", rich_help_panel="Measured")]
+StallTime = Annotated[Optional[str], typer.Option("--stall-time", help="A measured async blocking time.", rich_help_panel="Measured")]
+Storage = Annotated[Optional[str], typer.Option("--storage", help="Saved profile name, profile file, or built-in class (local-nvme, nfs, lustre, gpfs, s3, tmpfs).")]
+
+
+@app.command()
+def recommend(
+    plan_file: o.PlanFile = None, params: o.Params = None, model: o.Model = None, optimizer: o.Optimizer = "adam",
+    precision: o.Precision = "bf16-mixed", framework: o.Framework = "deepspeed", gpus: o.Gpus = 8,
+    gpus_per_node: o.GpusPerNode = 8, tp: o.Tp = 1, pp: o.Pp = 1, zero: o.Zero = 1, dtype: o.Dtype = None,
+    option: o.Option = None, storage: Storage = None, max_loss: MaxLoss = "1h", max_overhead: MaxOverhead = "5%",
+    mode: Mode = "sync", mtbf: Mtbf = None, node_failure_rate: NodeRate = 5.0, job_failure_rate: JobRate = 1.0,
+    restart: Restart = "10m", iteration_time: IterTime = None, snapshot_bandwidth: Snapshot = "20GB/s",
+    host_memory: HostMem = "2TiB", local_disk: LocalDisk = "30.72TB", changed_fraction: Changed = "1",
+    save_time: SaveTime = None, stall_time: StallTime = None, json: o.Json = False,
+) -> None:
+    """The shortest safe and the best checkpoint interval for a plan on a storage target, with what-ifs."""
+    from ckplan.planning.recommend import recommend as run
+    from ckplan.render.plan import headline
+
+    policy = _policy(max_loss, max_overhead, mode, mtbf, node_failure_rate, job_failure_rate, restart, iteration_time,
+                     snapshot_bandwidth, host_memory, local_disk, changed_fraction, save_time, stall_time)
+    plan = o.resolve_plan(plan_file, params, model, optimizer, precision, framework, gpus, gpus_per_node, tp, pp, zero, dtype, option)
+    if storage is None:
+        from ckplan import catalog
+        from ckplan.render.recommend import Comparison
+        comp = Comparison(plan=headline(plan), recommendations=[run(plan, p, policy, what_ifs=False)
+                                                               for p in catalog.storage_classes().values()])
+        _emit(comp, json, "ckplan.render.recommend", "render_comparison")
+        return
+    from ckplan import profile_store
+    rec = run(plan, profile_store.resolve(storage), policy)
+    if json:
+        from ckplan.render.console import print_json
+        print_json(rec)
+    else:
+        from ckplan.render.recommend import render_recommendation
+        render_recommendation(rec, headline(plan))
+
+
+@app.command()
+def report(
+    storage: Annotated[str, typer.Option("--storage", help="Saved profile name, profile file, or built-in class.")],
+    out: Annotated[Path, typer.Option("--out", help="Directory for report.md, report.html and the PNG charts.")] = Path("ckplan-report"),
+    plan_file: o.PlanFile = None, params: o.Params = None, model: o.Model = None, optimizer: o.Optimizer = "adam",
+    precision: o.Precision = "bf16-mixed", framework: o.Framework = "deepspeed", gpus: o.Gpus = 8,
+    gpus_per_node: o.GpusPerNode = 8, tp: o.Tp = 1, pp: o.Pp = 1, zero: o.Zero = 1, dtype: o.Dtype = None,
+    option: o.Option = None, max_loss: MaxLoss = "1h", max_overhead: MaxOverhead = "5%",
+    mode: Mode = "sync", mtbf: Mtbf = None, node_failure_rate: NodeRate = 5.0, job_failure_rate: JobRate = 1.0,
+    restart: Restart = "10m", iteration_time: IterTime = None, snapshot_bandwidth: Snapshot = "20GB/s",
+    host_memory: HostMem = "2TiB", local_disk: LocalDisk = "30.72TB", changed_fraction: Changed = "1",
+    save_time: SaveTime = None, stall_time: StallTime = None, json: o.Json = False,
+) -> None:
+    """Write a capacity-review report (Markdown, HTML, PNG charts) for a plan on a storage target."""
+    from ckplan import profile_store
+    from ckplan.planning.recommend import recommend as run
+    from ckplan.render.plan import headline
+    from ckplan.report import write_report
+
+    policy = _policy(max_loss, max_overhead, mode, mtbf, node_failure_rate, job_failure_rate, restart, iteration_time,
+                     snapshot_bandwidth, host_memory, local_disk, changed_fraction, save_time, stall_time)
+    plan = o.resolve_plan(plan_file, params, model, optimizer, precision, framework, gpus, gpus_per_node, tp, pp, zero, dtype, option)
+    profile = profile_store.resolve(storage)
+    files = write_report(plan, profile, run(plan, profile, policy), headline(plan), out)
+    if json:
+        from ckplan.render.console import print_json
+        print_json(files)
+    else:
+        from ckplan.render.console import console
+        console().print(f"wrote {files.markdown}, {files.html} and {', '.join(files.charts)}")
+
+
+@app.command("compress-test")
+def compress_test(
+    file: Annotated[Optional[Path], typer.Option("--file", help="Tensor bytes to test (a shard); default: generated bf16/fp32 Adam state.")] = None,
+    json: o.Json = False,
+) -> None:
+    """Measure zstd and lz4 ratio and per-core speed on real tensor bytes."""
+    from ckplan.compress_test import run_compress_test
+
+    _emit(run_compress_test(file), json, "ckplan.render.compress", "render_compress")
+
+
 def _interrupt(signum, frame) -> None:
     raise KeyboardInterrupt
 

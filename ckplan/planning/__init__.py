@@ -1,0 +1,1 @@
+"""The planner: pure functions from a plan and a storage profile to save times, intervals and what-ifs."""

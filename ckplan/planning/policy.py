@@ -1,0 +1,44 @@
+"""Inputs to a recommendation besides the plan and the storage: policy, failures, async and staging assumptions.
+
+Every default is named here, shown in the output, and overridable from the CLI.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel
+
+# Failure model (shared reference intervals.md): ~5 interruptions per 1,000 node-days
+# (Llama 3 405B: ~3.8; Meta research clusters, HPCA 2025: ~6.5) plus a job-level term for
+# software and other non-hardware causes, which dominate small jobs (HPCA 2025: 7.9 h MTTF
+# at 1,024 GPUs, shorter than node failures alone explain).
+DEFAULT_NODE_FAILURES_PER_1000_DAYS = 5.0
+DEFAULT_JOB_FAILURES_PER_DAY = 1.0
+DEFAULT_RESTART_S = 600.0  # detect, reschedule, load the checkpoint, warm up
+DEFAULT_MAX_LOSS_S = 3600.0
+DEFAULT_MAX_OVERHEAD = 0.05  # CheckFreq's default budget
+# GPU -> pinned host memory per GPU; PCIe Gen5 x16 moves ~50 GB/s peak, ~20-25 GB/s sustained
+# in DCP async snapshots. Not measured here (no GPU on this machine): override with --snapshot-bandwidth.
+DEFAULT_SNAPSHOT_BYTES_PER_S = 20e9
+DEFAULT_HOST_MEMORY_BYTES = 2 * 2**40  # a typical 8-GPU H100/H200 node: 2 TiB of DRAM
+DEFAULT_LOCAL_DISK_BYTES = 8 * 3.84e12  # 8 × 3.84 TB NVMe drives, a typical DGX-class node
+DEFAULT_CHANGED_FRACTION = 1.0  # dense LLM weights and optimizer states all change every step
+TIGHT_FRACTION = 0.8  # overhead above 80% of the budget is 'tight'
+
+
+class Policy(BaseModel):
+    mode: Literal["sync", "async"] = "sync"
+    max_loss_s: float = DEFAULT_MAX_LOSS_S
+    max_overhead: float = DEFAULT_MAX_OVERHEAD
+    mtbf_s: float | None = None  # job MTBF; derived from the rates when None
+    node_failures_per_1000_days: float = DEFAULT_NODE_FAILURES_PER_1000_DAYS
+    job_failures_per_day: float = DEFAULT_JOB_FAILURES_PER_DAY
+    restart_s: float = DEFAULT_RESTART_S
+    iteration_s: float | None = None
+    snapshot_bytes_per_s: float = DEFAULT_SNAPSHOT_BYTES_PER_S
+    host_memory_bytes: float = DEFAULT_HOST_MEMORY_BYTES
+    local_disk_bytes: float = DEFAULT_LOCAL_DISK_BYTES
+    changed_fraction: float = DEFAULT_CHANGED_FRACTION
+    save_time_s: float | None = None  # measured save (persist) time, skipping the model
+    stall_time_s: float | None = None  # measured blocking time of an async save

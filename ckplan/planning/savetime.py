@@ -1,0 +1,100 @@
+"""The save-time model: a plan's bytes and files on a storage profile's measured curve.
+
+Predicted save time (one synchronous save, all writers at once):
+  T_bw   = max(busiest node's bytes ÷ B_node(w),  total bytes ÷ B_aggregate)
+           B_node(w): the profile's per-host bandwidth at w writers per node, where w
+           is the busiest node's writer count; B_aggregate = B_node × nodes, capped by
+           the shared system's aggregate limit (node-local targets have none).
+  T_meta = max(busiest node's files ÷ F_node,  all files ÷ F_aggregate)
+           F_node: the small-file create+write+fsync+close rate measured on one host.
+  T_tail = fsync p99: a synchronous save waits for its slowest writer's last flush.
+  T_save = T_bw + T_meta + T_tail
+A replay of the same plan in the profile (probe --plan) is used instead: it is a
+direct measurement, extrapolated from its scale by bytes.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel
+
+from ckplan.profile import StorageProfile
+from ckplan.sizing.plan import CheckpointPlan
+
+
+class SaveTime(BaseModel):
+    seconds: float
+    bandwidth_seconds: float
+    metadata_seconds: float
+    fsync_tail_seconds: float
+    node_bandwidth_bytes_per_s: float  # per node at the plan's writers per node
+    aggregate_bandwidth_bytes_per_s: float
+    limited_by: Literal["node bandwidth", "aggregate bandwidth", "replay"]
+    source: Literal["model", "replay"]
+    writers_per_node: int
+    nodes: int
+
+
+def plan_fingerprint(plan: CheckpointPlan) -> str:
+    from ckplan.probe.replay import fingerprint
+    return fingerprint([(f.path, f.bytes, f.rank) for f in plan.manifest])
+
+
+def aggregate_bandwidth(profile: StorageProfile, node_bw: float, nodes: int) -> float:
+    """Bandwidth of `nodes` hosts writing at once: measured over hosts if probed, else capped by the limit."""
+    if profile.aggregate_bandwidth:
+        measured = max((p for p in profile.aggregate_bandwidth if p.hosts <= nodes), key=lambda p: p.hosts, default=None)
+        if measured is not None and measured.hosts == nodes:
+            return measured.bytes_per_s
+    total = node_bw * nodes
+    if profile.shared and profile.aggregate_limit_bytes_per_s:
+        total = min(total, profile.aggregate_limit_bytes_per_s)
+    return total
+
+
+def predict_save(plan: CheckpointPlan, profile: StorageProfile, *, total_bytes: float | None = None,
+                 node_bytes: float | None = None, node_files: int | None = None, total_files: int | None = None) -> SaveTime:
+    """Seconds for one save of `plan` on `profile`. Overrides model what-ifs (compressed bytes, merged files)."""
+    total_bytes = plan.total_bytes if total_bytes is None else total_bytes
+    busiest = max(plan.nodes, key=lambda n: n.bytes)
+    node_bytes = busiest.bytes if node_bytes is None else node_bytes
+    node_files = busiest.files if node_files is None else node_files
+    total_files = plan.file_count if total_files is None else total_files
+    writers = busiest.writers
+    nodes = plan.nodes_writing
+    node_bw = profile.bandwidth_at(writers)
+    agg_bw = aggregate_bandwidth(profile, node_bw, nodes)
+    default_shape = total_bytes == plan.total_bytes and node_files == busiest.files
+    if profile.replay and default_shape and profile.replay.plan_fingerprint == plan_fingerprint(plan):
+        r = profile.replay.full_scale_seconds
+        return SaveTime(seconds=r, bandwidth_seconds=r, metadata_seconds=0, fsync_tail_seconds=0,
+                        node_bandwidth_bytes_per_s=node_bw, aggregate_bandwidth_bytes_per_s=agg_bw,
+                        limited_by="replay", source="replay", writers_per_node=writers, nodes=nodes)
+    t_node, t_agg = node_bytes / node_bw, total_bytes / agg_bw
+    t_bw = max(t_node, t_agg)
+    t_meta = node_files / profile.small_files.files_per_s
+    if profile.shared and profile.aggregate_files_per_s:
+        t_meta = max(t_meta, total_files / profile.aggregate_files_per_s)
+    t_tail = profile.fsync_latency.p99_s
+    return SaveTime(seconds=t_bw + t_meta + t_tail, bandwidth_seconds=t_bw, metadata_seconds=t_meta,
+                    fsync_tail_seconds=t_tail, node_bandwidth_bytes_per_s=node_bw, aggregate_bandwidth_bytes_per_s=agg_bw,
+                    limited_by="aggregate bandwidth" if t_agg > t_node else "node bandwidth", source="model",
+                    writers_per_node=writers, nodes=nodes)
+
+
+def required_bandwidth(plan: CheckpointPlan, profile: StorageProfile, save_seconds: float) -> tuple[float, float] | None:
+    """The model solved for bandwidth: (aggregate, per-node) bytes/s that finish a save in `save_seconds`.
+
+    None when the per-file and fsync terms alone already exceed the time: no bandwidth helps.
+    """
+    fixed = predict_save(plan, profile)
+    left = save_seconds - fixed.metadata_seconds - fixed.fsync_tail_seconds
+    if left <= 0:
+        return None
+    return plan.total_bytes / left, max(n.bytes for n in plan.nodes) / left
+
+
+def required_file_rate(plan: CheckpointPlan, seconds: float) -> float:
+    """Files per second, per node, so that the per-file cost fits in `seconds`."""
+    return max(n.files for n in plan.nodes) / seconds
