@@ -233,6 +233,29 @@ def report(
         console().print(f"wrote {files.markdown}, {files.html} and {', '.join(files.charts)}")
 
 
+@app.command()
+def validate(
+    path: Annotated[str, typer.Argument(help="A directory on the target to save into.")],
+    plan_file: Annotated[Path, typer.Option("--plan", help="A plan from `ckplan size --json`.")],
+    storage: Annotated[str, typer.Option("--storage", help="The target's profile (from `ckplan probe`), a saved name or a file.")],
+    scale: Annotated[float, typer.Option(help="Shrink every file by this factor to fit the machine.")] = 1.0,
+    repeats: Annotated[int, typer.Option(help="Saves to time; the median is reported.")] = 3,
+    mode: Annotated[str, typer.Option(help="sync, or async (DCP async_save: blocking part and persist apart).")] = "sync",
+    max_bytes: Annotated[Optional[str], typer.Option("--max-bytes", help="Most bytes one save may write.")] = None,
+    json: o.Json = False,
+) -> None:
+    """Save one node's share of a plan with real PyTorch calls and compare the time with the prediction."""
+    from ckplan import profile_store
+    from ckplan.units import parse_bytes
+    from ckplan.validate.run import validate as run
+
+    if mode not in ("sync", "async"):
+        raise InputError(f"--mode must be sync or async, got {mode!r}")
+    result = run(Path(path), o.load_plan(plan_file), profile_store.resolve(storage), scale=scale, repeats=repeats,
+                 mode=mode, max_bytes=parse_bytes(max_bytes, "--max-bytes") if max_bytes else None)
+    _emit(result, json, "ckplan.render.validate", "render_validation")
+
+
 @app.command("compress-test")
 def compress_test(
     file: Annotated[Optional[Path], typer.Option("--file", help="Tensor bytes to test (a shard); default: generated bf16/fp32 Adam state.")] = None,

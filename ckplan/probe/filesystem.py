@@ -24,18 +24,27 @@ UNSIZED_DEFAULT_BYTES = 2**30  # what the probe may write on a filesystem that r
 
 @dataclass(frozen=True)
 class Preset:
+    """Time budgets, split over the points and repeats: longer runs per point give steadier figures."""
+
     name: str
     bytes_per_writer: int  # upper bound per writer for a bandwidth point; the runtime cap usually ends it first
-    point_runtime_s: float  # cap on one bandwidth point
-    small_files_runtime_s: float
-    latency_runtime_s: float
+    bandwidth_budget_s: float  # all bandwidth points and repeats together
+    small_files_budget_s: float  # all small-file repeats together
+    latency_runtime_s: float  # each of the two latency runs
     repeats: int
+
+    def point_runtime_s(self, max_writers: int) -> float:
+        return round(self.bandwidth_budget_s / (len(writer_counts(max_writers)) * self.repeats), 1)
+
+    @property
+    def small_files_runtime_s(self) -> float:
+        return self.small_files_budget_s / self.repeats
 
 
 PRESETS = {
-    "quick": Preset("quick", 256 * MiB, 1.5, 1.5, 1.0, 1),
-    "default": Preset("default", 1024 * MiB, 2.5, 2.0, 2.0, 3),
-    "thorough": Preset("thorough", 4096 * MiB, 10.0, 8.0, 8.0, 5),
+    "quick": Preset("quick", 256 * MiB, 5.0, 2.0, 1.0, 1),
+    "default": Preset("default", 2048 * MiB, 30.0, 12.0, 3.0, 3),
+    "thorough": Preset("thorough", 8192 * MiB, 150.0, 40.0, 10.0, 5),
 }
 
 
@@ -62,10 +71,10 @@ def writer_counts(max_writers: int) -> list[int]:
     return counts + [max_writers]
 
 
-def estimated_seconds(preset: Preset, max_writers: int, replay_bytes: int = 0) -> float:
+def estimated_seconds(preset: Preset, max_writers: int) -> float:
     points = len(writer_counts(max_writers))
-    return (preset.repeats * (points * preset.point_runtime_s + preset.small_files_runtime_s)
-            + 2 * preset.latency_runtime_s + 0.5 * (points + 4) * preset.repeats)
+    return (preset.bandwidth_budget_s + preset.small_files_budget_s + 2 * preset.latency_runtime_s
+            + 0.4 * (points + 4) * preset.repeats)
 
 
 @dataclass(frozen=True)
@@ -157,7 +166,7 @@ def run_probe(job: ProbeJob, progress: Progress | None = None) -> StorageProfile
         replay=replayed, notes=notes, raw_fio=raw,
         measurement=Measurement(tool=fio.fio_version(), date=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
                                 host=socket.gethostname(), preset=settings.name, duration_s=time.monotonic() - started,
-                                bandwidth_bytes_per_writer=job.bytes_per_writer, runtime_cap_s=settings.point_runtime_s,
+                                bandwidth_bytes_per_writer=job.bytes_per_writer, runtime_cap_s=settings.point_runtime_s(job.writers),
                                 repeats=settings.repeats))
 
 
@@ -179,14 +188,15 @@ def _direct_io_works(scratch: Path) -> bool:
 
 def _bandwidth(scratch, settings, max_writers, per_writer, direct, progress, raw) -> list[BandwidthPoint]:
     points = []
+    runtime_s = settings.point_runtime_s(max_writers)
     for w in writer_counts(max_writers):
         values = []
         for r in range(settings.repeats):
-            progress.phase(f"bandwidth: {w} writer(s), run {r + 1}/{settings.repeats}", settings.point_runtime_s)
+            progress.phase(f"bandwidth: {w} writer(s), run {r + 1}/{settings.repeats}", runtime_s)
             job = fio.FioJob(f"bw-{w}", {
                 "directory": fio.escape_path(scratch), "rw": "write", "bs": "1M", "size": per_writer,
                 "numjobs": w, "ioengine": "psync", "direct": int(direct), "end_fsync": 1,
-                "runtime": f"{settings.point_runtime_s}s", "group_reporting": 1, "unlink": 1})
+                "runtime": f"{runtime_s}s", "group_reporting": 1, "unlink": 1})
             doc = fio.run_fio([job], scratch, f"the bandwidth phase ({w} writers)", on_status=progress.update)
             raw.append(doc)
             values.append(float(doc["jobs"][0]["write"]["bw_bytes"]))

@@ -1,0 +1,27 @@
+from rich.table import Table
+
+from ckplan.render.console import console
+from ckplan.units import fmt_bytes, fmt_duration, fmt_rate
+from ckplan.validate.model import Validation
+
+
+def render_validation(v: Validation) -> None:
+    out = console()
+    out.print(f"[bold]{v.framework}[/bold] save of node {v.node}'s share ({v.files} files, {fmt_bytes(v.bytes)}, "
+              f"{v.writers} writer processes, scale {v.scale:g}) with {v.saver} on {v.target}, {v.mode}, {v.repeats} repeats")
+    table = Table(title="Predicted against measured", title_justify="left")
+    for col in ("", "seconds", "notes"):
+        table.add_column(col, justify="right" if col == "seconds" else "left")
+    p = v.prediction
+    table.add_row("predicted save", fmt_duration(v.predicted_seconds),
+                  f"{fmt_duration(p.bandwidth_seconds)} bytes at {fmt_rate(p.node_bandwidth_bytes_per_s)} + "
+                  f"{fmt_duration(p.metadata_seconds)} files + {fmt_duration(p.fsync_tail_seconds)} fsync p99 ({v.storage})")
+    m = v.measured
+    table.add_row("measured save (median)", fmt_duration(v.measured_seconds),
+                  f"min {fmt_duration(m.min)} … max {fmt_duration(m.max)}; {fmt_rate(v.effective_bytes_per_s)} effective")
+    if v.measured_stall_seconds is not None:
+        table.add_row("measured blocking (async)", fmt_duration(v.measured_stall_seconds), "async_save returned; persist ran on")
+    style = "green" if abs(v.error_percent) <= 15 else "red"
+    table.add_row("error", f"[{style}]{v.error_percent:+.1f}%[/{style}]", "(predicted − measured) ÷ measured")
+    out.print(table)
+    out.print(f"diagnosis: {v.diagnosis}")

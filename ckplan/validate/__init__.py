@@ -1,0 +1,1 @@
+"""Validation: real PyTorch checkpoint saves, timed, against ckplan's prediction. Imports torch only here."""

@@ -1,0 +1,61 @@
+"""`ckplan validate`: real saves of one node's share of a plan, against the prediction."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+from ckplan.errors import InputError
+from ckplan.probe import target
+from ckplan.profile import Spread, StorageProfile
+from ckplan.sizing.plan import CheckpointPlan
+from ckplan.validate.model import Validation, diagnose, scaled_prediction
+
+SAVERS = {"deepspeed": "torch.save per rank file", "lightning": "torch.save of one .ckpt",
+          "dcp": "torch.distributed.checkpoint.save (gloo)", "megatron": "torch.distributed.checkpoint.save (gloo)",
+          "hf": "safetensors.torch.save_file shards + torch.save optimizer/RNG"}
+
+
+def validate(path: Path, plan: CheckpointPlan, profile: StorageProfile, *, scale: float = 1.0, repeats: int = 3,
+             mode: str = "sync", max_bytes: int | None = None) -> Validation:
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        raise InputError("validate needs PyTorch: pip install 'ckplan[torch]' (the CPU build, torch==2.13.0)") from None
+    if mode == "async" and plan.setup.framework not in ("dcp", "megatron"):
+        raise InputError("--mode async measures DCP's async_save: use a plan with --framework dcp or megatron")
+    if repeats < 1:
+        raise InputError("--repeats must be ≥ 1")
+    if not 0 < scale <= 1:
+        raise InputError(f"--scale must be in (0, 1], got {scale}")
+    path = path.expanduser()
+    target.check_target(path)
+    node, files, prediction = scaled_prediction(plan, profile, scale)
+    scaled = [{"path": f.path, "bytes": max(1, int(f.bytes * scale)), "kind": f.kind, "rank": f.rank} for f in files]
+    total = sum(f["bytes"] for f in scaled)
+    free = target.free_bytes(path)
+    budget = min(free // 2 if free is not None else total, max_bytes or total)
+    if total > budget:
+        raise InputError(f"the save writes {total / 1e9:.2f} GB at --scale {scale:g}; the target allows {budget / 1e9:.2f} GB "
+                         f"(half the free space or --max-bytes): lower --scale")
+    by_rank: dict[int, list[dict]] = defaultdict(list)
+    for f in scaled:
+        by_rank[f["rank"]].append(f)
+    from ckplan.validate.saver import run_saves
+
+    with target.ScratchDir(path) as scratch:
+        walls, blocking = run_saves(scratch.path, dict(sorted(by_rank.items())), plan.setup.framework, repeats, mode)
+    measured = Spread.of(walls)
+    stall_pred = prediction.seconds
+    if mode == "async":
+        from ckplan.planning.recommend import snapshot_seconds
+        from ckplan.planning.policy import Policy
+        stall_pred = snapshot_seconds(plan, Policy()) * scale
+    error = (prediction.seconds - measured.median) / measured.median * 100
+    return Validation(
+        target=str(path), storage=profile.name, framework=plan.setup.framework, saver=SAVERS[plan.setup.framework],
+        mode=mode, node=node, writers=len(by_rank), files=len(scaled), bytes=total, scale=scale, repeats=repeats,
+        predicted_seconds=prediction.seconds, predicted_stall_seconds=stall_pred, prediction=prediction,
+        measured_seconds=measured.median, measured=measured,
+        measured_stall_seconds=Spread.of(blocking).median if blocking else None, error_percent=error,
+        effective_bytes_per_s=total / measured.median, diagnosis=diagnose(prediction, measured.median, total, len(scaled)))

@@ -1,0 +1,141 @@
+"""Real checkpoint saves with PyTorch, one process per writer rank, as the frameworks do them.
+
+- deepspeed, megatron-legacy, lightning: torch.save of per-rank state dicts, one call per file;
+- dcp, megatron: torch.distributed.checkpoint.save, every rank in a gloo process group;
+- hf: safetensors shards (safetensors.torch.save_file) plus torch.save of optimizer.pt and RNG states.
+Every file is fsynced before the rank reports done (DCP does it itself), so the
+time is to durability. The parent times from the barrier release to the last rank's end.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections import defaultdict
+from pathlib import Path
+
+TENSOR_BYTES = 64 * 2**20  # tensors are at most this big; a file holds several, like a real state dict
+SMALL_KINDS = ("small",)
+
+
+def _dtype(kind: str):
+    import torch
+    return torch.bfloat16 if kind == "weights" else torch.float32 if kind in ("optimizer", "mixed") else torch.uint8
+
+
+def build_state(files: list[dict]) -> dict[str, dict]:
+    """For each file, a state dict of real tensors with the file's dtype and (scaled) byte count."""
+    import torch
+
+    gen = torch.Generator().manual_seed(0)
+    out = {}
+    for f in files:
+        dtype = _dtype(f["kind"])
+        itemsize = torch.tensor([], dtype=dtype).element_size()
+        left, tensors, i = max(f["bytes"], itemsize), {}, 0
+        while left > 0:
+            n = min(left, TENSOR_BYTES) // itemsize or 1
+            t = torch.empty(n, dtype=dtype)
+            if dtype == torch.uint8:
+                t.random_(0, 255, generator=gen)
+            else:
+                t.normal_(0, 0.02, generator=gen)
+            tensors[f"t{i}"] = t
+            left -= n * itemsize
+            i += 1
+        out[f["path"]] = tensors
+    return out
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def save_files(root: Path, state: dict[str, dict], framework: str) -> None:
+    import torch
+
+    for rel, tensors in state.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if framework == "hf" and rel.endswith(".safetensors"):
+            from safetensors.torch import save_file
+            save_file(tensors, str(path))
+        else:
+            torch.save(tensors, path)
+        _fsync(path)
+
+
+def worker(rank: int, world: int, files: list[dict], framework: str, root: str, repeats: int, mode: str,
+           port: int, barrier, results) -> None:
+    import torch
+
+    torch.set_num_threads(1)
+    state = build_state(files)
+    use_dcp = framework in ("dcp", "megatron")
+    if use_dcp:
+        import torch.distributed as dist
+        import torch.distributed.checkpoint as dcp
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        dist.init_process_group("gloo", rank=rank, world_size=world)
+        # one flat state dict per rank; keys are unique per rank, so DCP writes each rank's own bytes
+        flat = {f"r{rank}.{i}.{k}": v for i, t in enumerate(state.values()) for k, v in t.items()}
+    for r in range(repeats):
+        directory = Path(root) / f"save-{r}"
+        barrier.wait()
+        start = time.perf_counter()
+        blocking = None
+        if use_dcp:
+            writer = dcp.FileSystemWriter(str(directory), sync_files=True)
+            if mode == "async":
+                future = dcp.async_save(flat, storage_writer=writer)
+                blocking = time.perf_counter() - start
+                future.result()
+            else:
+                dcp.save(flat, storage_writer=writer)
+        else:
+            save_files(directory, state, framework)
+        end = time.perf_counter()
+        results.put((rank, r, start, end, blocking))
+        barrier.wait()
+        if rank == 0:
+            shutil.rmtree(directory, ignore_errors=True)
+    if use_dcp:
+        dist.destroy_process_group()
+
+
+def run_saves(root: Path, files_by_rank: dict[int, list[dict]], framework: str, repeats: int, mode: str) -> tuple[list[float], list[float]]:
+    """Run the save `repeats` times; return wall times (first start to last end) and async blocking times."""
+    import multiprocessing as mp
+    import socket
+
+    ctx = mp.get_context("spawn")
+    world = len(files_by_rank)
+    barrier, results = ctx.Barrier(world), ctx.Queue()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    procs = [ctx.Process(target=worker, args=(i, world, files, framework, str(root), repeats, mode, port, barrier, results))
+             for i, files in enumerate(files_by_rank.values())]
+    for p in procs:
+        p.start()
+    try:
+        rows = [results.get(timeout=3600) for _ in range(world * repeats)]
+        for p in procs:
+            p.join()
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.terminate()
+    if any(p.exitcode for p in procs):
+        raise RuntimeError(f"a save process failed (exit codes {[p.exitcode for p in procs]})")
+    by_repeat = defaultdict(list)
+    for rank, r, start, end, blocking in rows:
+        by_repeat[r].append((start, end, blocking))
+    walls = [max(e for _, e, _ in v) - min(s for s, _, _ in v) for _, v in sorted(by_repeat.items())]
+    blocking = [max(b for _, _, b in v) for _, v in sorted(by_repeat.items()) if all(b is not None for _, _, b in v)]
+    return walls, blocking

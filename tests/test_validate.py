@@ -1,0 +1,54 @@
+"""`ckplan validate`: small real PyTorch saves (a few MB, 2 processes) through the console script."""
+
+import json
+import os
+
+import pytest
+
+from tests.conftest import assert_one_line_error, run_cli, run_json
+
+torch = pytest.importorskip("torch", reason="the torch extra is not installed (pip install -e '.[torch]')")
+
+
+@pytest.fixture(scope="module")
+def disk_profile(tmp_path_factory):
+    d = tmp_path_factory.mktemp("profile")
+    out = d / "disk.json"
+    run_cli("probe", str(d), "--quick", "--writers", "2", "--out", str(out), check=True)
+    return out
+
+
+def plan_file(tmp_path, *args):
+    path = tmp_path / "plan.json"
+    path.write_text(run_cli("size", "--params", "1e9", "--gpus", "2", "--gpus-per-node", "2", *args, "--json", check=True).stdout)
+    return path
+
+
+@pytest.mark.parametrize("layout", [("--framework", "dcp", "--zero", "3"), ("--framework", "deepspeed", "--zero", "1", "--pp", "2"),
+                                    ("--framework", "hf", "--zero", "0")])
+def test_validate_real_save(tmp_path, disk_profile, layout):
+    plan = plan_file(tmp_path, *layout)
+    target = tmp_path / "target"
+    target.mkdir()
+    v = run_json("validate", str(target), "--plan", str(plan), "--storage", str(disk_profile), "--scale", "0.0005", "--repeats", "2")
+    plan_data = json.loads(plan.read_text())
+    assert v["files"] == plan_data["file_count"] and v["writers"] == 2
+    assert v["bytes"] == pytest.approx(plan_data["total_bytes"] * 0.0005, rel=0.05)
+    assert 0 < v["measured"]["min"] <= v["measured_seconds"] <= v["measured"]["max"] < 60
+    assert v["predicted_seconds"] > 0
+    assert v["error_percent"] == pytest.approx((v["predicted_seconds"] - v["measured_seconds"]) / v["measured_seconds"] * 100)
+    assert v["diagnosis"]
+    assert os.listdir(target) == [], "validate left files behind"
+
+
+def test_validate_async_dcp(tmp_path, disk_profile):
+    plan = plan_file(tmp_path, "--framework", "dcp", "--zero", "3")
+    v = run_json("validate", str(tmp_path), "--plan", str(plan), "--storage", str(disk_profile), "--scale", "0.0005",
+                 "--repeats", "2", "--mode", "async")
+    assert 0 < v["measured_stall_seconds"] <= v["measured_seconds"]
+
+
+@pytest.mark.parametrize("extra,fragment", [(["--mode", "async"], "dcp"), (["--scale", "0"], "--scale"), (["--repeats", "0"], "--repeats")])
+def test_validate_bad_input(tmp_path, disk_profile, extra, fragment):
+    plan = plan_file(tmp_path, "--framework", "deepspeed")
+    assert_one_line_error(run_cli("validate", str(tmp_path), "--plan", str(plan), "--storage", str(disk_profile), *extra), fragment)
