@@ -32,7 +32,9 @@ def test_recommend_json_keys_and_steps():
 def test_recommend_human_output_leads_with_decision():
     out = run_cli("recommend", "--storage", "nfs", "--model", "llama-3.1-70b", "--gpus", "64", "--max-loss", "10m", check=True).stdout
     assert out.splitlines()[1].startswith("INFEASIBLE")
-    assert "needed: aggregate_bandwidth_bytes_per_s" in out and "What-ifs" in out
+    assert "needed: save_seconds" in out and "What-ifs" in out
+    # rank 0 writes the whole bf16 model with torch.save: its serialiser, not the storage, is the limit
+    assert "no storage bandwidth is enough" in " ".join(out.split())
 
 
 @pytest.mark.parametrize("args,fragment", [

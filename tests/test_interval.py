@@ -101,16 +101,19 @@ def test_higher_failure_rate_never_lengthens_optimum(rate, more, mode):
 def test_recommendation_is_clamped_and_verdicts():
     ok = recommend(PLAN, LUSTRE, Policy(max_loss_s=4 * HOUR), what_ifs=False)
     assert ok.verdict == "ok" and ok.recommended_interval_s == pytest.approx(ok.optimal_interval_s)
-    clamp = recommend(PLAN, LUSTRE, Policy(max_loss_s=5 * MIN), what_ifs=False)
-    assert clamp.recommended_interval_s == pytest.approx(5 * MIN - clamp.save_seconds)
-    bad = recommend(PLAN, catalog.storage_classes()["s3"], Policy(max_loss_s=5 * MIN), what_ifs=False)
+    clamp = recommend(PLAN, LUSTRE, Policy(max_loss_s=15 * MIN), what_ifs=False)
+    assert clamp.shortest_safe_interval_s < clamp.optimal_interval_s
+    assert clamp.recommended_interval_s == pytest.approx(15 * MIN - clamp.save_seconds)
+    # DCP writes raw tensor bytes (no serialiser term), so bandwidth alone can fix it
+    dcp = build_plan(arch=catalog.model("llama-3.1-8b"), model_name="llama-3.1-8b", framework="dcp", gpus=16, zero=3)
+    bad = recommend(dcp, catalog.storage_classes()["s3"], Policy(max_loss_s=5 * MIN), what_ifs=False)
     assert bad.verdict == "infeasible" and bad.needed["aggregate_bandwidth_bytes_per_s"] > 0
     # the needed bandwidth, given to the model, meets the window
     s3 = catalog.storage_classes()["s3"]
     node_bw = s3.bandwidth_at(8)
-    factor = max(bad.needed["aggregate_bandwidth_bytes_per_s"] / (node_bw * PLAN.nodes_writing),
+    factor = max(bad.needed["aggregate_bandwidth_bytes_per_s"] / (node_bw * dcp.nodes_writing),
                  bad.needed["node_bandwidth_bytes_per_s"] / node_bw)
-    fixed = recommend(PLAN, scaled(s3, factor * 1.01).model_copy(update={"aggregate_limit_bytes_per_s": None}),
+    fixed = recommend(dcp, scaled(s3, factor * 1.01).model_copy(update={"aggregate_limit_bytes_per_s": None}),
                       Policy(max_loss_s=5 * MIN), what_ifs=False)
     assert fixed.verdict != "infeasible"
 

@@ -126,7 +126,7 @@ def profiles(json: o.Json = False) -> None:
 
 
 def _policy(max_loss, max_overhead, mode, mtbf, node_failure_rate, job_failure_rate, restart, iteration_time,
-            snapshot_bandwidth, host_memory, local_disk, changed_fraction, save_time, stall_time):
+            snapshot_bandwidth, host_memory, local_disk, changed_fraction, save_time, stall_time, serialize=None):
     from ckplan.planning.policy import Policy
     from ckplan.units import parse_bytes, parse_duration, parse_fraction, parse_rate
 
@@ -136,8 +136,13 @@ def _policy(max_loss, max_overhead, mode, mtbf, node_failure_rate, job_failure_r
         raise InputError("--stall-time applies to --mode async only")
     if node_failure_rate < 0 or job_failure_rate < 0:
         raise InputError("failure rates must be ≥ 0")
+    serializers = dict(Policy().serialize_bytes_per_s)
+    for fmt, rate in o.pairs(serialize, "--serialize-bandwidth").items():
+        if fmt not in ("torch.save", "safetensors"):
+            raise InputError(f"--serialize-bandwidth takes torch.save=RATE or safetensors=RATE, got {fmt!r}")
+        serializers[fmt] = parse_rate(rate, "--serialize-bandwidth")
     return Policy(
-        mode=mode, max_loss_s=parse_duration(max_loss, "--max-loss"), max_overhead=parse_fraction(max_overhead, "--max-overhead"),
+        serialize_bytes_per_s=serializers, mode=mode, max_loss_s=parse_duration(max_loss, "--max-loss"), max_overhead=parse_fraction(max_overhead, "--max-overhead"),
         mtbf_s=parse_duration(mtbf, "--mtbf") if mtbf is not None else None,
         node_failures_per_1000_days=node_failure_rate, job_failures_per_day=job_failure_rate,
         restart_s=parse_duration(restart, "--restart", allow_zero=True),
@@ -162,6 +167,7 @@ HostMem = Annotated[str, typer.Option("--host-memory", help="Host memory per nod
 LocalDisk = Annotated[str, typer.Option("--local-disk", help="Local NVMe capacity per node (staging).", rich_help_panel="Assumptions")]
 Changed = Annotated[str, typer.Option("--changed-fraction", help="Incremental what-if: share of bytes that change per save.", rich_help_panel="Assumptions")]
 SaveTime = Annotated[Optional[str], typer.Option("--save-time", help="A measured save time: skips the save-time model.", rich_help_panel="Measured")]
+Serialize = Annotated[Optional[list[str]], typer.Option("--serialize-bandwidth", help="Serialiser speed per writer core, e.g. torch.save=2GB/s.", rich_help_panel="Assumptions")]
 StallTime = Annotated[Optional[str], typer.Option("--stall-time", help="A measured async blocking time.", rich_help_panel="Measured")]
 Storage = Annotated[Optional[str], typer.Option("--storage", help="Saved profile name, profile file, or built-in class (local-nvme, nfs, lustre, gpfs, s3, tmpfs).")]
 
@@ -175,14 +181,14 @@ def recommend(
     mode: Mode = "sync", mtbf: Mtbf = None, node_failure_rate: NodeRate = 5.0, job_failure_rate: JobRate = 1.0,
     restart: Restart = "10m", iteration_time: IterTime = None, snapshot_bandwidth: Snapshot = "20GB/s",
     host_memory: HostMem = "2TiB", local_disk: LocalDisk = "30.72TB", changed_fraction: Changed = "1",
-    save_time: SaveTime = None, stall_time: StallTime = None, json: o.Json = False,
+    save_time: SaveTime = None, stall_time: StallTime = None, serialize_bandwidth: Serialize = None, json: o.Json = False,
 ) -> None:
     """The shortest safe and the best checkpoint interval for a plan on a storage target, with what-ifs."""
     from ckplan.planning.recommend import recommend as run
     from ckplan.render.plan import headline
 
     policy = _policy(max_loss, max_overhead, mode, mtbf, node_failure_rate, job_failure_rate, restart, iteration_time,
-                     snapshot_bandwidth, host_memory, local_disk, changed_fraction, save_time, stall_time)
+                     snapshot_bandwidth, host_memory, local_disk, changed_fraction, save_time, stall_time, serialize_bandwidth)
     plan = o.resolve_plan(plan_file, params, model, optimizer, precision, framework, gpus, gpus_per_node, tp, pp, zero, dtype, option)
     if storage is None:
         from ckplan import catalog
@@ -212,7 +218,7 @@ def report(
     mode: Mode = "sync", mtbf: Mtbf = None, node_failure_rate: NodeRate = 5.0, job_failure_rate: JobRate = 1.0,
     restart: Restart = "10m", iteration_time: IterTime = None, snapshot_bandwidth: Snapshot = "20GB/s",
     host_memory: HostMem = "2TiB", local_disk: LocalDisk = "30.72TB", changed_fraction: Changed = "1",
-    save_time: SaveTime = None, stall_time: StallTime = None, json: o.Json = False,
+    save_time: SaveTime = None, stall_time: StallTime = None, serialize_bandwidth: Serialize = None, json: o.Json = False,
 ) -> None:
     """Write a capacity-review report (Markdown, HTML, PNG charts) for a plan on a storage target."""
     from ckplan import profile_store
@@ -221,7 +227,7 @@ def report(
     from ckplan.report import write_report
 
     policy = _policy(max_loss, max_overhead, mode, mtbf, node_failure_rate, job_failure_rate, restart, iteration_time,
-                     snapshot_bandwidth, host_memory, local_disk, changed_fraction, save_time, stall_time)
+                     snapshot_bandwidth, host_memory, local_disk, changed_fraction, save_time, stall_time, serialize_bandwidth)
     plan = o.resolve_plan(plan_file, params, model, optimizer, precision, framework, gpus, gpus_per_node, tp, pp, zero, dtype, option)
     profile = profile_store.resolve(storage)
     files = write_report(plan, profile, run(plan, profile, policy), headline(plan), out)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 # Failure model (shared reference intervals.md): ~5 interruptions per 1,000 node-days
 # (Llama 3 405B: ~3.8; Meta research clusters, HPCA 2025: ~6.5) plus a job-level term for
@@ -24,6 +24,11 @@ DEFAULT_SNAPSHOT_BYTES_PER_S = 20e9
 DEFAULT_HOST_MEMORY_BYTES = 2 * 2**40  # a typical 8-GPU H100/H200 node: 2 TiB of DRAM
 DEFAULT_LOCAL_DISK_BYTES = 8 * 3.84e12  # 8 × 3.84 TB NVMe drives, a typical DGX-class node
 DEFAULT_CHANGED_FRACTION = 1.0  # dense LLM weights and optimizer states all change every step
+# Serialiser throughput per writer thread (one core), by file format; measured on the 2-core dev VM
+# (docs/benchmarks.md, "serialisers"): torch.save into memory ~1.2 GB/s (zip records with CRC32);
+# safetensors save_file to tmpfs 1.8 GB/s against raw writes at 2.85 GB/s → ~5 GB/s of its own cost.
+# DCP's .distcp files and small text files are raw writes. Override with --serialize-bandwidth.
+DEFAULT_SERIALIZE_BYTES_PER_S = {"torch.save": 1.2e9, "safetensors": 5e9}
 TIGHT_FRACTION = 0.8  # overhead above 80% of the budget is 'tight'
 
 
@@ -40,5 +45,6 @@ class Policy(BaseModel):
     host_memory_bytes: float = DEFAULT_HOST_MEMORY_BYTES
     local_disk_bytes: float = DEFAULT_LOCAL_DISK_BYTES
     changed_fraction: float = DEFAULT_CHANGED_FRACTION
+    serialize_bytes_per_s: dict[str, float] = Field(default_factory=lambda: dict(DEFAULT_SERIALIZE_BYTES_PER_S))
     save_time_s: float | None = None  # measured save (persist) time, skipping the model
     stall_time_s: float | None = None  # measured blocking time of an async save

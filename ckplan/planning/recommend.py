@@ -125,7 +125,7 @@ def sync_scenario(plan: CheckpointPlan, profile: StorageProfile, policy: Policy,
     if policy.save_time_s is not None:
         return Scenario(name=name, mode="sync", save_seconds=policy.save_time_s, stall_seconds=policy.save_time_s,
                         notes=["save time given (--save-time), model skipped"])
-    model = predict_save(plan, profile, **overrides)
+    model = predict_save(plan, profile, serialize_bytes_per_s=policy.serialize_bytes_per_s, **overrides)
     return Scenario(name=name, mode="sync", save_seconds=model.seconds, stall_seconds=model.seconds, save_model=model)
 
 
@@ -145,7 +145,8 @@ def async_scenario(plan: CheckpointPlan, profile: StorageProfile, policy: Policy
 def staged_scenario(plan: CheckpointPlan, profile: StorageProfile, tier: StorageProfile, policy: Policy,
                     capacity_bytes: float, name: str) -> Scenario:
     """Write to a node-local tier (blocking), then drain to the shared target in the background."""
-    local = predict_save(plan, tier.model_copy(update={"shared": False, "replay": None}))
+    local = predict_save(plan, tier.model_copy(update={"shared": False, "replay": None}),
+                         serialize_bytes_per_s=policy.serialize_bytes_per_s)
     drain = sync_scenario(plan, profile, policy).save_seconds
     notes = []
     node_bytes = max(n.bytes for n in plan.nodes)
@@ -203,6 +204,11 @@ def recommend(plan: CheckpointPlan, profile: StorageProfile, policy: Policy, wha
     if ev.verdict == "infeasible":
         reason = _infeasible_reason(scenario, ev, policy)
         needed = _needed(plan, profile, policy, scenario)
+        m = scenario.save_model
+        if m is not None and "save_seconds" in needed and "aggregate_bandwidth_bytes_per_s" not in needed:
+            reason += (f"; no storage bandwidth is enough: the per-file, fsync and serialisation terms "
+                       f"({m.metadata_seconds + m.fsync_tail_seconds + m.serialize_seconds:.3g} s) already exceed the "
+                       f"{needed['save_seconds']:.3g} s the window allows")
     elif ev.verdict == "tight":
         reason = f"overhead {fmt_percent(ev.overhead_at_recommended)} is near the {fmt_percent(policy.max_overhead)} budget"
     else:
@@ -254,7 +260,7 @@ def _needed(plan: CheckpointPlan, profile: StorageProfile, policy: Policy, s: Sc
         return {}
     out = {"save_seconds": target}
     if s.save_model is not None:
-        bw = required_bandwidth(plan, profile, target)
+        bw = required_bandwidth(plan, profile, target, policy.serialize_bytes_per_s)
         if bw is not None:
             out["aggregate_bandwidth_bytes_per_s"], out["node_bandwidth_bytes_per_s"] = bw
         rate = required_file_rate(plan, target / 2)
@@ -268,8 +274,10 @@ def _assumptions(plan: CheckpointPlan, profile: StorageProfile, policy: Policy, 
     if s.save_model and s.save_model.source == "replay":
         out.append("save time: the profile's replay of this exact plan, extrapolated by bytes to full size")
     elif s.save_model:
-        out.append("save time = busiest node's bytes ÷ node bandwidth at its writer count (or total ÷ aggregate) "
-                   "+ files ÷ small-file rate + fsync p99")
+        out.append("save time = max(busiest writer: serialise + its bytes ÷ one-stream bandwidth; busiest node: its bytes ÷ "
+                   "node bandwidth at its writer count; all bytes ÷ aggregate) + files ÷ small-file rate + fsync p99")
+        out.append("serialisers per writer core: " + ", ".join(f"{k} {v / 1e9:g} GB/s" for k, v in policy.serialize_bytes_per_s.items())
+                   + " (measured on the dev VM; --serialize-bandwidth)")
     if policy.mode == "async":
         out.append(f"async snapshot at {policy.snapshot_bytes_per_s / 1e9:g} GB/s per GPU (device→pinned host; default, "
                    "not measured here; --snapshot-bandwidth)")

@@ -14,7 +14,7 @@ def render_validation(v: Validation) -> None:
         table.add_column(col, justify="right" if col == "seconds" else "left")
     p = v.prediction
     table.add_row("predicted save", fmt_duration(v.predicted_seconds),
-                  f"{fmt_duration(p.bandwidth_seconds)} bytes at {fmt_rate(p.node_bandwidth_bytes_per_s)} + "
+                  f"{fmt_duration(p.bandwidth_seconds)} serialise+write ({p.limited_by}; {fmt_duration(p.serialize_seconds)} serialising) + "
                   f"{fmt_duration(p.metadata_seconds)} files + {fmt_duration(p.fsync_tail_seconds)} fsync p99 ({v.storage})")
     m = v.measured
     table.add_row("measured save (median)", fmt_duration(v.measured_seconds),

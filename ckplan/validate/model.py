@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import BaseModel
 
 from ckplan import __version__
+from ckplan.planning.policy import Policy
 from ckplan.planning.savetime import SaveTime, predict_save
 from ckplan.profile import Spread, StorageProfile
 from ckplan.probe.replay import node_share
@@ -46,7 +47,7 @@ def scaled_prediction(plan: CheckpointPlan, profile: StorageProfile, scale: floa
     node_bytes = sum(max(1, int(f.bytes * scale)) for f in files)
     one_node = plan.model_copy(update={"nodes": [n for n in plan.nodes if n.node == node], "nodes_writing": 1})
     prediction = predict_save(one_node, profile, total_bytes=node_bytes, node_bytes=node_bytes,
-                              node_files=len(files), total_files=len(files))
+                              node_files=len(files), total_files=len(files), serialize_bytes_per_s=Policy().serialize_bytes_per_s)
     return node, files, prediction
 
 
@@ -62,6 +63,9 @@ def diagnose(prediction: SaveTime, measured_s: float, nbytes: int, files: int) -
                 f"whole measured save ({measured_s:.3g} s); the small-file rate overstates per-file cost here")
     implied = nbytes / left
     ratio = implied / prediction.node_bandwidth_bytes_per_s
+    if prediction.serialize_seconds > 0.3 * prediction.seconds:
+        return (f"serialisation: {prediction.serialize_seconds:.3g} s of the prediction is the busiest writer's serialiser; "
+                f"the bytes ran at {implied / 1e9:.2f} GB/s overall — re-measure the serialiser on this CPU")
     if prediction.metadata_seconds > 0.3 * prediction.seconds:
         return (f"per-file overhead: {prediction.metadata_seconds:.3g} s of the prediction is per-file cost for {files} files; "
                 f"the bytes ran at {implied / 1e9:.2f} GB/s against the probe's {prediction.node_bandwidth_bytes_per_s / 1e9:.2f} GB/s")

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-from pydantic import BaseModel
+from pydantic import BaseModel, computed_field
 
 from ckplan.sizing.architecture import Tensor
 from ckplan.sizing.states import StateBytes
@@ -32,12 +32,30 @@ DCP_METADATA_PER_CHUNK_BYTES = 250  # one chunk entry (offsets, sizes, storage i
 SAFETENSORS_INDEX_PER_TENSOR_BYTES = 60  # one '"name": "model-0000x-of-0000n.safetensors"' line
 
 
+FileFormat = Literal["torch.save", "safetensors", "raw"]
+
+
+def file_format(path: str) -> FileFormat:
+    """How a file's bytes are produced: torch.save's zip (CRC32 over every record), safetensors, or raw writes
+    (DCP .distcp tensor storage, JSON and text files)."""
+    if path.endswith((".pt", ".pth", ".ckpt", ".bin")):
+        return "torch.save"
+    if path.endswith(".safetensors"):
+        return "safetensors"
+    return "raw"
+
+
 class ManifestFile(BaseModel):
     path: str
     bytes: int
     rank: int
     node: int
     kind: FileKind
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def format(self) -> FileFormat:
+        return file_format(self.path)
 
 
 @dataclass(frozen=True, slots=True)
