@@ -34,7 +34,8 @@ REPEATS = 3
 
 def fio_bandwidth(directory: Path) -> float:
     job = fio.FioJob("parity", {"directory": fio.escape_path(directory), "rw": "write", "bs": "4M", "size": FILE_BYTES,
-                                "numjobs": WRITERS, "ioengine": "psync", "end_fsync": 1, "group_reporting": 1, "unlink": 1})
+                                "numjobs": WRITERS, "ioengine": "psync", "end_fsync": 1, "group_reporting": 1, "unlink": 1,
+                                "fallocate": "none"})  # like a real save: no preallocation (see docs/benchmarks.md)
     doc = fio.run_fio([job], directory, "the parity benchmark")
     return float(doc["jobs"][0]["write"]["bw_bytes"])
 

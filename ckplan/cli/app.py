@@ -262,6 +262,51 @@ def validate(
     _emit(result, json, "ckplan.render.validate", "render_validation")
 
 
+@app.command()
+def provision(
+    gpus: Annotated[str, typer.Option("--gpus", help="Cluster size, or a sweep: 1024,4096,16384,65536.")] = "1024,4096,16384,65536",
+    mode: Annotated[str, typer.Option(help="sync, async or staged (local NVMe, then drain).")] = "sync",
+    target_goodput: Annotated[Optional[str], typer.Option("--target-goodput", help="Expected ETTR to reach, e.g. 90%.")] = None,
+    keep: Annotated[int, typer.Option(help="Checkpoints kept on the target.")] = 2,
+    storage: Annotated[Optional[str], typer.Option("--storage", help="Check an existing profile against the need (headroom).")] = None,
+    chart: Annotated[Optional[Path], typer.Option("--chart", help="Write a PNG chart of bandwidth against GPUs.")] = None,
+    plan_file: o.PlanFile = None, params: o.Params = None, model: o.Model = None, optimizer: o.Optimizer = "adam",
+    precision: o.Precision = "bf16-mixed", framework: o.Framework = "megatron", gpus_per_node: o.GpusPerNode = 8,
+    tp: o.Tp = 8, pp: o.Pp = 1, zero: o.Zero = 1, dtype: o.Dtype = None, option: o.Option = None,
+    max_loss: MaxLoss = "1h", max_overhead: MaxOverhead = "5%", mtbf: Mtbf = None, node_failure_rate: NodeRate = 5.0,
+    job_failure_rate: JobRate = 1.0, restart: Restart = "10m", snapshot_bandwidth: Snapshot = "20GB/s",
+    host_memory: HostMem = "2TiB", serialize_bandwidth: Serialize = None, json: o.Json = False,
+) -> None:
+    """The write bandwidth, file rate and capacity a cluster needs for a goodput or overhead target."""
+    from ckplan import profile_store
+    from ckplan.planning.provision import provision_sweep
+    from ckplan.units import parse_fraction
+
+    sizes = []
+    for item in gpus.split(","):
+        try:
+            sizes.append(int(item))
+        except ValueError:
+            raise InputError(f"--gpus takes whole numbers separated by commas, got {item!r}") from None
+    policy = _policy(max_loss, max_overhead, "async" if mode == "async" else "sync", mtbf, node_failure_rate,
+                     job_failure_rate, restart, None, snapshot_bandwidth, host_memory, "30.72TB", "1", None, None,
+                     serialize_bandwidth)
+    if plan_file is not None:
+        raise InputError("provision sizes the plan at each cluster size: give the plan flags, not --plan")
+    plans = [o.build_plan_from_flags(params, model, optimizer, precision, framework, g, gpus_per_node, tp, pp, zero, dtype, option)
+             for g in sizes]
+    goodput = parse_fraction(target_goodput, "--target-goodput") if target_goodput else None
+    profile = profile_store.resolve(storage) if storage else None
+    first = plans[0].setup
+    described = (f"{first.model or f'{first.parameters:,} parameters'} · {first.optimizer} · {first.precision} · "
+                 f"{first.framework} ZeRO-{first.zero}, tp {first.tp} pp {first.pp}, {first.gpus_per_node} GPUs/node")
+    sweep = provision_sweep(plans, policy, mode, goodput, keep, described, profile)
+    if chart:
+        from ckplan.render.provision import provision_chart
+        provision_chart([sweep], chart)
+    _emit(sweep, json, "ckplan.render.provision", "render_provision")
+
+
 @app.command("compress-test")
 def compress_test(
     file: Annotated[Optional[Path], typer.Option("--file", help="Tensor bytes to test (a shard); default: generated bf16/fp32 Adam state.")] = None,

@@ -195,7 +195,7 @@ def _bandwidth(scratch, settings, max_writers, per_writer, direct, progress, raw
             progress.phase(f"bandwidth: {w} writer(s), run {r + 1}/{settings.repeats}", runtime_s)
             job = fio.FioJob(f"bw-{w}", {
                 "directory": fio.escape_path(scratch), "rw": "write", "bs": "1M", "size": per_writer,
-                "numjobs": w, "ioengine": "psync", "direct": int(direct), "end_fsync": 1,
+                "numjobs": w, "ioengine": "psync", "direct": int(direct), "end_fsync": 1, "fallocate": "none",
                 "runtime": f"{runtime_s}s", "group_reporting": 1, "unlink": 1})
             doc = fio.run_fio([job], scratch, f"the bandwidth phase ({w} writers)", on_status=progress.update)
             raw.append(doc)

@@ -1,0 +1,185 @@
+"""`provision`: the storage a cluster needs, worked backwards from a target.
+
+Intervals follow reliability: the save must be cheap enough that the Daly
+optimum for the job's MTBF keeps the stall within the overhead budget.
+
+This is recommend's model solved for a different unknown. For a trial persist
+time S, a scenario (sync: stall = S; async: stall = the host snapshot; staged:
+stall = the local write, persist = local + S) is evaluated by
+recommend.evaluate exactly as `recommend` would; larger S never helps, so the
+largest S that meets every target is found by bisection. The bandwidth and
+file rate that give S come from inverting the save-time model (savetime.py):
+the busiest writer's serialisation is subtracted first, and a stated share of S
+(METADATA_SHARE) is left for per-file costs.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from ckplan import catalog
+from ckplan.errors import InputError
+from ckplan.planning.policy import Policy
+from ckplan.planning.recommend import Scenario, evaluate, job_mtbf, recommend, snapshot_seconds
+from ckplan.planning.savetime import predict_save, writer_loads
+from ckplan.profile import BandwidthPoint, Latency, Measurement, SmallFiles, StorageProfile
+from ckplan.sizing.plan import CheckpointPlan
+
+METADATA_SHARE = 0.1  # share of the persist time left for creates/fsyncs of the plan's files
+
+
+class Provision(BaseModel):
+    gpus: int
+    nodes: int
+    checkpoint_bytes: int
+    files_per_save: int
+    mtbf_s: float
+    feasible: bool
+    dominant_term: str | None = None
+    save_seconds: float | None = None  # the persist time the storage must deliver
+    stall_seconds: float | None = None
+    interval_s: float | None = None
+    burst_bandwidth_bytes_per_s: float | None = None  # aggregate, during a save
+    sustained_bandwidth_bytes_per_s: float | None = None  # aggregate, averaged over the interval
+    node_bandwidth_bytes_per_s: float | None = None  # the busiest node's share
+    files_per_s: float | None = None  # aggregate create+fsync rate
+    capacity_bytes: int
+    staging_bytes_per_node: int = 0
+    expected_ettr: float | None = None
+    expected_waste_fraction: float | None = None
+    headroom: float | None = None  # given profile's aggregate bandwidth ÷ the burst needed
+
+
+class ProvisionSweep(BaseModel):
+    kind: Literal["ckplan.provision"] = "ckplan.provision"
+    plan: str
+    mode: str
+    targets: dict[str, float]
+    keep: int
+    storage: str | None = None
+    rows: list[Provision]
+    assumptions: list[str] = Field(default_factory=list)
+
+
+def _scenario(plan: CheckpointPlan, policy: Policy, mode: str, persist: float, local: float) -> Scenario:
+    if mode == "sync":
+        return Scenario(name="sync", mode="sync", save_seconds=persist, stall_seconds=persist)
+    if mode == "async":
+        return Scenario(name="async", mode="async", save_seconds=persist, stall_seconds=snapshot_seconds(plan, policy))
+    return Scenario(name="staged", mode="staged", save_seconds=local + persist, stall_seconds=local)
+
+
+def _meets(s: Scenario, mtbf: float, policy: Policy, goodput: float | None) -> tuple[bool, object]:
+    """Targets met with intervals that follow reliability: the stall must fit the overhead budget at the
+    Daly optimum itself (or at the loss window's bound, if that is shorter), not at a stretched interval.
+    A background persist may stretch the interval (one persist in flight); the loss window still binds."""
+    ev, _ = evaluate(s, mtbf, policy)
+    budget_interval = s.stall_seconds / policy.max_overhead
+    follows_reliability = budget_interval <= min(ev.optimal_interval_s, ev.longest_interval_s) * (1 + 1e-9)
+    ok = ev.verdict != "infeasible" and follows_reliability and (goodput is None or ev.ettr >= goodput)
+    return ok, ev
+
+
+def provisioned_profile(node_bw: float, aggregate_bw: float, files_per_s_node: float, files_per_s: float,
+                        shared: bool = True) -> StorageProfile:
+    """A storage that delivers exactly the provisioned figures at any writer count."""
+    return StorageProfile(
+        name="provisioned", source="builtin", target="provisioned storage", fs_type="-", storage_class="provisioned",
+        shared=shared, bandwidth=[BandwidthPoint(writers=1, bytes_per_s=node_bw)], best_write_bytes_per_s=node_bw,
+        aggregate_limit_bytes_per_s=aggregate_bw, aggregate_files_per_s=files_per_s,
+        small_files=SmallFiles(files_per_s=files_per_s_node, ops_per_s=4 * files_per_s_node, file_bytes_min=4096,
+                               file_bytes_max=4096, writers=1),
+        fsync_latency=Latency(p50_s=0, p99_s=0, p999_s=0),
+        measurement=Measurement(tool="provision", date="-", host="-", preset="-", duration_s=0))
+
+
+def provision_one(plan: CheckpointPlan, policy: Policy, mode: str, goodput: float | None, keep: int,
+                  storage: StorageProfile | None = None) -> Provision:
+    mtbf, _ = job_mtbf(plan, policy)
+    busiest = max(plan.nodes, key=lambda n: n.bytes)
+    serialize = max(s for _, s in writer_loads(plan, busiest.node, policy.serialize_bytes_per_s))
+    local = 0.0
+    if mode == "staged":
+        local = predict_save(plan, catalog.storage_classes()["local-nvme"], serialize_bytes_per_s=policy.serialize_bytes_per_s).seconds
+    capacity = (keep + 1) * plan.total_bytes  # the newest save is written before the oldest is deleted
+    staging = busiest.bytes if mode in ("async", "staged") else 0
+    base = dict(gpus=plan.setup.gpus, nodes=plan.setup.nodes, checkpoint_bytes=plan.total_bytes,
+                files_per_save=plan.file_count, mtbf_s=mtbf, capacity_bytes=capacity, staging_bytes_per_node=staging)
+    floor = serialize / (1 - METADATA_SHARE) + 1e-6  # no storage can finish faster than the serialiser
+    ok, _ = _meets(_scenario(plan, policy, mode, floor, local), mtbf, policy, goodput)
+    if not ok:
+        return Provision(feasible=False, dominant_term=_dominant(plan, policy, mode, mtbf, goodput, floor, local), **base)
+    lo, hi = floor, floor
+    while _meets(_scenario(plan, policy, mode, hi * 2, local), mtbf, policy, goodput)[0] and hi < 1e7:
+        hi *= 2
+    hi *= 2
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if _meets(_scenario(plan, policy, mode, mid, local), mtbf, policy, goodput)[0] else (lo, mid)
+    persist = lo
+    write_time = persist * (1 - METADATA_SHARE) - serialize
+    burst, node_bw = plan.total_bytes / write_time, busiest.bytes / write_time
+    files = plan.file_count / (persist * METADATA_SHARE)
+    profile = provisioned_profile(node_bw, burst, busiest.files / (persist * METADATA_SHARE), files)
+    policy_fixed = policy.model_copy(update={"mode": "async" if mode == "async" else "sync"})
+    check = recommend(plan, profile, policy_fixed, what_ifs=False)
+    if mode == "staged":
+        check_s = _scenario(plan, policy, mode, check.save_seconds, local)
+        ev, _ = evaluate(check_s, mtbf, policy)
+        interval_s, ettr, waste, stall = ev.recommended_interval_s, ev.ettr, ev.expected_waste_fraction, check_s.stall_seconds
+    else:
+        interval_s, ettr, waste, stall = check.recommended_interval_s, check.ettr, check.expected_waste_fraction, check.stall_seconds
+    headroom = None
+    if storage is not None:
+        writers = busiest.writers
+        have = min(storage.bandwidth_at(writers) * plan.nodes_writing, storage.aggregate_limit_bytes_per_s or math.inf)
+        headroom = have / burst
+    return Provision(feasible=True, save_seconds=persist, stall_seconds=stall, interval_s=interval_s,
+                     burst_bandwidth_bytes_per_s=burst, sustained_bandwidth_bytes_per_s=plan.total_bytes / interval_s,
+                     node_bandwidth_bytes_per_s=node_bw, files_per_s=files, expected_ettr=ettr,
+                     expected_waste_fraction=waste, headroom=headroom, **base)
+
+
+def _dominant(plan, policy, mode, mtbf, goodput, floor, local) -> str:
+    """Why no bandwidth is enough: the term that fails even with an instant persist."""
+    s = _scenario(plan, policy, mode, floor, local)
+    ev, _ = evaluate(s, mtbf, policy)
+    restart_only = math.exp(-policy.restart_s / mtbf)  # Daly's T_w with δ → 0, τ → 0: T_s/T_w → e^{−R/M}
+    if goodput is not None and restart_only < goodput:
+        return (f"restart cost: {policy.restart_s:.0f} s per failure at a {mtbf / 3600:.2f} h MTBF caps ETTR at "
+                f"{restart_only:.1%} before any save; faster storage cannot fix that")
+    if s.stall_seconds / policy.max_overhead > policy.max_loss_s - s.save_seconds:
+        what = "the host snapshot" if mode == "async" else "the local staging write" if mode == "staged" else "the busiest writer's serialisation"
+        return (f"loss window: {what} ({s.stall_seconds:.3g} s) needs τ ≥ {s.stall_seconds / policy.max_overhead:.3g} s "
+                f"for the overhead budget, longer than the {policy.max_loss_s:.0f} s window allows")
+    if goodput is not None and ev.ettr < goodput:
+        return f"goodput: even an instant persist gives ETTR {ev.ettr:.1%} with these failure rates and this stall"
+    return "the serialiser of the busiest writer is slower than the targets allow"
+
+
+def provision_sweep(plans: list[CheckpointPlan], policy: Policy, mode: str, goodput: float | None, keep: int,
+                    headline: str, storage: StorageProfile | None = None) -> ProvisionSweep:
+    if mode not in ("sync", "async", "staged"):
+        raise InputError(f"--mode must be sync, async or staged, got {mode!r}")
+    if keep < 1:
+        raise InputError("--keep must be ≥ 1")
+    if goodput is not None and not 0 < goodput < 1:
+        raise InputError("--target-goodput must lie between 0% and 100%")
+    targets = {"max_overhead": policy.max_overhead, "max_loss_s": policy.max_loss_s}
+    if goodput is not None:
+        targets["target_goodput"] = goodput
+    rows = [provision_one(p, policy, mode, goodput, keep, storage) for p in plans]
+    assumptions = [f"persist time split: {1 - METADATA_SHARE:.0%} for bytes, {METADATA_SHARE:.0%} for per-file creates and fsyncs",
+                   f"capacity = (keep + 1) × one checkpoint: the newest is written before the oldest is deleted",
+                   f"failures: {policy.node_failures_per_1000_days:g} per 1,000 node-days + {policy.job_failures_per_day:g} per job-day; restart {policy.restart_s:g} s",
+                   "bandwidth is what the storage must sustain at the plan's writers per node, as measured by `ckplan probe`",
+                   "serialisers per writer core: " + ", ".join(f"{k} {v / 1e9:g} GB/s" for k, v in policy.serialize_bytes_per_s.items())]
+    if mode == "async":
+        assumptions.append(f"async snapshot at {policy.snapshot_bytes_per_s / 1e9:g} GB/s per GPU")
+    if mode == "staged":
+        assumptions.append("staged: the local write uses the built-in local-nvme class")
+    return ProvisionSweep(plan=headline, mode=mode, targets=targets, keep=keep, storage=storage.name if storage else None,
+                          rows=rows, assumptions=assumptions)

@@ -1,0 +1,93 @@
+"""provision is recommend's model solved for the storage: inverse and monotonicity checks."""
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from ckplan import catalog
+from ckplan.planning.policy import Policy
+from ckplan.planning.provision import provision_one, provision_sweep, provisioned_profile
+from ckplan.planning.recommend import recommend
+from ckplan.sizing.plan import build_plan
+from tests.conftest import assert_one_line_error, run_cli, run_json
+
+ARCH = catalog.model("llama-3.1-70b")
+
+
+def plan(gpus, framework="megatron"):
+    return build_plan(arch=ARCH, model_name="llama-3.1-70b", gpus=gpus, tp=8, zero=1, framework=framework)
+
+
+@pytest.mark.parametrize("mode,goodput", [("sync", None), ("sync", 0.85), ("async", None), ("async", 0.9)])
+def test_recommend_meets_the_target_with_the_provisioned_storage(mode, goodput):
+    policy = Policy(mode="async" if mode == "async" else "sync")
+    p = plan(1024)
+    row = provision_one(p, policy, mode, goodput, keep=2)
+    assert row.feasible
+    # give recommend exactly the provisioned figures: it must meet the targets, within rounding
+    storage = provisioned_profile(row.node_bandwidth_bytes_per_s * 1.001, row.burst_bandwidth_bytes_per_s * 1.001,
+                                  row.files_per_s * 1.001, row.files_per_s * 1.001)
+    rec = recommend(p, storage, policy, what_ifs=False)
+    assert rec.verdict != "infeasible"
+    assert rec.save_seconds == pytest.approx(row.save_seconds, rel=0.01)
+    assert rec.stall_seconds / rec.recommended_interval_s <= policy.max_overhead * 1.001
+    if goodput is not None:
+        assert rec.ettr >= goodput - 1e-3
+    # and 20% less bandwidth misses a target
+    short = provisioned_profile(row.node_bandwidth_bytes_per_s * 0.8, row.burst_bandwidth_bytes_per_s * 0.8,
+                                row.files_per_s, row.files_per_s)
+    worse = recommend(p, short, policy, what_ifs=False)
+    missed = (worse.verdict == "infeasible" or (goodput is not None and worse.ettr < goodput)
+              or worse.stall_seconds / policy.max_overhead > min(worse.optimal_interval_s, worse.max_loss_s - worse.save_seconds))
+    assert missed
+
+
+@settings(max_examples=25, deadline=None)
+@given(small=st.sampled_from([64, 128, 256, 512]), factor=st.sampled_from([2, 4, 8]), rate=st.floats(1.0, 20.0),
+       mode=st.sampled_from(["sync", "async"]))
+def test_more_gpus_never_need_less_bandwidth(small, factor, rate, mode):
+    policy = Policy(node_failures_per_1000_days=rate, mode="async" if mode == "async" else "sync")
+    a = provision_one(plan(small), policy, mode, None, 2)
+    b = provision_one(plan(small * factor), policy, mode, None, 2)
+    if a.feasible and b.feasible:
+        assert b.burst_bandwidth_bytes_per_s >= a.burst_bandwidth_bytes_per_s * (1 - 1e-6)
+    assert a.feasible or not b.feasible
+
+
+@settings(max_examples=25, deadline=None)
+@given(overhead=st.floats(0.01, 0.1), laxer=st.floats(1.0, 3.0), goodput=st.floats(0.5, 0.9))
+def test_laxer_target_never_needs_more(overhead, laxer, goodput):
+    p = plan(4096)
+    strict = provision_one(p, Policy(max_overhead=overhead), "sync", goodput, 2)
+    lax = provision_one(p, Policy(max_overhead=min(overhead * laxer, 0.5)), "sync", goodput * 0.95, 2)
+    if strict.feasible:
+        assert lax.feasible and lax.burst_bandwidth_bytes_per_s <= strict.burst_bandwidth_bytes_per_s * (1 + 1e-6)
+
+
+def test_restart_cost_makes_a_goodput_target_impossible():
+    row = provision_one(plan(65536), Policy(restart_s=3600), "sync", 0.99, 2)
+    assert not row.feasible and "restart cost" in row.dominant_term
+
+
+def test_capacity_and_staging():
+    p = plan(1024)
+    row = provision_one(p, Policy(mode="async"), "async", None, keep=3)
+    assert row.capacity_bytes == 4 * p.total_bytes
+    assert row.staging_bytes_per_node == max(n.bytes for n in p.nodes)
+
+
+def test_cli_sweep_json_chart_and_headroom(tmp_path):
+    chart = tmp_path / "sweep.png"
+    data = run_json("provision", "--model", "llama-3.1-405b", "--gpus", "1024,16384", "--tp", "8", "--pp", "16",
+                    "--storage", "lustre", "--chart", str(chart))
+    assert [r["gpus"] for r in data["rows"]] == [1024, 16384]
+    assert data["rows"][1]["burst_bandwidth_bytes_per_s"] > data["rows"][0]["burst_bandwidth_bytes_per_s"]
+    assert all(r["headroom"] > 0 for r in data["rows"])
+    assert chart.read_bytes()[:4] == b"\x89PNG"
+    out = run_cli("provision", "--params", "1T", "--gpus", "2048", "--mode", "staged", check=True).stdout
+    assert "Provisioning by cluster size" in out
+
+
+@pytest.mark.parametrize("args,fragment", [(["--gpus", "10,abc"], "whole numbers"), (["--mode", "fast"], "sync"),
+                                           (["--keep", "0"], "--keep"), (["--target-goodput", "120%"], "between")])
+def test_provision_bad_input(args, fragment):
+    assert_one_line_error(run_cli("provision", *args), fragment)
