@@ -18,6 +18,11 @@ for storage in ("local-nvme", "nfs", "lustre", "gpfs", "s3", "tmpfs"):
     EXAMPLES.append((f"Llama-3.1-70B on 64 GPUs (8 nodes, ZeRO-1) on {storage}",
                      ["recommend", "--model", "llama-3.1-70b", "--gpus", "64", "--storage", storage]))
 EXTRA: list[tuple[str, list[str]]] = []
+for label, model in (("Llama-3.1-405B", ["--model", "llama-3.1-405b"]), ("a 1T-parameter model", ["--params", "1T"])):
+    for mode in ("sync", "async"):
+        EXTRA.append((f"Provisioning {label} from 1,024 to 65,536 GPUs, {mode} saves, 5 failures per 1,000 node-days",
+                      ["provision", *model, "--gpus", "1024,4096,16384,65536", "--tp", "8", "--pp", "16",
+                       "--mode", mode, "--node-failure-rate", "5"]))
 
 
 def main() -> None:
