@@ -38,15 +38,13 @@ def load_file(path: Path) -> StorageProfile:
 
     from ckplan.catalog import validation_message
 
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise InputError(f"cannot read storage profile {path}: {exc.strerror}") from None
     if path.suffix == ".toml":
         data = catalog.load_toml(path)
     else:
         try:
-            data = json.loads(text)
+            data = json.loads(path.read_text())
+        except OSError as exc:
+            raise InputError(f"cannot read storage profile {path}: {exc.strerror}") from None
         except ValueError:
             raise InputError(f"{path} is not a storage profile: not valid JSON") from None
     if not isinstance(data, dict) or data.get("kind", "ckplan.storage") != "ckplan.storage":

@@ -24,8 +24,7 @@ class ReportFiles(BaseModel):
     recommendation: Recommendation
 
 
-def _d(s: float) -> str:
-    return fmt_duration(s) if math.isfinite(s) else "—"
+_d = fmt_duration
 
 
 def waste_curve(rec: Recommendation) -> tuple[list[float], list[float]]:
@@ -91,8 +90,8 @@ def _charts(rec: Recommendation, profile: StorageProfile, out: Path) -> list[Pat
     return paths
 
 
-def build_document(plan: CheckpointPlan, profile: StorageProfile, rec: Recommendation, headline: str) -> Document:
-    doc = Document(f"Checkpoint plan: {headline}")
+def build_document(plan: CheckpointPlan, profile: StorageProfile, rec: Recommendation) -> Document:
+    doc = Document(f"Checkpoint plan: {rec.plan}")
     doc.add(Para(f"Generated {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC by ckplan {rec.ckplan_version}."))
     doc.add(Heading("Decision"), Para(f"**{rec.verdict.upper()}** — {rec.summary}."), Para(rec.verdict_reason + "."))
     doc.add(Heading("What one save writes"),
@@ -130,13 +129,13 @@ def build_document(plan: CheckpointPlan, profile: StorageProfile, rec: Recommend
     return doc
 
 
-def write_report(plan: CheckpointPlan, profile: StorageProfile, rec: Recommendation, headline: str, out: Path) -> ReportFiles:
+def write_report(plan: CheckpointPlan, profile: StorageProfile, rec: Recommendation, out: Path) -> ReportFiles:
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise InputError(f"cannot create {out}: {exc.strerror}") from None
     charts = _charts(rec, profile, out)
-    doc = build_document(plan, profile, rec, headline)
+    doc = build_document(plan, profile, rec)
     md, page = out / "report.md", out / "report.html"
     md.write_text(to_markdown(doc))
     page.write_text(to_html(doc))

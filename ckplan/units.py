@@ -83,15 +83,15 @@ def parse_duration(text: str | float, what: str = "duration", allow_zero: bool =
     return _positive(value * _DURATION_SUFFIX[suffix], text, what, allow_zero)
 
 
-def parse_fraction(text: str | float, what: str = "fraction") -> float:
-    """'5%' -> 0.05; '0.05' -> 0.05. Must lie in (0, 1)."""
+def parse_fraction(text: str | float, what: str = "fraction", allow_one: bool = False) -> float:
+    """'5%' -> 0.05; '0.05' -> 0.05. Must lie in (0, 1), or (0, 1] with allow_one."""
     cleaned = str(text).strip()
     try:
         value = float(cleaned[:-1]) / 100 if cleaned.endswith("%") else float(cleaned)
     except ValueError:
         raise InputError(f"not a valid {what}: {text!r} (use 5% or 0.05)") from None
-    if not (0 < value < 1):
-        raise InputError(f"{what} must lie between 0% and 100%: {text!r}")
+    if not (0 < value < 1 or (allow_one and value == 1)):
+        raise InputError(f"{what} must lie between 0% and 100%{' (inclusive)' if allow_one else ''}: {text!r}")
     return value
 
 

@@ -50,14 +50,9 @@ def size(
 def models(json: o.Json = False) -> None:
     """List the model catalog with derived and published parameter counts."""
     from ckplan.catalog import models as load
-    from ckplan.render.catalog import ModelCatalog, render_models
+    from ckplan.render.catalog import ModelCatalog
 
-    catalog = ModelCatalog.from_catalog(load())
-    if json:
-        from ckplan.render.console import print_json
-        print_json(catalog)
-    else:
-        render_models(catalog)
+    _emit(ModelCatalog.from_catalog(load()), json, "ckplan.render.catalog", "render_models")
 
 
 @app.command()
@@ -115,18 +110,17 @@ def clean(
 @app.command()
 def profiles(json: o.Json = False) -> None:
     """List saved storage profiles and the built-in storage classes."""
-    from ckplan.render.profile import ProfileList, render_profiles
+    from ckplan.render.profile import ProfileList
 
-    listing = ProfileList.collect()
-    if json:
-        from ckplan.render.console import print_json
-        print_json(listing)
-    else:
-        render_profiles(listing.profiles)
+    _emit(ProfileList.collect(), json, "ckplan.render.profile", "render_profiles")
 
 
-def _policy(max_loss, max_overhead, mode, mtbf, node_failure_rate, job_failure_rate, restart, iteration_time,
-            snapshot_bandwidth, host_memory, local_disk, changed_fraction, save_time, stall_time, serialize=None):
+def _policy(*, max_loss: str = "1h", max_overhead: str = "5%", mode: str = "sync", mtbf: str | None = None,
+            node_failure_rate: float = 5.0, job_failure_rate: float = 1.0, restart: str = "10m",
+            iteration_time: str | None = None, snapshot_bandwidth: str = "20GB/s", host_memory: str = "2TiB",
+            local_disk: str = "30.72TB", changed_fraction: str = "100%", save_time: str | None = None,
+            stall_time: str | None = None, serialize_bandwidth: list[str] | None = None, **_ignored):
+    """The policy flags, parsed. Extra keyword arguments (the plan flags of a command's locals()) are ignored."""
     from ckplan.planning.policy import Policy
     from ckplan.units import parse_bytes, parse_duration, parse_fraction, parse_rate
 
@@ -137,21 +131,30 @@ def _policy(max_loss, max_overhead, mode, mtbf, node_failure_rate, job_failure_r
     if node_failure_rate < 0 or job_failure_rate < 0:
         raise InputError("failure rates must be ≥ 0")
     serializers = dict(Policy().serialize_bytes_per_s)
-    for fmt, rate in o.pairs(serialize, "--serialize-bandwidth").items():
-        if fmt not in ("torch.save", "safetensors"):
-            raise InputError(f"--serialize-bandwidth takes torch.save=RATE or safetensors=RATE, got {fmt!r}")
+    for fmt, rate in o.pairs(serialize_bandwidth, "--serialize-bandwidth").items():
+        if fmt not in serializers:
+            raise InputError(f"--serialize-bandwidth takes {' or '.join(f'{k}=RATE' for k in serializers)}, got {fmt!r}")
         serializers[fmt] = parse_rate(rate, "--serialize-bandwidth")
     return Policy(
-        serialize_bytes_per_s=serializers, mode=mode, max_loss_s=parse_duration(max_loss, "--max-loss"), max_overhead=parse_fraction(max_overhead, "--max-overhead"),
+        serialize_bytes_per_s=serializers, mode=mode, max_loss_s=parse_duration(max_loss, "--max-loss"),
+        max_overhead=parse_fraction(max_overhead, "--max-overhead"),
         mtbf_s=parse_duration(mtbf, "--mtbf") if mtbf is not None else None,
         node_failures_per_1000_days=node_failure_rate, job_failures_per_day=job_failure_rate,
         restart_s=parse_duration(restart, "--restart", allow_zero=True),
         iteration_s=parse_duration(iteration_time, "--iteration-time") if iteration_time else None,
         snapshot_bytes_per_s=parse_rate(snapshot_bandwidth, "--snapshot-bandwidth"),
         host_memory_bytes=parse_bytes(host_memory, "--host-memory"), local_disk_bytes=parse_bytes(local_disk, "--local-disk"),
-        changed_fraction=float(changed_fraction) if changed_fraction == "1" else parse_fraction(changed_fraction, "--changed-fraction"),
+        changed_fraction=parse_fraction(changed_fraction, "--changed-fraction", allow_one=True),
         save_time_s=parse_duration(save_time, "--save-time") if save_time else None,
         stall_time_s=parse_duration(stall_time, "--stall-time") if stall_time else None)
+
+
+def _plan_and_policy(args: dict):
+    """The plan (flags or --plan) and the policy, from a command's locals()."""
+    plan = o.resolve_plan(args["plan_file"], args["params"], args["model"], args["optimizer"], args["precision"],
+                          args["framework"], args["gpus"], args["gpus_per_node"], args["tp"], args["pp"], args["zero"],
+                          args["dtype"], args["option"])
+    return plan, _policy(**args)
 
 
 MaxLoss = Annotated[str, typer.Option("--max-loss", help="Most work a crash may destroy, e.g. 1h.", rich_help_panel="Policy")]
@@ -180,31 +183,18 @@ def recommend(
     option: o.Option = None, storage: Storage = None, max_loss: MaxLoss = "1h", max_overhead: MaxOverhead = "5%",
     mode: Mode = "sync", mtbf: Mtbf = None, node_failure_rate: NodeRate = 5.0, job_failure_rate: JobRate = 1.0,
     restart: Restart = "10m", iteration_time: IterTime = None, snapshot_bandwidth: Snapshot = "20GB/s",
-    host_memory: HostMem = "2TiB", local_disk: LocalDisk = "30.72TB", changed_fraction: Changed = "1",
+    host_memory: HostMem = "2TiB", local_disk: LocalDisk = "30.72TB", changed_fraction: Changed = "100%",
     save_time: SaveTime = None, stall_time: StallTime = None, serialize_bandwidth: Serialize = None, json: o.Json = False,
 ) -> None:
     """The shortest safe and the best checkpoint interval for a plan on a storage target, with what-ifs."""
-    from ckplan.planning.recommend import recommend as run
-    from ckplan.render.plan import headline
+    from ckplan.planning.recommend import compare, recommend as run
 
-    policy = _policy(max_loss, max_overhead, mode, mtbf, node_failure_rate, job_failure_rate, restart, iteration_time,
-                     snapshot_bandwidth, host_memory, local_disk, changed_fraction, save_time, stall_time, serialize_bandwidth)
-    plan = o.resolve_plan(plan_file, params, model, optimizer, precision, framework, gpus, gpus_per_node, tp, pp, zero, dtype, option)
+    plan, policy = _plan_and_policy(locals())
     if storage is None:
-        from ckplan import catalog
-        from ckplan.render.recommend import Comparison
-        comp = Comparison(plan=headline(plan), recommendations=[run(plan, p, policy, what_ifs=False)
-                                                               for p in catalog.storage_classes().values()])
-        _emit(comp, json, "ckplan.render.recommend", "render_comparison")
+        _emit(compare(plan, policy), json, "ckplan.render.recommend", "render_comparison")
         return
     from ckplan import profile_store
-    rec = run(plan, profile_store.resolve(storage), policy)
-    if json:
-        from ckplan.render.console import print_json
-        print_json(rec)
-    else:
-        from ckplan.render.recommend import render_recommendation
-        render_recommendation(rec, headline(plan))
+    _emit(run(plan, profile_store.resolve(storage), policy), json, "ckplan.render.recommend", "render_recommendation")
 
 
 @app.command()
@@ -217,26 +207,17 @@ def report(
     option: o.Option = None, max_loss: MaxLoss = "1h", max_overhead: MaxOverhead = "5%",
     mode: Mode = "sync", mtbf: Mtbf = None, node_failure_rate: NodeRate = 5.0, job_failure_rate: JobRate = 1.0,
     restart: Restart = "10m", iteration_time: IterTime = None, snapshot_bandwidth: Snapshot = "20GB/s",
-    host_memory: HostMem = "2TiB", local_disk: LocalDisk = "30.72TB", changed_fraction: Changed = "1",
+    host_memory: HostMem = "2TiB", local_disk: LocalDisk = "30.72TB", changed_fraction: Changed = "100%",
     save_time: SaveTime = None, stall_time: StallTime = None, serialize_bandwidth: Serialize = None, json: o.Json = False,
 ) -> None:
     """Write a capacity-review report (Markdown, HTML, PNG charts) for a plan on a storage target."""
     from ckplan import profile_store
     from ckplan.planning.recommend import recommend as run
-    from ckplan.render.plan import headline
     from ckplan.report import write_report
 
-    policy = _policy(max_loss, max_overhead, mode, mtbf, node_failure_rate, job_failure_rate, restart, iteration_time,
-                     snapshot_bandwidth, host_memory, local_disk, changed_fraction, save_time, stall_time, serialize_bandwidth)
-    plan = o.resolve_plan(plan_file, params, model, optimizer, precision, framework, gpus, gpus_per_node, tp, pp, zero, dtype, option)
+    plan, policy = _plan_and_policy(locals())
     profile = profile_store.resolve(storage)
-    files = write_report(plan, profile, run(plan, profile, policy), headline(plan), out)
-    if json:
-        from ckplan.render.console import print_json
-        print_json(files)
-    else:
-        from ckplan.render.console import console
-        console().print(f"wrote {files.markdown}, {files.html} and {', '.join(files.charts)}")
+    _emit(write_report(plan, profile, run(plan, profile, policy), out), json, "ckplan.render.recommend", "render_report_files")
 
 
 @app.command()
@@ -257,6 +238,8 @@ def validate(
 
     if mode not in ("sync", "async"):
         raise InputError(f"--mode must be sync or async, got {mode!r}")
+    import signal
+    signal.signal(signal.SIGTERM, _interrupt)  # the save processes and scratch directory go, as on Ctrl-C
     result = run(Path(path), o.load_plan(plan_file), profile_store.resolve(storage), scale=scale, repeats=repeats,
                  mode=mode, max_bytes=parse_bytes(max_bytes, "--max-bytes") if max_bytes else None)
     _emit(result, json, "ckplan.render.validate", "render_validation")
@@ -288,19 +271,16 @@ def provision(
             sizes.append(int(item))
         except ValueError:
             raise InputError(f"--gpus takes whole numbers separated by commas, got {item!r}") from None
-    policy = _policy(max_loss, max_overhead, "async" if mode == "async" else "sync", mtbf, node_failure_rate,
-                     job_failure_rate, restart, None, snapshot_bandwidth, host_memory, "30.72TB", "1", None, None,
-                     serialize_bandwidth)
+    policy = _policy(max_loss=max_loss, max_overhead=max_overhead, mode="async" if mode == "async" else "sync", mtbf=mtbf,
+                     node_failure_rate=node_failure_rate, job_failure_rate=job_failure_rate, restart=restart,
+                     snapshot_bandwidth=snapshot_bandwidth, host_memory=host_memory, serialize_bandwidth=serialize_bandwidth)
     if plan_file is not None:
         raise InputError("provision sizes the plan at each cluster size: give the plan flags, not --plan")
     plans = [o.build_plan_from_flags(params, model, optimizer, precision, framework, g, gpus_per_node, tp, pp, zero, dtype, option)
              for g in sizes]
     goodput = parse_fraction(target_goodput, "--target-goodput") if target_goodput else None
     profile = profile_store.resolve(storage) if storage else None
-    first = plans[0].setup
-    described = (f"{first.model or f'{first.parameters:,} parameters'} · {first.optimizer} · {first.precision} · "
-                 f"{first.framework} ZeRO-{first.zero}, tp {first.tp} pp {first.pp}, {first.gpus_per_node} GPUs/node")
-    sweep = provision_sweep(plans, policy, mode, goodput, keep, described, profile)
+    sweep = provision_sweep(plans, policy, mode, goodput, keep, profile)
     if chart:
         from ckplan.render.provision import provision_chart
         provision_chart([sweep], chart)

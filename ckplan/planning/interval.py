@@ -26,7 +26,7 @@ def young_interval(delta: float, mtbf: float) -> float:
 
 
 def daly_interval(delta: float, mtbf: float) -> float:
-    """Daly (2006), FGCS 22(3), eq. 37: the higher-order optimum.
+    """Daly (2006), FGCS 22(3): the higher-order optimum.
 
     τ = √(2δM)·[1 + ⅓·√(δ/2M) + (1/9)·(δ/2M)] − δ for δ < 2M, else τ = M.
     """
@@ -38,7 +38,7 @@ def daly_interval(delta: float, mtbf: float) -> float:
 
 
 def expected_wall_time(tau: float, delta: float, mtbf: float, restart: float, work: float = 1.0) -> float:
-    """Daly (2006) eq. 13, exponential failures: T_w = M·e^{R/M}·(e^{(τ+δ)/M} − 1)·T_s/τ."""
+    """Daly (2006), exponential failures: T_w = M·e^{R/M}·(e^{(τ+δ)/M} − 1)·T_s/τ."""
     _check(delta, mtbf)
     if tau <= 0:
         raise InputError(f"the interval must be > 0, got {tau}")

@@ -12,7 +12,7 @@ import math
 from ckplan import catalog
 from ckplan.planning.compression import CompressionDefault, compression_default
 from ckplan.planning.policy import Policy
-from ckplan.planning.recommend import Scenario, WhatIf, async_scenario, staged_scenario, sync_scenario
+from ckplan.planning.recommend import Scenario, WhatIf, async_scenario, evaluate, staged_scenario, sync_scenario
 from ckplan.profile import StorageProfile
 from ckplan.sizing.plan import CheckpointPlan
 
@@ -34,10 +34,18 @@ def _changed(plan: CheckpointPlan, fraction: float) -> dict:
     return {"total_bytes": plan.total_bytes * fraction, "node_bytes": busiest.bytes * fraction}
 
 
-def build(plan: CheckpointPlan, profile: StorageProfile, policy: Policy, *, stage: str | None = None,
-          compress: bool = False, merge: bool = False, incremental: bool = False, storage: StorageProfile | None = None,
-          name: str) -> Scenario:
-    """One scenario with the chosen mitigations applied together."""
+STAGES = {"async": "async save", "tmpfs": "/dev/shm staging", "local-nvme": "local NVMe staging"}
+
+
+def build(plan: CheckpointPlan, profile: StorageProfile, policy: Policy, *, how: str | None = None,
+          compress: bool = False, merge: bool = False, incremental: bool = False,
+          storage: StorageProfile | None = None, name: str) -> Scenario:
+    """One scenario with the chosen mitigations applied together.
+
+    `how`: None keeps the policy's mode; 'async' saves asynchronously; 'tmpfs' or 'local-nvme'
+    stage on that node-local tier and drain to the target. `policy` must use the save-time
+    model (no --save-time): every mitigation changes the save.
+    """
     overrides: dict = {}
     notes: list[str] = []
     codec = compression_default()
@@ -53,15 +61,14 @@ def build(plan: CheckpointPlan, profile: StorageProfile, policy: Policy, *, stag
         overrides.update(_merged(plan))
         notes.append("one file per writer")
     target = storage or profile
-    fast = policy if not policy.save_time_s else policy.model_copy(update={"save_time_s": None})
-    if stage:
-        tier = catalog.storage_classes()[stage]
-        capacity = policy.host_memory_bytes * SHM_SHARE_OF_HOST_MEMORY if stage == "tmpfs" else policy.local_disk_bytes
-        s = staged_scenario(plan, target, tier, fast, capacity, name)
-    elif policy.mode == "async" or name.startswith("async"):
-        s = async_scenario(plan, target, fast, name, **overrides)
+    if how in ("tmpfs", "local-nvme"):
+        tier = catalog.storage_classes()[how]
+        capacity = policy.host_memory_bytes * SHM_SHARE_OF_HOST_MEMORY if how == "tmpfs" else policy.local_disk_bytes
+        s = staged_scenario(plan, target, tier, policy, capacity, name, **overrides)
+    elif how == "async" or (how is None and policy.mode == "async"):
+        s = async_scenario(plan, target, policy, name, **overrides)
     else:
-        s = sync_scenario(plan, target, fast, name, **overrides)
+        s = sync_scenario(plan, target, policy, name, **overrides)
     if compress and math.isfinite(s.save_seconds):
         # compression runs in the writer's thread: the slower of the codec and the write decides
         codec_s = plan.bytes_per_rank_max / codec.bytes_per_s_per_core
@@ -73,33 +80,32 @@ def build(plan: CheckpointPlan, profile: StorageProfile, policy: Policy, *, stag
     return s.model_copy(update={"notes": s.notes + notes})
 
 
-def _faster_class(plan, profile, policy) -> StorageProfile | None:
-    shared = [p for p in catalog.storage_classes().values() if p.shared and p.name != profile.name]
-    ranked = sorted(shared, key=lambda p: sync_scenario(plan, p, policy.model_copy(update={"save_time_s": None})).save_seconds)
+def _faster_class(plan: CheckpointPlan, profile: StorageProfile, policy: Policy) -> StorageProfile | None:
+    """The fastest shared built-in class that saves faster than the current target, if any."""
     current = sync_scenario(plan, profile, policy).save_seconds
-    return next((p for p in ranked if sync_scenario(plan, p, policy.model_copy(update={"save_time_s": None})).save_seconds < current), None)
+    timed = [(sync_scenario(plan, p, policy).save_seconds, p) for p in catalog.storage_classes().values()
+             if p.shared and p.name != profile.name]
+    best = min(timed, key=lambda t: t[0], default=None)
+    return best[1] if best is not None and best[0] < current else None
 
 
-def what_ifs(plan: CheckpointPlan, profile: StorageProfile, policy: Policy, mtbf: float, evaluate) -> list[WhatIf]:
-    rows: list[tuple[Scenario, bool]] = []
-    alone = {
-        "async save": dict(name="async save"),
-        "/dev/shm staging, drain to target": dict(stage="tmpfs", name="/dev/shm staging"),
-        "local NVMe staging, drain to target": dict(stage="local-nvme", name="local NVMe staging"),
-        "compression": dict(compress=True, name="compression"),
-        "merge shards (one file per writer)": dict(merge=True, name="merge shards"),
-        f"incremental ({policy.changed_fraction:.0%} changed)": dict(incremental=True, name="incremental"),
-    }
-    for label, kwargs in alone.items():
-        rows.append((build(plan, profile, policy, **kwargs).model_copy(update={"name": label}), False))
-    faster = _faster_class(plan, profile, policy)
+def what_ifs(plan: CheckpointPlan, profile: StorageProfile, policy: Policy, mtbf: float) -> list[WhatIf]:
+    # what-ifs change the save, so they use the model even when the plan's save time was given
+    modelled = policy.model_copy(update={"save_time_s": None, "stall_time_s": None})
+    scenarios = [
+        build(plan, profile, modelled, how="async", name="async save"),
+        build(plan, profile, modelled, how="tmpfs", name="/dev/shm staging, drain to target"),
+        build(plan, profile, modelled, how="local-nvme", name="local NVMe staging, drain to target"),
+        build(plan, profile, modelled, compress=True, name="compression"),
+        build(plan, profile, modelled, merge=True, name="merge shards (one file per writer)"),
+        build(plan, profile, modelled, incremental=True, name=f"incremental ({policy.changed_fraction:.0%} changed)"),
+    ]
+    faster = _faster_class(plan, profile, modelled)
     if faster is not None:
-        rows.append((build(plan, profile, policy, storage=faster, name=f"faster storage: {faster.name}"), False))
-    best = _best_combination(plan, profile, policy, mtbf, evaluate)
-    if best is not None:
-        rows.append((best, True))
+        scenarios.append(build(plan, profile, modelled, storage=faster, name=f"faster storage: {faster.name}"))
+    scenarios.append(_best_combination(plan, profile, modelled, mtbf))
     out = []
-    for s, _ in rows:
+    for s in scenarios:
         ev, _ = evaluate(s, mtbf, policy)
         out.append(WhatIf(mitigation=s.name, save_seconds=s.save_seconds, stall_seconds=s.stall_seconds,
                           shortest_safe_interval_s=ev.shortest_safe_interval_s, recommended_interval_s=ev.recommended_interval_s,
@@ -107,20 +113,16 @@ def what_ifs(plan: CheckpointPlan, profile: StorageProfile, policy: Policy, mtbf
     return out
 
 
-def _best_combination(plan, profile, policy, mtbf, evaluate) -> Scenario | None:
+def _best_combination(plan: CheckpointPlan, profile: StorageProfile, policy: Policy, mtbf: float) -> Scenario:
     candidates = []
-    for stage, compress, merge in itertools.product((None, "async", "tmpfs", "local-nvme"), (False, True), (False, True)):
-        if stage is None and not compress and not merge:
+    for how, compress, merge in itertools.product((None, *STAGES), (False, True), (False, True)):
+        parts = [STAGES[how]] if how else []
+        parts += ["compression"] * compress + ["merged shards"] * merge
+        if not parts:
             continue
-        parts = [p for p, on in (({"async": "async save", "tmpfs": "/dev/shm staging", "local-nvme": "NVMe staging"}.get(stage or ""), stage),
-                                 ("compression", compress), ("merged shards", merge)) if on]
-        name = "best combination: " + " + ".join(parts)
-        s = build(plan, profile, policy, stage=stage if stage in ("tmpfs", "local-nvme") else None,
-                  compress=compress, merge=merge, name=("async " if stage == "async" else "") + name)
-        s = s.model_copy(update={"name": name})
+        s = build(plan, profile, policy, how=how, compress=compress, merge=merge,
+                  name="best combination: " + " + ".join(parts))
         ev, _ = evaluate(s, mtbf, policy)
         # waste rounded to 0.01%: a mitigation must earn its place in the combination
         candidates.append((ev.verdict == "infeasible", round(ev.expected_waste_fraction, 4), len(parts), s))
-    if not candidates:
-        return None
     return min(candidates, key=lambda c: c[:3])[3]

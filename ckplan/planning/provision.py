@@ -161,7 +161,7 @@ def _dominant(plan, policy, mode, mtbf, goodput, floor, local) -> str:
 
 
 def provision_sweep(plans: list[CheckpointPlan], policy: Policy, mode: str, goodput: float | None, keep: int,
-                    headline: str, storage: StorageProfile | None = None) -> ProvisionSweep:
+                    storage: StorageProfile | None = None) -> ProvisionSweep:
     if mode not in ("sync", "async", "staged"):
         raise InputError(f"--mode must be sync, async or staged, got {mode!r}")
     if keep < 1:
@@ -181,5 +181,5 @@ def provision_sweep(plans: list[CheckpointPlan], policy: Policy, mode: str, good
         assumptions.append(f"async snapshot at {policy.snapshot_bytes_per_s / 1e9:g} GB/s per GPU")
     if mode == "staged":
         assumptions.append("staged: the local write uses the built-in local-nvme class")
-    return ProvisionSweep(plan=headline, mode=mode, targets=targets, keep=keep, storage=storage.name if storage else None,
+    return ProvisionSweep(plan=plans[0].describe(world=False), mode=mode, targets=targets, keep=keep, storage=storage.name if storage else None,
                           rows=rows, assumptions=assumptions)

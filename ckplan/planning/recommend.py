@@ -75,6 +75,7 @@ class WhatIf(BaseModel):
 class Recommendation(BaseModel):
     kind: Literal["ckplan.recommendation"] = "ckplan.recommendation"
     ckplan_version: str = __version__
+    plan: str  # CheckpointPlan.describe()
     storage: str
     storage_class: str
     mode: str
@@ -143,11 +144,12 @@ def async_scenario(plan: CheckpointPlan, profile: StorageProfile, policy: Policy
 
 
 def staged_scenario(plan: CheckpointPlan, profile: StorageProfile, tier: StorageProfile, policy: Policy,
-                    capacity_bytes: float, name: str) -> Scenario:
+                    capacity_bytes: float, name: str, **overrides) -> Scenario:
     """Write to a node-local tier (blocking), then drain to the shared target in the background."""
     local = predict_save(plan, tier.model_copy(update={"shared": False, "replay": None}),
-                         serialize_bytes_per_s=policy.serialize_bytes_per_s)
-    drain = sync_scenario(plan, profile, policy).save_seconds
+                         serialize_bytes_per_s=policy.serialize_bytes_per_s, **overrides)
+    # the drain copies finished files: no serialiser on that path
+    drain = sync_scenario(plan, profile, policy.model_copy(update={"serialize_bytes_per_s": {}}), **overrides).save_seconds
     notes = []
     node_bytes = max(n.bytes for n in plan.nodes)
     if node_bytes > capacity_bytes:
@@ -229,15 +231,29 @@ def recommend(plan: CheckpointPlan, profile: StorageProfile, policy: Policy, wha
                    + f"; expected overhead {fmt_percent(ev.overhead_at_recommended)}, expected lost work "
                    f"{fmt_duration(lost)} per failure ({failures_per_day:.2f} failures/day); {storage_limit}")
     rec = Recommendation(
-        storage=profile.name, storage_class=profile.storage_class, mode=policy.mode,
+        plan=plan.describe(), storage=profile.name, storage_class=profile.storage_class, mode=policy.mode,
         save_seconds=scenario.save_seconds, stall_seconds=scenario.stall_seconds, save_model=scenario.save_model,
         mtbf_s=mtbf, mtbf_source=mtbf_source, restart_s=policy.restart_s, max_loss_s=policy.max_loss_s,
         max_overhead=policy.max_overhead, constraints=constraints, recommended_steps=steps, verdict_reason=reason,
         expected_lost_work_per_failure_s=lost, failures_per_day=failures_per_day, needed=needed, summary=summary,
         assumptions=_assumptions(plan, profile, policy, scenario), **ev.model_dump(exclude={"verdict"}), verdict=ev.verdict)
     if what_ifs:
-        rec.what_if = mitigations.what_ifs(plan, profile, policy, mtbf, evaluate)
+        rec.what_if = mitigations.what_ifs(plan, profile, policy, mtbf)
     return rec
+
+
+class Comparison(BaseModel):
+    """One plan on every built-in storage class, without what-ifs."""
+
+    kind: Literal["ckplan.comparison"] = "ckplan.comparison"
+    plan: str
+    recommendations: list[Recommendation]
+
+
+def compare(plan: CheckpointPlan, policy: Policy) -> Comparison:
+    from ckplan import catalog
+    return Comparison(plan=plan.describe(), recommendations=[recommend(plan, p, policy, what_ifs=False)
+                                                             for p in catalog.storage_classes().values()])
 
 
 def _infeasible_reason(s: Scenario, ev: Evaluation, policy: Policy) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import errno
 import os
+import shutil
 import socket
 import time
 from dataclasses import dataclass
@@ -170,10 +171,6 @@ def run_probe(job: ProbeJob, progress: Progress | None = None) -> StorageProfile
                                 repeats=settings.repeats))
 
 
-def probe_filesystem(path: Path, progress: Progress | None = None, **kwargs) -> StorageProfile:
-    return run_probe(prepare_probe(path, **kwargs), progress)
-
-
 def _direct_io_works(scratch: Path) -> bool:
     job = fio.FioJob("direct-check", {"directory": fio.escape_path(scratch), "rw": "write", "bs": "1M", "size": "1M",
                                       "ioengine": "psync", "direct": 1, "unlink": 1})
@@ -238,7 +235,7 @@ def _small_files(scratch, settings, writers, budget, plan, progress, raw) -> Sma
             doc = fio.run_fio([job], scratch, "the small-file phase", on_status=progress.update)
             files = sum(1 for _ in os.scandir(directory))
         finally:
-            target_rm(directory)
+            shutil.rmtree(directory, ignore_errors=True)
         raw.append(doc)
         runtime_s = max(max(int(j["write"]["runtime"]) for j in doc["jobs"]) / 1000, 1e-3)
         write_calls = sum(int(j["write"]["total_ios"]) for j in doc["jobs"])
@@ -255,11 +252,6 @@ def _small_files(scratch, settings, writers, budget, plan, progress, raw) -> Sma
     spread = Spread.of(rates)
     return SmallFiles(files_per_s=spread.median, ops_per_s=Spread.of(ops).median, file_bytes_min=low,
                       file_bytes_max=high, writers=writers, spread=spread)
-
-
-def target_rm(directory: Path) -> None:
-    import shutil
-    shutil.rmtree(directory, ignore_errors=True)
 
 
 def _latency(scratch, settings, progress, raw) -> tuple[Latency, Latency]:
@@ -296,7 +288,7 @@ def _replay(scratch, plan, files, scale, settings, progress) -> Replay:
         except OSError as exc:
             raise replay.oserror_message(exc, "the replay") from None
         finally:
-            target_rm(root)
+            shutil.rmtree(root, ignore_errors=True)
     spread = Spread.of(times)
     full_bytes = sum(f.bytes for f in replay.node_share(plan.manifest)[1])
     return Replay(seconds=spread.median, bytes=total, files=len(files), writers=writers, scale=scale,

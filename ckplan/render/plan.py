@@ -6,22 +6,14 @@ from rich.table import Table
 
 from ckplan.render.console import console
 from ckplan.sizing.plan import CheckpointPlan
-from ckplan.units import fmt_bytes, fmt_count, fmt_duration, fmt_percent, fmt_rate
+from ckplan.units import fmt_bytes, fmt_duration, fmt_percent, fmt_rate
 
 MANIFEST_ROWS = 20
 
 
-def headline(plan: CheckpointPlan) -> str:
-    s = plan.setup
-    model = s.model or f"{fmt_count(s.parameters)} parameters"
-    zero = f" ZeRO-{s.zero}" if s.framework in ("deepspeed", "dcp", "megatron") else ""
-    return (f"{model} ({s.parameters:,} params) · {s.optimizer} · {s.precision} · {s.framework}{zero} · "
-            f"{s.gpus} GPUs on {s.nodes} node(s), tp {s.tp} pp {s.pp} dp {s.dp}")
-
-
 def render_plan(plan: CheckpointPlan, full_manifest: bool = False) -> None:
     out = console()
-    out.print(f"[bold]{headline(plan)}[/bold]")
+    out.print(f"[bold]{plan.describe()}[/bold]")
     out.print(f"One save writes [bold]{fmt_bytes(plan.total_bytes)}[/bold] in {plan.file_count:,} files "
               f"from {plan.writers:,} writer(s) on {plan.nodes_writing} node(s); "
               f"{plan.bytes_per_parameter:.2f} bytes/param of state.\n")

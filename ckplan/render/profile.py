@@ -107,11 +107,11 @@ def live_progress(total_s: float):
     return LiveProgress(total_s) if err_console().is_terminal else _NoDisplay()
 
 
-def render_profiles(rows) -> None:
+def render_profiles(listing: "ProfileList") -> None:
     table = Table(title="Storage profiles", title_justify="left")
     for col in ("name", "source", "class", "fs", "best write", "files/s", "fsync p99", "where"):
         table.add_column(col)
-    for r in rows:
+    for r in listing.profiles:
         table.add_row(r.name, r.source, r.storage_class, r.fs_type, fmt_rate(r.best_write_bytes_per_s),
                       f"{r.files_per_s:,.0f}", fmt_duration(r.fsync_p99_s), r.location)
     console().print(table)

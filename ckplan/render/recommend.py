@@ -4,30 +4,21 @@ from __future__ import annotations
 
 import math
 
-from pydantic import BaseModel
 from rich.table import Table
 
-from ckplan.planning.recommend import Recommendation
+from ckplan.planning.recommend import Comparison, Recommendation
 from ckplan.render.console import console
 from ckplan.units import fmt_duration, fmt_percent, fmt_rate
 
 VERDICT_STYLE = {"ok": "green", "tight": "yellow", "infeasible": "red"}
 
 
-class Comparison(BaseModel):
-    kind: str = "ckplan.comparison"
-    plan: str
-    recommendations: list[Recommendation]
+_d = fmt_duration
 
 
-def _d(seconds: float) -> str:
-    return fmt_duration(seconds) if math.isfinite(seconds) else "—"
-
-
-def render_recommendation(rec: Recommendation, headline: str | None = None) -> None:
+def render_recommendation(rec: Recommendation) -> None:
     out = console()
-    if headline:
-        out.print(f"[bold]{headline}[/bold]")
+    out.print(f"[bold]{rec.plan}[/bold]")
     style = VERDICT_STYLE[rec.verdict]
     out.print(f"[bold {style}]{rec.verdict.upper()}[/bold {style}] on {rec.storage} ({rec.storage_class}, {rec.mode}): "
               f"[bold]{rec.summary}[/bold]")
@@ -96,3 +87,7 @@ def render_comparison(comp: Comparison) -> None:
     out.print(f"Job MTBF {_d(first.mtbf_s)} ({first.mtbf_source}); loss window {_d(first.max_loss_s)}; "
               f"overhead budget {fmt_percent(first.max_overhead)}; restart {_d(first.restart_s)}; mode {first.mode}.")
     out.print("Run with --storage NAME for the constraints and what-ifs of one target.")
+
+
+def render_report_files(files) -> None:
+    console().print(f"wrote {files.markdown}, {files.html} and {', '.join(files.charts)}")

@@ -93,6 +93,18 @@ class CheckpointPlan(BaseModel):
     assumptions: list[str]
     interval: IntervalDemand | None = None
 
+    def describe(self, world: bool = True) -> str:
+        """One line naming the model, optimizer, precision, framework and (with `world`) the GPUs."""
+        from ckplan.units import fmt_count
+
+        s = self.setup
+        model = s.model or f"{fmt_count(s.parameters)} parameters"
+        zero = f" ZeRO-{s.zero}" if s.framework in ("deepspeed", "dcp", "megatron") else ""
+        text = f"{model} ({s.parameters:,} params) · {s.optimizer} · {s.precision} · {s.framework}{zero}"
+        if world:
+            return text + f" · {s.gpus} GPUs on {s.nodes} node(s), tp {s.tp} pp {s.pp} dp {s.dp}"
+        return text + f" · tp {s.tp} pp {s.pp}, {s.gpus_per_node} GPUs per node"
+
 
 def nearest_shape(parameters: float, catalog: dict[str, Architecture]) -> Architecture:
     """The dense catalog model closest in parameter count, to borrow its tensor shapes."""
