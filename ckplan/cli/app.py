@@ -55,9 +55,15 @@ def models(json: o.Json = False) -> None:
     _emit(ModelCatalog.from_catalog(load()), json, "ckplan.render.catalog", "render_models")
 
 
+EndpointUrl = Annotated[Optional[str], typer.Option("--endpoint-url", help="S3: endpoint of an S3-compatible store.", rich_help_panel="S3")]
+Region = Annotated[Optional[str], typer.Option(help="S3: region.", rich_help_panel="S3")]
+AwsProfile = Annotated[Optional[str], typer.Option("--profile", help="S3: AWS profile from ~/.aws/config.", rich_help_panel="S3")]
+S3Timeout = Annotated[str, typer.Option(help="S3: connect and read timeout per request.", rich_help_panel="S3")]
+
+
 @app.command()
 def probe(
-    path: Annotated[str, typer.Argument(help="A directory on the filesystem to measure.")],
+    path: Annotated[str, typer.Argument(help="A directory on the filesystem to measure, or s3://bucket/prefix.")],
     quick: Annotated[bool, typer.Option("--quick", help="About 15 s: one run per point.")] = False,
     thorough: Annotated[bool, typer.Option("--thorough", help="Longer runs, 5 repeats.")] = False,
     writers: Annotated[Optional[int], typer.Option(help="Most writers to test (default: the plan's writers per node, else the CPU count).")] = None,
@@ -66,9 +72,12 @@ def probe(
     max_bytes: Annotated[Optional[str], typer.Option("--max-bytes", help="Most bytes the probe may write at once, e.g. 10GB.")] = None,
     save: Annotated[Optional[str], typer.Option(help="Save the profile under this name in the user config directory.")] = None,
     out: Annotated[Optional[Path], typer.Option(help="Write the profile to this file.")] = None,
+    endpoint_url: EndpointUrl = None, region: Region = None, profile: AwsProfile = None,
+    part_size: Annotated[str, typer.Option("--part-size", help="S3: multipart part size.", rich_help_panel="S3")] = "8MiB",
+    timeout: S3Timeout = "30s",
     json: o.Json = False,
 ) -> None:
-    """Measure what a filesystem target sustains: bandwidth against writers, small files, fsync latency, replay."""
+    """Measure what a target sustains: bandwidth against writers, small files, fsync latency, replay."""
     import signal
 
     from ckplan import profile_store
@@ -82,29 +91,45 @@ def probe(
     preset = "quick" if quick else "thorough" if thorough else "default"
     plan = o.load_plan(plan_file) if plan_file else None
     limit = parse_bytes(max_bytes, "--max-bytes") if max_bytes else None
-    job = prepare_probe(Path(path), preset=preset, writers=writers, plan=plan, scale=scale, max_bytes=limit, name=save)
+    if path.startswith("s3:"):  # s3://bucket/prefix; malformed ones get the S3 parser's message
+        from ckplan.probe.s3 import prepare_s3_probe, run_s3_probe
+        from ckplan.units import parse_duration
+        job = prepare_s3_probe(path, endpoint_url=endpoint_url, region=region, profile=profile, preset=preset,
+                               writers=writers, plan=plan, scale=scale, part_bytes=parse_bytes(part_size, "--part-size"),
+                               timeout_s=parse_duration(timeout, "--timeout"), name=save)
+        run = run_s3_probe
+    else:
+        job = prepare_probe(Path(path), preset=preset, writers=writers, plan=plan, scale=scale, max_bytes=limit, name=save)
+        run = run_probe
     signal.signal(signal.SIGTERM, _interrupt)  # run the same cleanup as Ctrl-C
     from ckplan.render.profile import live_progress
     with live_progress(job.estimated_seconds) as live:
-        profile = run_probe(job, live)
+        result = run(job, live)
     if save:
-        where = profile_store.save(profile, save)
+        where = profile_store.save(result, save)
         print(f"saved profile {save!r} to {where}", file=sys.stderr)
     if out:
-        profile_store.write(profile, out)
-    _emit(profile, json, "ckplan.render.profile", "render_profile")
+        profile_store.write(result, out)
+    _emit(result, json, "ckplan.render.profile", "render_profile")
 
 
 @app.command()
 def clean(
-    path: Annotated[str, typer.Argument(help="The directory a killed probe wrote under.")],
+    path: Annotated[str, typer.Argument(help="The directory (or s3://bucket/prefix) a killed probe wrote under.")],
     force: Annotated[bool, typer.Option("--force", help="Also remove scratch directories of other hosts' probes.")] = False,
+    endpoint_url: EndpointUrl = None, region: Region = None, profile: AwsProfile = None, timeout: S3Timeout = "30s",
     json: o.Json = False,
 ) -> None:
-    """Remove scratch directories left by a probe that was killed with -9."""
-    from ckplan.probe.clean import clean_target
-
-    _emit(clean_target(Path(path), force), json, "ckplan.render.clean", "render_clean")
+    """Remove what a probe killed with -9 left behind: scratch directories, or objects and multipart uploads."""
+    if path.startswith("s3:"):  # s3://bucket/prefix; malformed ones get the S3 parser's message
+        from ckplan.probe.s3 import clean_s3
+        from ckplan.units import parse_duration
+        result = clean_s3(path, endpoint_url=endpoint_url, region=region, profile=profile,
+                          timeout_s=parse_duration(timeout, "--timeout"))
+    else:
+        from ckplan.probe.clean import clean_target
+        result = clean_target(Path(path), force)
+    _emit(result, json, "ckplan.render.clean", "render_clean")
 
 
 @app.command()

@@ -10,66 +10,16 @@ import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
 from ckplan.errors import InputError
 from ckplan.probe import fio, replay, target
+from ckplan.probe.base import PRESETS, MiB, Preset, Progress, Silent, writer_counts
 from ckplan.profile import (
     BandwidthPoint, Latency, Measurement, Replay, SmallFiles, Spread, StorageProfile,
 )
 
-MiB = 2**20
 DEFAULT_SMALL_FILE_RANGE = (4 * 1024, 256 * 1024)  # RNG states (~15 KB) up to index/metadata files
 UNSIZED_DEFAULT_BYTES = 2**30  # what the probe may write on a filesystem that reports no size, unless --max-bytes
-
-
-@dataclass(frozen=True)
-class Preset:
-    """Time budgets, split over the points and repeats: longer runs per point give steadier figures."""
-
-    name: str
-    bytes_per_writer: int  # upper bound per writer for a bandwidth point; the runtime cap usually ends it first
-    bandwidth_budget_s: float  # all bandwidth points and repeats together
-    small_files_budget_s: float  # all small-file repeats together
-    latency_runtime_s: float  # each of the two latency runs
-    repeats: int
-
-    def point_runtime_s(self, max_writers: int) -> float:
-        return round(self.bandwidth_budget_s / (len(writer_counts(max_writers)) * self.repeats), 1)
-
-    @property
-    def small_files_runtime_s(self) -> float:
-        return self.small_files_budget_s / self.repeats
-
-
-PRESETS = {
-    "quick": Preset("quick", 256 * MiB, 5.0, 2.0, 1.0, 1),
-    "default": Preset("default", 2048 * MiB, 30.0, 12.0, 3.0, 3),
-    "thorough": Preset("thorough", 8192 * MiB, 150.0, 40.0, 10.0, 5),
-}
-
-
-class Progress(Protocol):
-    """What the probe reports while it runs; the CLI draws it with rich."""
-
-    def phase(self, name: str, budget_s: float) -> None: ...
-    def update(self, bytes_written: int, elapsed_s: float) -> None: ...
-
-
-class _Silent:
-    def phase(self, name: str, budget_s: float) -> None:
-        pass
-
-    def update(self, bytes_written: int, elapsed_s: float) -> None:
-        pass
-
-
-def writer_counts(max_writers: int) -> list[int]:
-    counts, w = [], 1
-    while w < max_writers:
-        counts.append(w)
-        w *= 2
-    return counts + [max_writers]
 
 
 def estimated_seconds(preset: Preset, max_writers: int) -> float:
@@ -143,7 +93,7 @@ def prepare_probe(path: Path, *, preset: str = "default", writers: int | None = 
 
 def run_probe(job: ProbeJob, progress: Progress | None = None) -> StorageProfile:
     """Measure bandwidth against writers, small-file rate, fsync latency and (with a plan) a replay."""
-    progress = progress or _Silent()
+    progress = progress or Silent()
     settings, path = job.preset, job.path
     started = time.monotonic()
     raw: list[dict] = []

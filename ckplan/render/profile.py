@@ -23,28 +23,33 @@ def _spread(s, fmt) -> str:
 def render_profile(p: StorageProfile) -> None:
     out = console()
     mode = {True: "direct I/O", False: "buffered + fsync (O_DIRECT refused)", None: "n/a"}[p.direct_io]
-    out.print(f"[bold]{p.name}[/bold]: {p.target} — {p.fs_type} ({p.storage_class}), mounted at {p.mount_point or '-'}, "
-              f"{'shared' if p.shared else 'node-local'}, {mode}")
+    objects = p.fs_type == "s3"
+    where = (f"endpoint {p.mount_options.get('endpoint', '-')}, region {p.mount_options.get('region', '-')}" if objects
+             else f"mounted at {p.mount_point or '-'}, {mode}")
+    out.print(f"[bold]{p.name}[/bold]: {p.target} — {p.fs_type} ({p.storage_class}), {where}, "
+              f"{'shared' if p.shared else 'node-local'}")
     interesting = {k: v for k, v in p.mount_options.items() if k in ("nconnect", "rsize", "wsize", "vers", "proto", "hard", "soft", "ro", "sync")}
     if interesting:
         out.print("mount options: " + ", ".join(f"{k}={v}" if v else k for k, v in interesting.items()))
     m = p.measurement
     out.print(f"measured with {m.tool} on {m.host} at {m.date}, preset {m.preset}, {fmt_duration(m.duration_s)}"
               + (f", up to {fmt_bytes(m.bandwidth_bytes_per_writer)} per writer, {m.runtime_cap_s:g} s per point" if m.bandwidth_bytes_per_writer else ""))
-    table = Table(title="Write bandwidth against writers (flushed)", title_justify="left")
+    table = Table(title="Write bandwidth against concurrent multipart streams" if objects
+                  else "Write bandwidth against writers (flushed)", title_justify="left")
     for col in ("writers", "hosts", "median", "min … max"):
         table.add_column(col, justify="right")
     for b in p.bandwidth:
         table.add_row(str(b.writers), str(b.hosts), fmt_rate(b.bytes_per_s), _spread(b.spread, fmt_rate))
     out.print(table)
     s = p.small_files
-    out.print(f"Small files ({fmt_bytes(s.file_bytes_min)}–{fmt_bytes(s.file_bytes_max)}, create+write+fsync+close, "
+    how = "one PUT each" if objects else "create+write+fsync+close"
+    out.print(f"Small {'objects' if objects else 'files'} ({fmt_bytes(s.file_bytes_min)}–{fmt_bytes(s.file_bytes_max)}, {how}, "
               f"{s.writers} writers): [bold]{s.files_per_s:,.0f} files/s[/bold], {s.ops_per_s:,.0f} ops/s "
               + _spread(s.spread, lambda v: f"{v:,.0f}"))
     lat = Table(title="Latency", title_justify="left")
     for col in ("operation", "p50", "p99", "p99.9"):
         lat.add_column(col, justify="right" if col != "operation" else "left")
-    lat.add_row("fsync after a 4 KiB write", *(fmt_duration(v) for v in (p.fsync_latency.p50_s, p.fsync_latency.p99_s, p.fsync_latency.p999_s)))
+    lat.add_row("small-object PUT" if objects else "fsync after a 4 KiB write", *(fmt_duration(v) for v in (p.fsync_latency.p50_s, p.fsync_latency.p99_s, p.fsync_latency.p999_s)))
     if p.sync_write_latency:
         w = p.sync_write_latency
         lat.add_row("4 KiB O_SYNC write", *(fmt_duration(v) for v in (w.p50_s, w.p99_s, w.p999_s)))

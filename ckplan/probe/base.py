@@ -1,0 +1,59 @@
+"""What every probe target shares: presets (time budgets), the progress interface, the writer sweep."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+MiB = 2**20
+
+
+@dataclass(frozen=True)
+class Preset:
+    """Time budgets, split over the points and repeats: longer runs per point give steadier figures."""
+
+    name: str
+    bytes_per_writer: int  # upper bound per writer for a bandwidth point; the runtime cap usually ends it first
+    bandwidth_budget_s: float  # all bandwidth points and repeats together
+    small_files_budget_s: float  # all small-file repeats together
+    latency_runtime_s: float  # each of the two latency runs
+    repeats: int
+
+    def point_runtime_s(self, max_writers: int) -> float:
+        return round(self.bandwidth_budget_s / (len(writer_counts(max_writers)) * self.repeats), 1)
+
+    @property
+    def small_files_runtime_s(self) -> float:
+        return self.small_files_budget_s / self.repeats
+
+
+PRESETS = {
+    "quick": Preset("quick", 256 * MiB, 5.0, 2.0, 1.0, 1),
+    "default": Preset("default", 2048 * MiB, 30.0, 12.0, 3.0, 3),
+    "thorough": Preset("thorough", 8192 * MiB, 150.0, 40.0, 10.0, 5),
+}
+
+
+class Progress(Protocol):
+    """What the probe reports while it runs; the CLI draws it with rich."""
+
+    def phase(self, name: str, budget_s: float) -> None: ...
+    def update(self, bytes_written: int, elapsed_s: float) -> None: ...
+
+
+class Silent:
+    def phase(self, name: str, budget_s: float) -> None:
+        pass
+
+    def update(self, bytes_written: int, elapsed_s: float) -> None:
+        pass
+
+
+def writer_counts(max_writers: int) -> list[int]:
+    counts, w = [], 1
+    while w < max_writers:
+        counts.append(w)
+        w *= 2
+    return counts + [max_writers]
+
+

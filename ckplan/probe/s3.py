@@ -1,0 +1,399 @@
+"""Probe an S3-compatible object store with ckplan's own client (fio 3.33 has no S3 engine).
+
+The result is the same StorageProfile a filesystem probe gives, so `recommend`
+works unchanged:
+- bandwidth: 1, 2, 4 … concurrent streams, each one multipart upload whose
+  parts go one after another (part size stated, --part-size), time-bounded;
+- small files: PUT rate and per-request latency (p50/p99/p99.9) of small
+  objects from every writer; the PUT latency also stands in for fsync latency,
+  since an object is durable when its PUT returns;
+- replay: each file of the busiest node becomes one object, written by its
+  rank's thread, multipart above the part size, as object-store writers do.
+Everything goes under a unique key prefix, deleted at the end, on error and on
+Ctrl-C, with every multipart upload it started aborted; `ckplan clean s3://…`
+removes what a killed probe left. Credentials come from the standard AWS chain
+and never reach output, profiles or error messages: errors are rebuilt from
+their codes, not passed through.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import secrets
+import socket
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+from ckplan.errors import InputError
+from ckplan.probe import replay
+from ckplan.probe.base import PRESETS, MiB, Preset, Progress, Silent, writer_counts
+from ckplan.profile import BandwidthPoint, Latency, Measurement, Replay, SmallFiles, Spread, StorageProfile
+
+SCRATCH_PREFIX = ".ckplan-probe-"
+DEFAULT_PART_BYTES = 8 * MiB  # boto3 TransferConfig's multipart_chunksize
+MIN_PART_BYTES = 5 * MiB  # S3's smallest part (all but the last)
+SMALL_OBJECT_RANGE = (4 * 1024, 256 * 1024)
+
+
+@dataclass(frozen=True)
+class S3Location:
+    bucket: str
+    prefix: str
+    endpoint_url: str | None
+    region: str | None
+    profile: str | None
+
+    @property
+    def url(self) -> str:
+        return f"s3://{self.bucket}/{self.prefix}".rstrip("/")
+
+    @property
+    def safe_endpoint(self) -> str:
+        """The endpoint without any user:password@ part."""
+        if not self.endpoint_url:
+            return "AWS default"
+        parts = urlsplit(self.endpoint_url)
+        host = parts.hostname or ""
+        netloc = host + (f":{parts.port}" if parts.port else "")
+        return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+def parse_url(url: str, endpoint_url: str | None = None, region: str | None = None,
+              profile: str | None = None) -> S3Location:
+    if not url.startswith("s3://"):
+        raise InputError(f"not an S3 URL: {url!r} (use s3://bucket/prefix)")
+    rest = url[5:]
+    bucket, _, prefix = rest.partition("/")
+    if not (3 <= len(bucket) <= 63) or not all(c.isalnum() or c in ".-" for c in bucket) or bucket[0] in ".-":
+        raise InputError(f"malformed S3 URL {url!r}: {bucket!r} is not a valid bucket name")
+    if endpoint_url is not None:
+        parts = urlsplit(endpoint_url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise InputError(f"--endpoint-url must be an http(s) URL, got {S3Location(bucket, '', endpoint_url, None, None).safe_endpoint!r}")
+    return S3Location(bucket, prefix.strip("/"), endpoint_url, region, profile)
+
+
+def client(loc: S3Location, timeout_s: float, pool: int):
+    try:
+        import boto3
+        import botocore.config
+        import botocore.exceptions
+    except ImportError:
+        raise InputError("S3 probing needs boto3: pip install 'ckplan[s3]'") from None
+    try:
+        session = boto3.session.Session(profile_name=loc.profile, region_name=loc.region)
+    except botocore.exceptions.ProfileNotFound:
+        raise InputError(f"AWS profile {loc.profile!r} is not configured") from None
+    if session.get_credentials() is None:
+        raise InputError("no AWS credentials found (environment variables, ~/.aws/credentials or --profile)")
+    config = botocore.config.Config(connect_timeout=timeout_s, read_timeout=timeout_s, max_pool_connections=pool,
+                                    retries={"max_attempts": 2, "mode": "standard"},
+                                    region_name=loc.region or session.region_name or "us-east-1")
+    return session.client("s3", endpoint_url=loc.endpoint_url, config=config)
+
+
+def describe(exc: BaseException, loc: S3Location, what: str) -> InputError:
+    """One line from an S3 failure, built from its code: never the raw message, which could echo request details."""
+    import botocore.exceptions as be
+
+    if isinstance(exc, be.NoCredentialsError):
+        return InputError("no AWS credentials found (environment variables, ~/.aws/credentials or --profile)")
+    if isinstance(exc, be.EndpointConnectionError):
+        return InputError(f"cannot connect to the S3 endpoint {loc.safe_endpoint} during {what}: connection refused or unreachable")
+    if isinstance(exc, (be.ConnectTimeoutError, be.ReadTimeoutError)):
+        return InputError(f"the S3 endpoint {loc.safe_endpoint} did not answer in time during {what}")
+    if isinstance(exc, (be.ConnectionClosedError, be.ConnectionError)) or isinstance(exc, ConnectionError):
+        return InputError(f"the S3 endpoint {loc.safe_endpoint} dropped the connection during {what}")
+    if isinstance(exc, be.ClientError):
+        code = str(exc.response.get("Error", {}).get("Code", "unknown"))
+        if code in ("NoSuchBucket", "404", "NotFound"):
+            return InputError(f"bucket {loc.bucket!r} does not exist at {loc.safe_endpoint}")
+        if code in ("InvalidAccessKeyId", "SignatureDoesNotMatch", "InvalidToken", "ExpiredToken"):
+            return InputError(f"the S3 endpoint rejected the credentials ({code}) during {what}")
+        if code in ("403", "AccessDenied", "Forbidden"):
+            return InputError(f"the S3 endpoint refused access ({code}) during {what}: wrong credentials, or no permission on {loc.bucket!r}")
+        return InputError(f"S3 error {code} during {what}")
+    if isinstance(exc, be.BotoCoreError):
+        return InputError(f"S3 client error ({type(exc).__name__}) during {what}")
+    return InputError(f"{what} failed: {type(exc).__name__}")
+
+
+@dataclass
+class Scratch:
+    """A unique key prefix; every object and multipart upload under it is removed on exit."""
+
+    s3: object
+    loc: S3Location
+    prefix: str = ""
+    uploads: dict = field(default_factory=dict)  # upload id -> key
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __post_init__(self) -> None:
+        name = f"{SCRATCH_PREFIX}{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(4)}"
+        self.prefix = f"{self.loc.prefix}/{name}/" if self.loc.prefix else f"{name}/"
+
+    def __enter__(self) -> "Scratch":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        remove_prefix(self.s3, self.loc.bucket, self.prefix)
+
+
+def remove_prefix(s3, bucket: str, prefix: str) -> int:
+    """Abort every multipart upload and delete every object under `prefix`; the count removed."""
+    removed = 0
+    for page in s3.get_paginator("list_multipart_uploads").paginate(Bucket=bucket, Prefix=prefix):
+        for up in page.get("Uploads", []):
+            s3.abort_multipart_upload(Bucket=bucket, Key=up["Key"], UploadId=up["UploadId"])
+            removed += 1
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+        keys = [{"Key": o["Key"]} for o in page.get("Contents", [])]
+        for i in range(0, len(keys), 1000):
+            s3.delete_objects(Bucket=bucket, Delete={"Objects": keys[i:i + 1000], "Quiet": True})
+        removed += len(keys)
+    return removed
+
+
+class Writer:
+    """Uploads from one shared random buffer (incompressible, like weights), tracking multipart uploads."""
+
+    def __init__(self, s3, scratch: Scratch, part_bytes: int, cancel: threading.Event, on_bytes):
+        self.s3, self.scratch, self.part_bytes, self.cancel, self.on_bytes = s3, scratch, part_bytes, cancel, on_bytes
+        self.block = os.urandom(part_bytes)
+
+    def put(self, key: str, size: int) -> float:
+        """One PUT of `size` bytes; returns its latency."""
+        body = self.block[:size] if size <= len(self.block) else os.urandom(size)
+        start = time.perf_counter()
+        self.s3.put_object(Bucket=self.scratch.loc.bucket, Key=key, Body=body)
+        self.on_bytes(size)
+        return time.perf_counter() - start
+
+    def multipart(self, key: str, size: int | None, deadline: float | None = None) -> int:
+        """Upload parts one after another until `size` bytes or the deadline; returns the bytes uploaded."""
+        bucket = self.scratch.loc.bucket
+        up = self.s3.create_multipart_upload(Bucket=bucket, Key=key)["UploadId"]
+        with self.scratch.lock:
+            self.scratch.uploads[up] = key
+        parts, sent, number = [], 0, 1
+        while size is None or sent < size:
+            if self.cancel.is_set():
+                raise replay.Cancelled()
+            n = self.part_bytes if size is None else min(self.part_bytes, size - sent)
+            etag = self.s3.upload_part(Bucket=bucket, Key=key, UploadId=up, PartNumber=number, Body=self.block[:n])["ETag"]
+            parts.append({"ETag": etag, "PartNumber": number})
+            sent += n
+            number += 1
+            self.on_bytes(n)
+            if deadline is not None and time.perf_counter() >= deadline:
+                break
+        self.s3.complete_multipart_upload(Bucket=bucket, Key=key, UploadId=up, MultipartUpload={"Parts": parts})
+        with self.scratch.lock:
+            del self.scratch.uploads[up]
+        return sent
+
+
+@dataclass(frozen=True)
+class S3ProbeJob:
+    loc: S3Location
+    preset: Preset
+    writers: int
+    part_bytes: int
+    timeout_s: float
+    plan: object | None
+    replay_files: tuple
+    scale: float
+    name: str | None
+
+    @property
+    def estimated_seconds(self) -> float:
+        return self.preset.bandwidth_budget_s + self.preset.small_files_budget_s + 2.0
+
+
+def prepare_s3_probe(url: str, *, endpoint_url: str | None = None, region: str | None = None, profile: str | None = None,
+                     preset: str = "default", writers: int | None = None, plan=None, scale: float = 1.0,
+                     part_bytes: int = DEFAULT_PART_BYTES, timeout_s: float = 30.0, name: str | None = None) -> S3ProbeJob:
+    """Every check that can fail before an object is written: URL, credentials, endpoint, bucket."""
+    loc = parse_url(url, endpoint_url, region, profile)
+    if part_bytes < MIN_PART_BYTES:
+        raise InputError(f"--part-size must be at least 5 MiB (S3's smallest part), got {part_bytes:,} bytes")
+    max_writers = writers or (plan.max_writers_per_node if plan else os.cpu_count() or 1)
+    s3 = client(loc, timeout_s, 2 * max_writers + 4)
+    try:
+        s3.head_bucket(Bucket=loc.bucket)
+    except Exception as exc:  # noqa: BLE001 — every failure becomes one line
+        raise describe(exc, loc, "the bucket check") from None
+    files = tuple(replay.scaled_files(replay.node_share(plan.manifest)[1], scale)) if plan is not None else ()
+    return S3ProbeJob(loc=loc, preset=PRESETS[preset], writers=max_writers, part_bytes=part_bytes, timeout_s=timeout_s,
+                      plan=plan, replay_files=files, scale=scale, name=name)
+
+
+def run_s3_probe(job: S3ProbeJob, progress: Progress | None = None) -> StorageProfile:
+    progress = progress or Silent()
+    s3 = client(job.loc, job.timeout_s, 2 * job.writers + 4)
+    cancel = threading.Event()
+    started = time.monotonic()
+    counter = {"bytes": 0, "t0": time.perf_counter()}
+    lock = threading.Lock()
+
+    def on_bytes(n: int) -> None:
+        with lock:
+            counter["bytes"] += n
+            progress.update(counter["bytes"], time.perf_counter() - counter["t0"])
+
+    def phase(label: str, budget: float) -> None:
+        counter.update(bytes=0, t0=time.perf_counter())
+        progress.phase(label, budget)
+
+    what = "the S3 probe"
+    try:
+        with Scratch(s3, job.loc) as scratch, ThreadPoolExecutor(max_workers=job.writers) as pool:
+            writer = Writer(s3, scratch, job.part_bytes, cancel, on_bytes)
+            try:
+                what = "the bandwidth phase"
+                bandwidth = _bandwidth(job, writer, scratch, pool, phase)
+                what = "the small-object phase"
+                small, latency = _small_objects(job, writer, scratch, pool, phase)
+                what = "the replay"
+                replayed = _replay(job, writer, scratch, pool, phase) if job.plan is not None else None
+            except BaseException:
+                cancel.set()
+                raise
+    except InputError:
+        raise
+    except replay.Cancelled:
+        raise KeyboardInterrupt from None
+    except Exception as exc:  # noqa: BLE001
+        raise describe(exc, job.loc, what) from None
+    import boto3
+    import botocore
+    return StorageProfile(
+        name=job.name or job.loc.url, target=job.loc.url, fs_type="s3", storage_class="s3", mount_point=None,
+        mount_options={"endpoint": job.loc.safe_endpoint, "region": s3.meta.region_name,
+                       "part_size": str(job.part_bytes)},
+        shared=True, direct_io=None, bandwidth=bandwidth, best_write_bytes_per_s=max(b.bytes_per_s for b in bandwidth),
+        small_files=small, fsync_latency=latency, replay=replayed,
+        notes=[f"object store: one multipart upload per stream, parts of {job.part_bytes // MiB} MiB one after another; "
+               "fsync latency is the small-object PUT latency (an object is durable when PUT returns)"],
+        measurement=Measurement(tool=f"ckplan-s3 (boto3 {boto3.__version__}, botocore {botocore.__version__})",
+                                date=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), host=socket.gethostname(),
+                                preset=job.preset.name, duration_s=time.monotonic() - started,
+                                bandwidth_bytes_per_writer=job.preset.bytes_per_writer,
+                                runtime_cap_s=job.preset.point_runtime_s(job.writers), repeats=job.preset.repeats))
+
+
+def _bandwidth(job, writer, scratch, pool, phase) -> list[BandwidthPoint]:
+    points = []
+    runtime = job.preset.point_runtime_s(job.writers)
+    for streams in writer_counts(job.writers):
+        values = []
+        for r in range(job.preset.repeats):
+            phase(f"bandwidth: {streams} multipart stream(s), run {r + 1}/{job.preset.repeats}", runtime)
+            start = time.perf_counter()
+            deadline = start + runtime
+            futures = [pool.submit(writer.multipart, f"{scratch.prefix}bw-{streams}-{r}-{i}", job.preset.bytes_per_writer, deadline)
+                       for i in range(streams)]
+            sent = sum(f.result() for f in futures)
+            values.append(sent / (time.perf_counter() - start))
+        spread = Spread.of(values)
+        points.append(BandwidthPoint(writers=streams, bytes_per_s=spread.median, spread=spread))
+    return points
+
+
+def _small_sizes(plan) -> list[int]:
+    low, high = SMALL_OBJECT_RANGE
+    if plan is not None:
+        sizes = [f.bytes for f in plan.manifest if f.kind == "small"]
+        if sizes:
+            low, high = max(1, min(sizes)), max(1, min(max(sizes), 4 * MiB))
+    return sorted({int(low * (high / low) ** (i / 3)) for i in range(4)})
+
+
+def _small_objects(job, writer, scratch, pool, phase) -> tuple[SmallFiles, Latency]:
+    sizes = _small_sizes(job.plan)
+    runtime = job.preset.small_files_runtime_s
+    rates, latencies = [], []
+    for r in range(job.preset.repeats):
+        phase(f"small objects: PUT from {job.writers} writers, run {r + 1}/{job.preset.repeats}", runtime)
+        start = time.perf_counter()
+        deadline = start + runtime
+
+        def loop(w: int) -> list[float]:
+            out, i = [], 0
+            while time.perf_counter() < deadline and not writer.cancel.is_set():
+                out.append(writer.put(f"{scratch.prefix}small-{r}-{w}-{i}", sizes[i % len(sizes)]))
+                i += 1
+            return out
+
+        per = [f.result() for f in [pool.submit(loop, w) for w in range(job.writers)]]
+        done = [x for p in per for x in p]
+        rates.append(len(done) / (time.perf_counter() - start))
+        latencies += done
+    latencies.sort()
+
+    def pct(p: float) -> float:
+        return latencies[min(len(latencies) - 1, int(p / 100 * len(latencies)))]
+
+    spread = Spread.of(rates)
+    small = SmallFiles(files_per_s=spread.median, ops_per_s=spread.median, file_bytes_min=sizes[0], file_bytes_max=sizes[-1],
+                       writers=job.writers, spread=spread)
+    return small, Latency(p50_s=pct(50), p99_s=pct(99), p999_s=pct(99.9), mean_s=sum(latencies) / len(latencies),
+                          samples=len(latencies))
+
+
+def _replay(job, writer, scratch, pool, phase) -> Replay:
+    files = list(job.replay_files)
+    by_writer: dict[int, list] = {}
+    for f in files:
+        by_writer.setdefault(f.writer, []).append(f)
+    times = []
+    for r in range(job.preset.repeats):
+        phase(f"replay: {len(files)} objects, {len(by_writer)} writers, scale {job.scale:g}, run {r + 1}/{job.preset.repeats}", 0)
+        root = f"{scratch.prefix}replay-{r}/"
+
+        def run(fs) -> None:
+            for f in fs:
+                if f.bytes > job.part_bytes:
+                    writer.multipart(root + f.path, f.bytes)
+                else:
+                    writer.put(root + f.path, f.bytes)
+
+        start = time.perf_counter()
+        for fut in [pool.submit(run, fs) for fs in by_writer.values()]:
+            fut.result()
+        times.append(time.perf_counter() - start)
+        remove_prefix(writer.s3, job.loc.bucket, root)
+    spread = Spread.of(times)
+    total = sum(f.bytes for f in files)
+    full = sum(f.bytes for f in replay.node_share(job.plan.manifest)[1])
+    return Replay(seconds=spread.median, bytes=total, files=len(files), writers=len(by_writer), scale=job.scale,
+                  plan_fingerprint=replay.fingerprint([(f.path, f.bytes, f.rank) for f in job.plan.manifest]),
+                  full_scale_seconds=spread.median * full / total, spread=spread)
+
+
+def clean_s3(url: str, *, endpoint_url: str | None = None, region: str | None = None, profile: str | None = None,
+             timeout_s: float = 30.0):
+    """Remove every `.ckplan-probe-*` prefix (objects and multipart uploads) under the URL."""
+    from ckplan.probe.clean import CleanResult
+
+    loc = parse_url(url, endpoint_url, region, profile)
+    s3 = client(loc, timeout_s, 4)
+    base = f"{loc.prefix}/" if loc.prefix else ""
+    removed: list[str] = []
+    try:
+        found = set()
+        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=loc.bucket, Prefix=base + SCRATCH_PREFIX, Delimiter="/"):
+            found |= {p["Prefix"] for p in page.get("CommonPrefixes", [])}
+        for page in s3.get_paginator("list_multipart_uploads").paginate(Bucket=loc.bucket, Prefix=base + SCRATCH_PREFIX):
+            found |= {base + u["Key"][len(base):].split("/", 1)[0] + "/" for u in page.get("Uploads", [])}
+        for prefix in sorted(found):
+            remove_prefix(s3, loc.bucket, prefix)
+            removed.append(f"s3://{loc.bucket}/{prefix}")
+    except Exception as exc:  # noqa: BLE001
+        raise describe(exc, loc, "the clean-up") from None
+    return CleanResult(target=loc.url, removed=removed, kept=[])
