@@ -312,6 +312,60 @@ def provision(
     _emit(sweep, json, "ckplan.render.provision", "render_provision")
 
 
+@app.command()
+def diagnose(
+    logs: Annotated[list[Path], typer.Argument(help="Training logs to read (any size; streamed).")],
+    pattern: Annotated[Optional[str], typer.Option(help="A regex with (?P<duration>…) seconds, or (?P<start>…) and (?P<end>…) timestamps.")] = None,
+    by: Annotated[str, typer.Option(help="Fit against 'save' number or wall 'time'.")] = "save",
+    interval: Annotated[Optional[str], typer.Option(help="The save interval, if the log has no timestamps.")] = None,
+    plan_file: Annotated[Optional[Path], typer.Option("--plan", help="A plan, to compare with ckplan's prediction.")] = None,
+    storage: Annotated[Optional[str], typer.Option("--storage", help="The target's profile, with --plan.")] = None,
+    json: o.Json = False,
+) -> None:
+    """Is storage the bottleneck? Save times from training logs, their trend, and a verdict."""
+    from ckplan.diagnose.logs import extract
+    from ckplan.diagnose.trend import diagnose as run
+    from ckplan.units import parse_duration
+
+    if by not in ("save", "time"):
+        raise InputError(f"--by must be save or time, got {by!r}")
+    if (plan_file is None) != (storage is None):
+        raise InputError("--plan and --storage go together")
+    predicted = None
+    if plan_file is not None:
+        from ckplan import profile_store
+        from ckplan.planning.policy import Policy
+        from ckplan.planning.recommend import sync_scenario
+        predicted = sync_scenario(o.load_plan(plan_file), profile_store.resolve(storage), Policy()).save_seconds
+    saves, read = extract(logs, pattern)
+    result = run(saves, [str(p) for p in logs], read, "wall time" if by == "time" else "save number",
+                 parse_duration(interval, "--interval") if interval else None, predicted)
+    _emit(result, json, "ckplan.render.diagnose", "render_diagnosis")
+
+
+@app.command()
+def watch(
+    target: Annotated[str, typer.Argument(help="A path (its block device is watched) or a device such as /dev/nvme0n1.")] = ".",
+    interval: Annotated[str, typer.Option(help="Sampling interval.")] = "1s",
+    duration: Annotated[Optional[str], typer.Option(help="Stop after this long (default: until Ctrl-C).")] = None,
+    record: Annotated[Optional[Path], typer.Option(help="Save the timeline as CSV (.csv) or JSON.")] = None,
+    json: o.Json = False,
+) -> None:
+    """A live iostat-like view of the device behind a path: write MB/s, IOPS, %util, w_await, GPU utilisation."""
+    from ckplan.diagnose import device
+    from ckplan.units import parse_duration
+
+    on_sample = None
+    if not json:
+        from ckplan.render.watch import print_sample
+        on_sample = print_sample
+    result = device.watch(target, parse_duration(interval, "--interval"),
+                          parse_duration(duration, "--duration") if duration else None, on_sample)
+    if record:
+        device.record(result, record)
+    _emit(result, json, "ckplan.render.watch", "render_watch")
+
+
 @app.command("compress-test")
 def compress_test(
     file: Annotated[Optional[Path], typer.Option("--file", help="Tensor bytes to test (a shard); default: generated bf16/fp32 Adam state.")] = None,
