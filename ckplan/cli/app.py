@@ -75,6 +75,8 @@ def probe(
     endpoint_url: EndpointUrl = None, region: Region = None, profile: AwsProfile = None,
     part_size: Annotated[str, typer.Option("--part-size", help="S3: multipart part size.", rich_help_panel="S3")] = "8MiB",
     timeout: S3Timeout = "30s",
+    hosts: Annotated[Optional[str], typer.Option(help="Probe from many hosts at once: host[:port],… each running `ckplan agent`.", rich_help_panel="Multi-host")] = None,
+    hosts_file: Annotated[Optional[Path], typer.Option("--hosts-file", help="One host[:port] per line.", rich_help_panel="Multi-host")] = None,
     json: o.Json = False,
 ) -> None:
     """Measure what a target sustains: bandwidth against writers, small files, fsync latency, replay."""
@@ -98,6 +100,11 @@ def probe(
                                writers=writers, plan=plan, scale=scale, part_bytes=parse_bytes(part_size, "--part-size"),
                                timeout_s=parse_duration(timeout, "--timeout"), name=save)
         run = run_s3_probe
+    elif hosts or hosts_file:
+        from ckplan.probe.cluster import parse_hosts, prepare_cluster_probe, run_cluster_probe
+        job = prepare_cluster_probe(Path(path), parse_hosts(hosts, hosts_file), preset=preset, writers=writers,
+                                    plan=plan, scale=scale, name=save)
+        run = run_cluster_probe
     else:
         job = prepare_probe(Path(path), preset=preset, writers=writers, plan=plan, scale=scale, max_bytes=limit, name=save)
         run = run_probe
@@ -364,6 +371,27 @@ def watch(
     if record:
         device.record(result, record)
     _emit(result, json, "ckplan.render.watch", "render_watch")
+
+
+@app.command()
+def agent(
+    bind: Annotated[str, typer.Option(help="Address the fio server listens on; bind to a trusted network only.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port (fio's default is 8765).")] = 8765,
+) -> None:
+    """Run a fio server on this host for `ckplan probe PATH --hosts …` (fio's protocol has no authentication)."""
+    import os
+    import shlex
+
+    from ckplan.probe.cluster import agent_command, is_loopback
+
+    if not 0 < port < 65536:
+        raise InputError(f"--port must be 1-65535, got {port}")
+    cmd = agent_command(bind, port)
+    if not is_loopback(bind):
+        print(f"ckplan: warning: fio's server protocol has no authentication; anyone who reaches {bind}:{port} "
+              "can run jobs as this user. Bind to a trusted network only.", file=sys.stderr)
+    print(f"running: {shlex.join(cmd)}", file=sys.stderr, flush=True)
+    os.execv(cmd[0], cmd)
 
 
 @app.command("compress-test")

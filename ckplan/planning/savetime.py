@@ -52,15 +52,23 @@ def plan_fingerprint(plan: CheckpointPlan) -> str:
 
 
 def aggregate_bandwidth(profile: StorageProfile, node_bw: float, nodes: int) -> float:
-    """Bandwidth of `nodes` hosts writing at once: measured over hosts if probed, else capped by the limit."""
-    if profile.aggregate_bandwidth:
-        measured = max((p for p in profile.aggregate_bandwidth if p.hosts <= nodes), key=lambda p: p.hosts, default=None)
-        if measured is not None and measured.hosts == nodes:
-            return measured.bytes_per_s
-    total = node_bw * nodes
-    if profile.shared and profile.aggregate_limit_bytes_per_s:
-        total = min(total, profile.aggregate_limit_bytes_per_s)
-    return total
+    """Bandwidth of `nodes` hosts writing at once.
+
+    From the probe's measured curve over hosts when it has one: interpolated between
+    measured host counts, and beyond the largest, its per-host share times the nodes
+    (capped by the system's limit when known). Otherwise the per-node figure times the
+    nodes, capped by the limit.
+    """
+    limit = profile.aggregate_limit_bytes_per_s if profile.shared and profile.aggregate_limit_bytes_per_s else math.inf
+    points = sorted(profile.aggregate_bandwidth, key=lambda p: p.hosts)
+    if not points:
+        return min(node_bw * nodes, limit)
+    if nodes <= points[0].hosts:
+        return points[0].bytes_per_s * nodes / points[0].hosts
+    for lo, hi in zip(points, points[1:]):
+        if nodes <= hi.hosts:
+            return lo.bytes_per_s + (nodes - lo.hosts) / (hi.hosts - lo.hosts) * (hi.bytes_per_s - lo.bytes_per_s)
+    return min(points[-1].bytes_per_s * nodes / points[-1].hosts, limit)
 
 
 def writer_loads(plan: CheckpointPlan, node: int, serialize_bytes_per_s: dict[str, float]) -> list[tuple[float, float]]:

@@ -24,8 +24,12 @@ def render_profile(p: StorageProfile) -> None:
     out = console()
     mode = {True: "direct I/O", False: "buffered + fsync (O_DIRECT refused)", None: "n/a"}[p.direct_io]
     objects = p.fs_type == "s3"
-    where = (f"endpoint {p.mount_options.get('endpoint', '-')}, region {p.mount_options.get('region', '-')}" if objects
-             else f"mounted at {p.mount_point or '-'}, {mode}")
+    if objects:
+        where = f"endpoint {p.mount_options.get('endpoint', '-')}, region {p.mount_options.get('region', '-')}"
+    elif p.hosts > 1:
+        where = f"{p.hosts} hosts ({p.mount_options.get('hosts', '-')})"
+    else:
+        where = f"mounted at {p.mount_point or '-'}, {mode}"
     out.print(f"[bold]{p.name}[/bold]: {p.target} — {p.fs_type} ({p.storage_class}), {where}, "
               f"{'shared' if p.shared else 'node-local'}")
     interesting = {k: v for k, v in p.mount_options.items() if k in ("nconnect", "rsize", "wsize", "vers", "proto", "hard", "soft", "ro", "sync")}
@@ -35,12 +39,21 @@ def render_profile(p: StorageProfile) -> None:
     out.print(f"measured with {m.tool} on {m.host} at {m.date}, preset {m.preset}, {fmt_duration(m.duration_s)}"
               + (f", up to {fmt_bytes(m.bandwidth_bytes_per_writer)} per writer, {m.runtime_cap_s:g} s per point" if m.bandwidth_bytes_per_writer else ""))
     table = Table(title="Write bandwidth against concurrent multipart streams" if objects
+                  else "Write bandwidth against writers per host, slowest host (flushed)" if p.hosts > 1
                   else "Write bandwidth against writers (flushed)", title_justify="left")
     for col in ("writers", "hosts", "median", "min … max"):
         table.add_column(col, justify="right")
     for b in p.bandwidth:
         table.add_row(str(b.writers), str(b.hosts), fmt_rate(b.bytes_per_s), _spread(b.spread, fmt_rate))
     out.print(table)
+    if p.aggregate_bandwidth:
+        agg = Table(title=f"Aggregate bandwidth against hosts writing at once ({p.aggregate_bandwidth[0].writers} writers each)",
+                    title_justify="left")
+        for col in ("hosts", "all clients", "per host", "min … max"):
+            agg.add_column(col, justify="right")
+        for b in p.aggregate_bandwidth:
+            agg.add_row(str(b.hosts), fmt_rate(b.bytes_per_s), fmt_rate(b.bytes_per_s / b.hosts), _spread(b.spread, fmt_rate))
+        out.print(agg)
     s = p.small_files
     how = "one PUT each" if objects else "create+write+fsync+close"
     out.print(f"Small {'objects' if objects else 'files'} ({fmt_bytes(s.file_bytes_min)}–{fmt_bytes(s.file_bytes_max)}, {how}, "

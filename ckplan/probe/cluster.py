@@ -1,0 +1,337 @@
+"""Probe shared storage from many hosts at once through fio's own client/server mode.
+
+Each host runs `fio --server` (`ckplan agent` prints and runs that command);
+one `fio --client=HOST job --client=HOST job …` drives them all. fio cannot
+create directories, so every host's job file makes its own scratch directory
+with `exec_prerun=mkdir -p` and ends with a stonewalled null-engine job whose
+`exec_prerun=rm -rf` removes it; after a failure, the same clean-up job is sent
+to every host that still answers. fio's client exits 0 even when a server
+drops a job, so ckplan checks that every host reported and names those that did not.
+
+A save finishes when its slowest writer does, so the profile's per-host curve
+is the slowest host's; the aggregate curve (all clients) is kept against the
+number of hosts writing at once.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import re
+import secrets
+import shlex
+import socket
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ckplan.errors import InputError
+from ckplan.probe import fio
+from ckplan.probe.base import PRESETS, Preset, Progress, Silent, writer_counts
+from ckplan.profile import BandwidthPoint, Latency, Measurement, Replay, SmallFiles, Spread, StorageProfile
+
+DEFAULT_PORT = 8765
+HOST_ENTRY = re.compile(r"(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<name>[A-Za-z0-9][A-Za-z0-9.-]*))(?::(?P<port>\d+))?")
+SCRATCH_PREFIX = ".ckplan-probe-"
+
+
+@dataclass(frozen=True)
+class Host:
+    name: str
+    port: int = DEFAULT_PORT
+
+    @property
+    def client_arg(self) -> str:
+        family = "ip6" if ":" in self.name else "ip"
+        return f"--client={family}:{self.name},{self.port}"
+
+    def __str__(self) -> str:
+        return f"[{self.name}]:{self.port}" if ":" in self.name else f"{self.name}:{self.port}"
+
+
+def parse_hosts(spec: str | None, hosts_file: Path | None) -> list[Host]:
+    entries: list[str] = []
+    if spec:
+        entries += [e.strip() for e in spec.split(",") if e.strip()]
+    if hosts_file:
+        try:
+            entries += [line.split("#")[0].strip() for line in hosts_file.read_text().splitlines()]
+        except OSError as exc:
+            raise InputError(f"cannot read {hosts_file}: {exc.strerror}") from None
+    hosts = []
+    for entry in filter(None, entries):
+        m = HOST_ENTRY.fullmatch(entry)
+        if not m:
+            raise InputError(f"bad host entry {entry!r}: use host, host:port, or [ipv6]:port")
+        port = int(m.group("port") or DEFAULT_PORT)
+        if not 0 < port < 65536:
+            raise InputError(f"bad port in host entry {entry!r}")
+        hosts.append(Host(m.group("v6") or m.group("name"), port))
+    if not hosts:
+        raise InputError("--hosts or --hosts-file names no hosts")
+    if len(set(hosts)) != len(hosts):
+        raise InputError("a host is listed twice")
+    return hosts
+
+
+def agent_command(bind: str, port: int) -> list[str]:
+    family = "ip6" if ":" in bind else "ip"
+    return [fio.fio_binary(), f"--server={family}:{bind},{port}"]
+
+
+def is_loopback(addr: str) -> bool:
+    return addr in ("localhost", "::1") or addr.startswith("127.")
+
+
+@dataclass
+class ClusterRun:
+    """The job text per host and the scratch directory each one writes into."""
+
+    hosts: list[Host]
+    path: Path
+    run_id: str
+
+    def scratch(self, host: Host) -> str:
+        label = re.sub(r"[^A-Za-z0-9.-]", "_", str(host))
+        return str(self.path / f"{SCRATCH_PREFIX}{self.run_id}-{label}")
+
+    def jobfile(self, host: Host, jobs: list[fio.FioJob]) -> str:
+        scratch = self.scratch(host)
+        head = fio.FioJob("global", {"filename_format": f"{fio.escape_path(scratch)}/$jobname.$jobnum.$filenum",
+                                     "fallocate": "none"})
+        body = ""
+        for job in jobs:
+            opts = {"exec_prerun": f"mkdir -p {shlex.quote(scratch)}", **job.options}
+            body += fio.FioJob(job.name, opts).render()
+        return head.render() + body + cleanup_job(scratch).render()
+
+
+def cleanup_job(scratch: str) -> fio.FioJob:
+    return fio.FioJob("ckplan-cleanup", {"stonewall": 1, "ioengine": "null", "size": "1M",
+                                          "exec_prerun": f"rm -rf {shlex.quote(scratch)}"})
+
+
+def run_clients(run: ClusterRun, jobs_by_host: dict[Host, list[fio.FioJob]], what: str, timeout_s: float) -> dict:
+    """One fio client run, every host at once; every host must report, or the error names the ones that did not."""
+    hosts = list(jobs_by_host)
+    with tempfile.TemporaryDirectory(prefix="ckplan-cluster-") as tmp:
+        args = [fio.fio_binary(), "--output-format=json"]
+        for i, (host, jobs) in enumerate(jobs_by_host.items()):
+            job = Path(tmp) / f"host{i}.fio"
+            job.write_text(run.jobfile(host, jobs))
+            args += [host.client_arg, str(job)]
+        try:
+            proc = subprocess.run(args, capture_output=True, text=True, timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            raise InputError(f"fio's client did not finish {what} within {timeout_s:.0f} s (a host may have hung)") from None
+    out, err = proc.stdout, proc.stderr
+    for line in (err + out).splitlines():
+        m = re.search(r"failed to connect to (\S+?):(\d+)", line)
+        if m:
+            raise InputError(f"host {m.group(1)}:{m.group(2)} is unreachable during {what}: no fio server answers there "
+                             f"(start one with `ckplan agent`)")
+        m = re.search(r"host=(\S+) (disconnected|timed out)", line)
+        if m:
+            raise InputError(f"host {m.group(1)} {m.group(2)} during {what}: its fio server is unreachable, died, "
+                             "or runs another fio version")
+        if "version" in line.lower() and "mismatch" in line.lower():
+            raise InputError(f"fio version mismatch between this client and a server during {what}: {line.strip()}")
+    docs = fio.json_documents(out)
+    stats = docs[-1].get("client_stats", []) if docs else []
+    reported = {c.get("hostname") for c in stats if c.get("jobname") not in ("All clients", "ckplan-cleanup")}
+    missing = [h for h in hosts if h.name not in reported]
+    if missing:
+        dropped = next((l.split("> ", 1)[-1] for l in out.splitlines() if l.startswith("<") and "fio:" in l), "")
+        raise InputError(f"host(s) {', '.join(map(str, missing))} did not report {what}"
+                         + (f": {dropped.strip()}" if dropped else " (a server died or dropped the job)"))
+    for c in stats:
+        if int(c.get("error", 0)):
+            raise InputError(f"host {c.get('hostname')}: {fio.describe_errno(int(c['error']), what)}")
+    return docs[-1]
+
+
+def cleanup(run: ClusterRun) -> None:
+    """Send the clean-up job to every host that still answers; those that do not are named by the caller's error."""
+    for host in run.hosts:
+        with tempfile.NamedTemporaryFile("w", suffix=".fio") as job:
+            job.write(cleanup_job(run.scratch(host)).render())
+            job.flush()
+            try:
+                subprocess.run([fio.fio_binary(), host.client_arg, job.name], capture_output=True, timeout=20)
+            except subprocess.TimeoutExpired:
+                pass
+
+
+def per_host(doc: dict, field: str = "bw_bytes", jobname: str | None = None) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for c in doc.get("client_stats", []):
+        if c.get("jobname") in ("All clients", "ckplan-cleanup") or (jobname and c.get("jobname") != jobname):
+            continue
+        out[c["hostname"]] = out.get(c["hostname"], 0.0) + float(c["write"][field])
+    return out
+
+
+def all_clients(doc: dict) -> float:
+    agg = [c for c in doc.get("client_stats", []) if c.get("jobname") == "All clients"]
+    return float(agg[0]["write"]["bw_bytes"]) if agg else sum(per_host(doc).values())
+
+
+@dataclass(frozen=True)
+class ClusterJob:
+    path: Path
+    hosts: list[Host]
+    preset: Preset
+    writers: int
+    bytes_per_writer: int
+    plan: object | None
+    scale: float
+    name: str | None
+
+    @property
+    def estimated_seconds(self) -> float:
+        points = len(writer_counts(self.writers)) + len(writer_counts(len(self.hosts)))
+        return points * self.preset.repeats * self.preset.point_runtime_s(self.writers) + self.preset.small_files_budget_s + 5
+
+
+def prepare_cluster_probe(path: Path, hosts: list[Host], *, preset: str = "default", writers: int | None = None,
+                          plan=None, scale: float = 1.0, name: str | None = None) -> ClusterJob:
+    fio.fio_binary()
+    if not path.is_absolute():
+        raise InputError(f"give the target as an absolute path, as the hosts see it: {path}")
+    w = writers or (plan.max_writers_per_node if plan else 1)
+    return ClusterJob(path=path, hosts=hosts, preset=PRESETS[preset], writers=w,
+                      bytes_per_writer=PRESETS[preset].bytes_per_writer // 4, plan=plan, scale=scale, name=name)
+
+
+def run_cluster_probe(job: ClusterJob, progress: Progress | None = None) -> StorageProfile:
+    progress = progress or Silent()
+    run = ClusterRun(job.hosts, job.path, f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}")
+    started = time.monotonic()
+    runtime = job.preset.point_runtime_s(job.writers)
+    timeout = 3 * job.estimated_seconds + 60
+    raw: list[dict] = []
+    try:
+        bandwidth, spread_note = _sweep_writers(job, run, runtime, timeout, progress, raw)
+        aggregate = _sweep_hosts(job, run, runtime, timeout, progress, raw)
+        small, aggregate_files, latency = _small_files(job, run, timeout, progress, raw)
+        replayed = _replay(job, run, timeout, progress, raw) if job.plan is not None else None
+    except BaseException:
+        cleanup(run)
+        raise
+    return StorageProfile(
+        name=job.name or f"{len(job.hosts)} hosts:{job.path}", target=str(job.path), fs_type="shared (multi-host)",
+        storage_class="multi-host", shared=True, hosts=len(job.hosts), direct_io=None, bandwidth=bandwidth,
+        aggregate_bandwidth=aggregate, best_write_bytes_per_s=max(b.bytes_per_s for b in bandwidth),
+        small_files=small, aggregate_files_per_s=aggregate_files, fsync_latency=latency, replay=replayed,
+        mount_options={"hosts": ",".join(map(str, job.hosts))}, notes=[spread_note, "buffered writes with a final fsync (end_fsync) on every host"], raw_fio=raw,
+        measurement=Measurement(tool=f"{fio.fio_version()} client/server",
+                                date=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), host=socket.gethostname(),
+                                preset=job.preset.name, duration_s=time.monotonic() - started,
+                                bandwidth_bytes_per_writer=job.bytes_per_writer, runtime_cap_s=runtime, repeats=job.preset.repeats))
+
+
+def _bw_job(w: int, size: int, runtime: float) -> fio.FioJob:
+    return fio.FioJob("bw", {"rw": "write", "bs": "1M", "size": size, "numjobs": w, "ioengine": "psync",
+                             "end_fsync": 1, "runtime": f"{runtime}s", "group_reporting": 1, "unlink": 1})
+
+
+def _sweep_writers(job, run, runtime, timeout, progress, raw) -> tuple[list[BandwidthPoint], str]:
+    """All hosts at once at 1, 2, 4 … writers each; the curve is the slowest host's (a save waits for it)."""
+    points, note = [], ""
+    for w in writer_counts(job.writers):
+        slowest = []
+        for r in range(job.preset.repeats):
+            progress.phase(f"{len(job.hosts)} hosts × {w} writer(s), run {r + 1}/{job.preset.repeats}", runtime)
+            doc = run_clients(run, {h: [_bw_job(w, job.bytes_per_writer, runtime)] for h in job.hosts},
+                              f"the bandwidth phase ({w} writers)", timeout)
+            raw.append(doc)
+            hosts = per_host(doc, jobname="bw")
+            slowest.append(min(hosts.values()))
+            if w == job.writers and r == 0:
+                fast, slow = max(hosts, key=hosts.get), min(hosts, key=hosts.get)
+                note = (f"per host at {w} writers: " + ", ".join(f"{h} {v / 1e6:.0f} MB/s" for h, v in sorted(hosts.items()))
+                        + f"; straggler {slow} at {hosts[slow] / hosts[fast]:.0%} of {fast}; "
+                        f"all clients {all_clients(doc) / 1e6:.0f} MB/s")
+        spread = Spread.of(slowest)
+        points.append(BandwidthPoint(writers=w, hosts=1, bytes_per_s=spread.median, spread=spread))
+    return points, note
+
+
+def _sweep_hosts(job, run, runtime, timeout, progress, raw) -> list[BandwidthPoint]:
+    """1, 2, 4 … hosts writing at once: where the aggregate stops growing."""
+    points = []
+    for h in writer_counts(len(job.hosts)):
+        values = []
+        for r in range(job.preset.repeats):
+            progress.phase(f"scaling: {h} host(s) × {job.writers} writer(s), run {r + 1}/{job.preset.repeats}", runtime)
+            doc = run_clients(run, {host: [_bw_job(job.writers, job.bytes_per_writer, runtime)] for host in job.hosts[:h]},
+                              f"the host-scaling phase ({h} hosts)", timeout)
+            raw.append(doc)
+            values.append(all_clients(doc))
+        spread = Spread.of(values)
+        points.append(BandwidthPoint(writers=job.writers, hosts=h, bytes_per_s=spread.median, spread=spread))
+    return points
+
+
+SMALL_FILES_PER_WRITER = {"quick": 32, "default": 128, "thorough": 512}
+
+
+def _small_files(job, run, timeout, progress, raw) -> tuple[SmallFiles, float, Latency]:
+    """Create+write+fsync+close of 16 KiB files from every writer on every host, then fsync latency."""
+    nrfiles = SMALL_FILES_PER_WRITER[job.preset.name]
+    progress.phase(f"small files and fsync latency: {len(job.hosts)} hosts × {job.writers} writers", job.preset.small_files_runtime_s)
+    small = fio.FioJob("small", {"rw": "write", "bs": "16k", "filesize": "16k", "nrfiles": nrfiles, "openfiles": 1,
+                                 "create_on_open": 1, "fsync_on_close": 1, "file_service_type": "sequential",
+                                 "ioengine": "psync", "numjobs": job.writers, "unlink": 1})
+    lat = fio.FioJob("fsync", {"stonewall": 1, "rw": "write", "bs": "4k", "size": "4M", "ioengine": "psync", "fsync": 1,
+                               "runtime": "2s", "percentile_list": "50:99:99.9", "unlink": 1})
+    doc = run_clients(run, {h: [small, lat] for h in job.hosts}, "the small-file phase", timeout)
+    raw.append(doc)
+    longest: dict[str, float] = {}
+    for c in doc["client_stats"]:
+        if c.get("jobname") == "small":
+            longest[c["hostname"]] = max(longest.get(c["hostname"], 0.0), int(c["write"]["runtime"]) / 1000)
+    rates = [nrfiles * job.writers / max(t, 1e-3) for t in longest.values()]
+    files = SmallFiles(files_per_s=min(rates), ops_per_s=4 * min(rates), file_bytes_min=16384, file_bytes_max=16384,
+                       writers=job.writers, spread=Spread.of(rates))
+    worst = Latency(p50_s=0, p99_s=0, p999_s=0)
+    for c in doc["client_stats"]:
+        if c.get("jobname") == "fsync":
+            p50, p99, p999, mean, n = fio.percentiles_s(c["sync"], "lat_ns")
+            if p99 > worst.p99_s:
+                worst = Latency(p50_s=p50, p99_s=p99, p999_s=p999, mean_s=mean, samples=n)
+    return files, sum(rates), worst
+
+
+def _replay(job, run, timeout, progress, raw) -> Replay:
+    """Host k writes node k's share: one fio job per rank, writing that rank's files one after another,
+    each fsynced on close. fio draws each file's size within the rank's smallest…largest file, so a rank
+    with files of mixed sizes is approximated; the bytes written are reported as fio counted them."""
+    from ckplan.probe.replay import fingerprint
+
+    nodes = sorted({f.node for f in job.plan.manifest})[: len(job.hosts)]
+    hosts = job.hosts[: len(nodes)]
+    progress.phase(f"replay: {len(nodes)} node(s) on {len(hosts)} host(s), scale {job.scale:g}", 0)
+    jobs_by_host: dict[Host, list[fio.FioJob]] = {}
+    for host, node in zip(hosts, nodes):
+        ranks: dict[int, list[int]] = {}
+        for f in job.plan.manifest:
+            if f.node == node:
+                ranks.setdefault(f.rank, []).append(max(4096, int(f.bytes * job.scale)))
+        jobs_by_host[host] = [fio.FioJob(f"rank{rank}", {
+            "rw": "write", "bs": "1M", "nrfiles": len(sizes),
+            "filesize": f"{min(sizes)}-{max(sizes)}" if len(set(sizes)) > 1 else sizes[0], "file_service_type": "sequential",
+            "openfiles": 1, "create_on_open": 1, "fsync_on_close": 1, "ioengine": "psync", "unlink": 1})
+            for rank, sizes in ranks.items()]
+    doc = run_clients(run, jobs_by_host, "the replay", timeout)
+    raw.append(doc)
+    ranks_stats = [c for c in doc["client_stats"] if str(c.get("jobname", "")).startswith("rank")]
+    seconds = max(max(int(c["write"]["runtime"]) for c in ranks_stats) / 1000, 1e-3)
+    written = sum(int(c["write"]["io_bytes"]) for c in ranks_stats)
+    files = sum(int(j.options["nrfiles"]) for jobs in jobs_by_host.values() for j in jobs)
+    full = sum(f.bytes for f in job.plan.manifest if f.node in nodes)
+    return Replay(seconds=seconds, bytes=written, files=files, writers=max(len(j) for j in jobs_by_host.values()),
+                  scale=job.scale, plan_fingerprint=fingerprint([(f.path, f.bytes, f.rank) for f in job.plan.manifest]),
+                  full_scale_seconds=seconds * full / written)
