@@ -201,6 +201,8 @@ def prepare_cluster_probe(path: Path, hosts: list[Host], *, preset: str = "defau
     if not path.is_absolute():
         raise InputError(f"give the target as an absolute path, as the hosts see it: {path}")
     w = writers or (plan.max_writers_per_node if plan else 1)
+    # many hosts write to one target at once: a quarter of the single-host size per writer keeps the
+    # space the probe takes on shared storage bounded; the runtime cap still ends most points first
     return ClusterJob(path=path, hosts=hosts, preset=PRESETS[preset], writers=w,
                       bytes_per_writer=PRESETS[preset].bytes_per_writer // 4, plan=plan, scale=scale, name=name)
 
