@@ -109,7 +109,9 @@ class CheckpointPlan(BaseModel):
 def nearest_shape(parameters: float, catalog: dict[str, Architecture]) -> Architecture:
     """The dense catalog model closest in parameter count, to borrow its tensor shapes."""
     dense = [a for a in catalog.values() if a.experts == 1]
-    return min(dense, key=lambda a: abs(math.log(parameter_count(a) / parameters)))
+    # the published count stands in for the derived one (equal, or within its rounding: tests/test_sizing.py),
+    # which spares building every model's tensor list on each start
+    return min(dense, key=lambda a: abs(math.log(a.published_parameters / parameters)))
 
 
 def build_plan(*, arch: Architecture, parameters: int | None = None, model_name: str | None = None,
