@@ -14,6 +14,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 
 import pytest
@@ -38,11 +39,14 @@ def _wait(addr: str, port: int, proc: subprocess.Popen, netns: str | None) -> No
 
 
 @contextlib.contextmanager
-def fio_hosts(count: int, port: int = 8765):
-    """Yield [(address, server process)] for `count` hosts."""
+def fio_hosts(count: int, port: int = 8765, workdir=None):
+    """Yield [(address, server process)] for `count` hosts, each server started in `workdir`
+    (default: a directory of its own that is removed afterwards), where fio writes its prerun output."""
     if shutil.which("fio") is None:
         pytest.skip("fio is not installed")
     tag = secrets.token_hex(2)
+    own_workdir = workdir is None
+    workdir = tempfile.mkdtemp(prefix="ckplan-fio-server-") if own_workdir else workdir
     made, servers = [], []
     use_netns = os.geteuid() == 0 and _sh("ip", "netns", "add", f"ckp{tag}0").returncode == 0
     if use_netns:
@@ -64,7 +68,8 @@ def fio_hosts(count: int, port: int = 8765):
             else:
                 ns, addr = None, f"127.0.0.{n + 1}"
                 cmd = ["fio", f"--server=ip:{addr},{port}"]
-            proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+            proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                                    cwd=workdir)
             servers.append((addr, proc))
             _wait(addr, port, proc, ns)
         yield servers
@@ -76,3 +81,5 @@ def fio_hosts(count: int, port: int = 8765):
         for ns, veth in made:
             _sh("ip", "link", "del", veth)
             _sh("ip", "netns", "del", ns)
+        if own_workdir:
+            shutil.rmtree(workdir, ignore_errors=True)

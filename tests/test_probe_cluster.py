@@ -27,7 +27,9 @@ def test_three_hosts_bandwidth_scaling_and_replay(tmp_path):
                             "--zero", "3", "--json", check=True).stdout)
     target = tmp_path / "shared"
     target.mkdir()
-    with fio_hosts(3) as servers:
+    server_cwd = tmp_path / "server-cwd"
+    server_cwd.mkdir()
+    with fio_hosts(3, workdir=server_cwd) as servers:
         hosts = ",".join(addr for addr, _ in servers)
         out = tmp_path / "cluster.json"
         proc = run_cli("probe", str(target), "--hosts", hosts, "--quick", "--writers", "2", "--plan", str(plan),
@@ -44,6 +46,7 @@ def test_three_hosts_bandwidth_scaling_and_replay(tmp_path):
     r = p["replay"]
     assert r["files"] == json.loads(plan.read_text())["file_count"] and r["seconds"] > 0
     assert scratch(target) == []
+    assert os.listdir(server_cwd) == []  # fio's JOBNAME.prerun.txt output files are removed too
     rec = json.loads(run_cli("recommend", "--plan", str(plan), "--storage", str(out), "--json", check=True).stdout)
     assert rec["save_model"]["source"] == "replay"
 

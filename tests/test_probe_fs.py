@@ -81,6 +81,14 @@ def test_paths_with_spaces_colons_and_commas(tmp_path):
     assert p["target"] == str(odd)
 
 
+@pytest.mark.parametrize("name", ["run#1", "a;b"])
+def test_paths_fio_cannot_take_are_refused_before_writing(tmp_path, name):
+    odd = tmp_path / name
+    odd.mkdir()
+    assert_one_line_error(run_cli("probe", str(odd), "--quick"), "fio cannot use a path containing")
+    assert list(odd.iterdir()) == []
+
+
 def test_two_probes_at_once_do_not_collide(tmp_path):
     cmd = ckplan_exe() + ["probe", str(tmp_path), "--quick", "--writers", "1", "--json"]
     procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]

@@ -1,11 +1,13 @@
 """Probe shared storage from many hosts at once through fio's own client/server mode.
 
 Each host runs `fio --server` (`ckplan agent` prints and runs that command);
-one `fio --client=HOST job --client=HOST job …` drives them all. fio cannot
-create directories, so every host's job file makes its own scratch directory
-with `exec_prerun=mkdir -p` and ends with a stonewalled null-engine job whose
-`exec_prerun=rm -rf` removes it; after a failure, the same clean-up job is sent
-to every host that still answers. fio's client exits 0 even when a server
+one `fio --client=HOST job --client=HOST job …` drives them all. Every host's
+job file names its files with `filename_format` inside its own scratch
+directory (fio creates the directories of a filename_format) and ends with a
+stonewalled null-engine job whose `exec_prerun=rm -rf` removes it; after a
+failure, the same clean-up job is sent to every host that still answers. fio
+redirects a prerun command's output to `JOBNAME.prerun.txt` in the server's
+working directory, so the clean-up command removes that file too. fio's client exits 0 even when a server
 drops a job, so ckplan checks that every host reported and names those that did not.
 
 A save finishes when its slowest writer does, so the profile's per-host curve
@@ -101,16 +103,17 @@ class ClusterRun:
         scratch = self.scratch(host)
         head = fio.FioJob("global", {"filename_format": f"{fio.escape_path(scratch)}/$jobname.$jobnum.$filenum",
                                      "fallocate": "none"})
-        body = ""
-        for job in jobs:
-            opts = {"exec_prerun": f"mkdir -p {shlex.quote(scratch)}", **job.options}
-            body += fio.FioJob(job.name, opts).render()
-        return head.render() + body + cleanup_job(scratch).render()
+        return head.render() + "".join(job.render() for job in jobs) + cleanup_job(scratch).render()
+
+
+CLEANUP_JOB = "ckplan-cleanup"
 
 
 def cleanup_job(scratch: str) -> fio.FioJob:
-    return fio.FioJob("ckplan-cleanup", {"stonewall": 1, "ioengine": "null", "size": "1M",
-                                          "exec_prerun": f"rm -rf {shlex.quote(scratch)}"})
+    # the shell opens the redirect to CLEANUP_JOB.prerun.txt before rm runs, so rm removes it as well;
+    # fio cuts option values at ';' and '#', hence one command and not a list
+    return fio.FioJob(CLEANUP_JOB, {"stonewall": 1, "ioengine": "null", "size": "1M",
+                                    "exec_prerun": f"rm -rf {shlex.quote(scratch)} {CLEANUP_JOB}.prerun.txt"})
 
 
 def run_clients(run: ClusterRun, jobs_by_host: dict[Host, list[fio.FioJob]], what: str, timeout_s: float) -> dict:
@@ -140,7 +143,7 @@ def run_clients(run: ClusterRun, jobs_by_host: dict[Host, list[fio.FioJob]], wha
             raise InputError(f"fio version mismatch between this client and a server during {what}: {line.strip()}")
     docs = fio.json_documents(out)
     stats = docs[-1].get("client_stats", []) if docs else []
-    reported = {c.get("hostname") for c in stats if c.get("jobname") not in ("All clients", "ckplan-cleanup")}
+    reported = {c.get("hostname") for c in stats if c.get("jobname") not in ("All clients", CLEANUP_JOB)}
     missing = [h for h in hosts if h.name not in reported]
     if missing:
         dropped = next((l.split("> ", 1)[-1] for l in out.splitlines() if l.startswith("<") and "fio:" in l), "")
@@ -167,7 +170,7 @@ def cleanup(run: ClusterRun) -> None:
 def per_host(doc: dict, field: str = "bw_bytes", jobname: str | None = None) -> dict[str, float]:
     out: dict[str, float] = {}
     for c in doc.get("client_stats", []):
-        if c.get("jobname") in ("All clients", "ckplan-cleanup") or (jobname and c.get("jobname") != jobname):
+        if c.get("jobname") in ("All clients", CLEANUP_JOB) or (jobname and c.get("jobname") != jobname):
             continue
         out[c["hostname"]] = out.get(c["hostname"], 0.0) + float(c["write"][field])
     return out
@@ -200,6 +203,7 @@ def prepare_cluster_probe(path: Path, hosts: list[Host], *, preset: str = "defau
     fio.fio_binary()
     if not path.is_absolute():
         raise InputError(f"give the target as an absolute path, as the hosts see it: {path}")
+    fio.check_job_path(path)
     w = writers or (plan.max_writers_per_node if plan else 1)
     # many hosts write to one target at once: a quarter of the single-host size per writer keeps the
     # space the probe takes on shared storage bounded; the runtime cap still ends most points first

@@ -57,6 +57,7 @@ def prepare_probe(path: Path, *, preset: str = "default", writers: int | None = 
     fio.fio_binary()
     path = path.expanduser()
     target.check_target(path)
+    fio.check_job_path(path.resolve())
     mount = target.mount_of(path, target.parse_mounts(mounts_text or Path("/proc/self/mounts").read_text()))
     max_writers = writers or (plan.max_writers_per_node if plan else os.cpu_count() or 1)
     if max_writers < 1:

@@ -42,8 +42,17 @@ class FioJob:
         return "\n".join(lines) + "\n"
 
 
+def check_job_path(path: Path | str) -> None:
+    """fio cuts a job file's option values at ';' and '#' (its comment characters), escaped or not."""
+    bad = sorted({c for c in str(path) if c in ";#"})
+    if bad:
+        raise InputError(f"fio cannot use a path containing {' or '.join(repr(c) for c in bad)} in a job file: {path}; "
+                         "probe a directory whose path has neither")
+
+
 def escape_path(path: Path | str) -> str:
     """fio splits `directory` on ':'; escape literal colons (spaces and commas need nothing in a job file)."""
+    check_job_path(path)
     return str(path).replace("\\", "\\\\").replace(":", "\\:")
 
 
