@@ -39,6 +39,9 @@ def check_figures(p: dict) -> None:
     lat = p["fsync_latency"]
     assert 0 < lat["p50_s"] <= lat["p99_s"] <= p["fsync_latency"]["p999_s"] < 5
     assert p["raw_fio"] and all("fio version" in doc for doc in p["raw_fio"])
+    # one warm-up run at the most writers, kept for audit, then each point once (--quick has one repeat)
+    assert [doc["jobs"][0]["jobname"] for doc in p["raw_fio"][:3]] == ["warm-up-2", "bw-1", "bw-2"]
+    assert [b["bytes_per_s"] for b in p["bandwidth"]] == [doc["jobs"][0]["write"]["bw_bytes"] for doc in p["raw_fio"][1:3]]
     assert p["measurement"]["tool"] == "fio-3.33"
 
 

@@ -24,7 +24,7 @@ UNSIZED_DEFAULT_BYTES = 2**30  # what the probe may write on a filesystem that r
 
 def estimated_seconds(preset: Preset, max_writers: int) -> float:
     points = len(writer_counts(max_writers))
-    return (preset.bandwidth_budget_s + preset.small_files_budget_s + 2 * preset.latency_runtime_s
+    return (preset.warm_up_s + preset.bandwidth_budget_s + preset.small_files_budget_s + 2 * preset.latency_runtime_s
             + 0.4 * (points + 4) * preset.repeats)
 
 
@@ -135,22 +135,33 @@ def _direct_io_works(scratch: Path) -> bool:
 
 
 def _bandwidth(scratch, settings, max_writers, per_writer, direct, progress, raw) -> list[BandwidthPoint]:
-    points = []
+    """Large sequential writes at 1, 2, 4 … writers.
+
+    One unrecorded warm-up run at the most writers comes first: the first writes after
+    idle run slow for reasons that are not the storage's sustained rate (a VM faulting
+    its memory back in from the host, an SSD leaving a power state, a rate limiter's
+    burst credit). The repeats then go round all points in turn, so drift during the
+    phase hits every point alike instead of whichever point ran last.
+    """
     runtime_s = settings.point_runtime_s(max_writers)
-    for w in writer_counts(max_writers):
-        values = []
-        for r in range(settings.repeats):
-            progress.phase(f"bandwidth: {w} writer(s), run {r + 1}/{settings.repeats}", runtime_s)
-            job = fio.FioJob(f"bw-{w}", {
-                "directory": fio.escape_path(scratch), "rw": "write", "bs": "1M", "size": per_writer,
-                "numjobs": w, "ioengine": "psync", "direct": int(direct), "end_fsync": 1, "fallocate": "none",
-                "runtime": f"{runtime_s}s", "group_reporting": 1, "unlink": 1})
-            doc = fio.run_fio([job], scratch, f"the bandwidth phase ({w} writers)", on_status=progress.update)
-            raw.append(doc)
-            values.append(float(doc["jobs"][0]["write"]["bw_bytes"]))
-        spread = Spread.of(values)
-        points.append(BandwidthPoint(writers=w, bytes_per_s=spread.median, spread=spread))
-    return points
+    counts = writer_counts(max_writers)
+
+    def run(w: int, label: str, runtime: float, name: str = "bw") -> float:
+        progress.phase(f"bandwidth: {w} writer(s), {label}", runtime)
+        job = fio.FioJob(f"{name}-{w}", {
+            "directory": fio.escape_path(scratch), "rw": "write", "bs": "1M", "size": per_writer,
+            "numjobs": w, "ioengine": "psync", "direct": int(direct), "end_fsync": 1, "fallocate": "none",
+            "runtime": f"{runtime}s", "group_reporting": 1, "unlink": 1})
+        doc = fio.run_fio([job], scratch, f"the bandwidth phase ({w} writers)", on_status=progress.update)
+        raw.append(doc)
+        return float(doc["jobs"][0]["write"]["bw_bytes"])
+
+    run(max_writers, "warm-up (not counted)", settings.warm_up_s, name="warm-up")
+    values: dict[int, list[float]] = {w: [] for w in counts}
+    for r in range(settings.repeats):
+        for w in counts:
+            values[w].append(run(w, f"run {r + 1}/{settings.repeats}", runtime_s))
+    return [BandwidthPoint(writers=w, bytes_per_s=Spread.of(v).median, spread=Spread.of(v)) for w, v in values.items()]
 
 
 def _small_file_range(plan) -> tuple[int, int]:
