@@ -81,3 +81,21 @@ def test_nfs_options_and_secret_redaction():
     assert nfs.options["nconnect"] == "16" and nfs.options["rsize"] == "1048576" and nfs.options["wsize"] == "1048576"
     ceph = next(m for m in MOUNTS if m.fs_type == "ceph")
     assert ceph.options["secret"] == "<redacted>"
+
+
+def test_noisy_repeats_are_flagged_and_steady_ones_are_not():
+    from ckplan.probe.base import noise_notes
+    from ckplan.profile import BandwidthPoint, SmallFiles, Spread
+
+    steady = [BandwidthPoint(writers=1, bytes_per_s=1e9, spread=Spread.of([0.98e9, 1e9, 1.05e9])),
+              BandwidthPoint(writers=2, bytes_per_s=2e9, spread=Spread.of([1.95e9, 2e9, 2.09e9]))]
+    files = SmallFiles(files_per_s=1000, ops_per_s=4000, file_bytes_min=4096, file_bytes_max=4096, writers=2,
+                       spread=Spread.of([800, 1000, 1100]))
+    assert noise_notes(steady) == []  # 7% on the best point
+    notes = noise_notes(steady, files)
+    assert len(notes) == 1 and "small-file rate varied by 30% across its 3 repeats" in notes[0]
+    # the best point decides, not a noisy point that does not set the figure
+    noisy_low = [steady[0].model_copy(update={"spread": Spread.of([0.5e9, 1e9, 1.2e9])}), steady[1]]
+    assert noise_notes(noisy_low) == []
+    noisy_best = [steady[0], steady[1].model_copy(update={"spread": Spread.of([1.6e9, 2e9, 2.1e9])})]
+    assert "2-writer bandwidth varied by 25%" in noise_notes(noisy_best)[0]

@@ -50,6 +50,25 @@ class Silent:
         pass
 
 
+NOISY_RANGE = 0.10  # repeats spanning more than this are flagged: the issue's bar for two probes to agree
+
+
+def noise_notes(bandwidth, small_files=None) -> list[str]:
+    """Warn, as hyperfine does on outliers, where a figure's own repeats disagree by more than NOISY_RANGE:
+    a second probe of such a target can differ by as much, whatever the probe does."""
+    best = max(bandwidth, key=lambda b: b.bytes_per_s)
+    notes = []
+    figures = [(f"the {best.writers}-writer bandwidth", best.spread)]
+    if small_files is not None:
+        figures.append(("the small-file rate", small_files.spread))
+    for label, spread in figures:
+        if spread is not None and spread.repeats > 1 and spread.relative_range > NOISY_RANGE:
+            notes.append(f"{label} varied by {spread.relative_range:.0%} across its {spread.repeats} repeats (min…max): "
+                         "this target is noisy now, and a second probe may differ as much; the median is used "
+                         "(--thorough runs more, longer repeats)")
+    return notes
+
+
 def writer_counts(max_writers: int) -> list[int]:
     counts, w = [], 1
     while w < max_writers:

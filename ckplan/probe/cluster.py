@@ -31,7 +31,7 @@ from pathlib import Path
 
 from ckplan.errors import InputError
 from ckplan.probe import fio
-from ckplan.probe.base import PRESETS, Preset, Progress, Silent, writer_counts
+from ckplan.probe.base import PRESETS, Preset, Progress, Silent, noise_notes, writer_counts
 from ckplan.profile import BandwidthPoint, Latency, Measurement, Replay, SmallFiles, Spread, StorageProfile
 
 DEFAULT_PORT = 8765
@@ -231,7 +231,10 @@ def run_cluster_probe(job: ClusterJob, progress: Progress | None = None) -> Stor
         storage_class="multi-host", shared=True, hosts=len(job.hosts), direct_io=None, bandwidth=bandwidth,
         aggregate_bandwidth=aggregate, best_write_bytes_per_s=max(b.bytes_per_s for b in bandwidth),
         small_files=small, aggregate_files_per_s=aggregate_files, fsync_latency=latency, replay=replayed,
-        mount_options={"hosts": ",".join(map(str, job.hosts))}, notes=[spread_note, "buffered writes with a final fsync (end_fsync) on every host"], raw_fio=raw,
+        mount_options={"hosts": ",".join(map(str, job.hosts))},
+        # the small-file spread here is across hosts, not repeats, so only bandwidth is checked for noise
+        notes=[spread_note, "buffered writes with a final fsync (end_fsync) on every host"] + noise_notes(bandwidth),
+        raw_fio=raw,
         measurement=Measurement(tool=f"{fio.fio_version()} client/server",
                                 date=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), host=socket.gethostname(),
                                 preset=job.preset.name, duration_s=time.monotonic() - started,

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ckplan.errors import InputError
 from ckplan.probe import fio, replay, target
-from ckplan.probe.base import PRESETS, MiB, Preset, Progress, Silent, writer_counts
+from ckplan.probe.base import PRESETS, MiB, Preset, Progress, Silent, noise_notes, writer_counts
 from ckplan.profile import (
     BandwidthPoint, Latency, Measurement, Replay, SmallFiles, Spread, StorageProfile,
 )
@@ -115,7 +115,7 @@ def run_probe(job: ProbeJob, progress: Progress | None = None) -> StorageProfile
         storage_class=mount.storage_class, mount_point=mount.mount_point, mount_options=mount.options,
         shared=mount.storage_class in target.SHARED_CLASSES, direct_io=direct, bandwidth=bandwidth,
         best_write_bytes_per_s=best, small_files=small, fsync_latency=fsync_lat, sync_write_latency=sync_write_lat,
-        replay=replayed, notes=notes, raw_fio=raw,
+        replay=replayed, notes=notes + noise_notes(bandwidth, small), raw_fio=raw,
         measurement=Measurement(tool=fio.fio_version(), date=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
                                 host=socket.gethostname(), preset=settings.name, duration_s=time.monotonic() - started,
                                 bandwidth_bytes_per_writer=job.bytes_per_writer, runtime_cap_s=settings.point_runtime_s(job.writers),

@@ -31,7 +31,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from ckplan.errors import InputError
 from ckplan.probe import replay
-from ckplan.probe.base import PRESETS, MiB, Preset, Progress, Silent, writer_counts
+from ckplan.probe.base import PRESETS, MiB, Preset, Progress, Silent, noise_notes, writer_counts
 from ckplan.profile import BandwidthPoint, Latency, Measurement, Replay, SmallFiles, Spread, StorageProfile
 
 SCRATCH_PREFIX = ".ckplan-probe-"
@@ -279,7 +279,8 @@ def run_s3_probe(job: S3ProbeJob, progress: Progress | None = None) -> StoragePr
         shared=True, direct_io=None, bandwidth=bandwidth, best_write_bytes_per_s=max(b.bytes_per_s for b in bandwidth),
         small_files=small, fsync_latency=latency, replay=replayed,
         notes=[f"object store: one multipart upload per stream, parts of {job.part_bytes // MiB} MiB one after another; "
-               "fsync latency is the small-object PUT latency (an object is durable when PUT returns)"],
+               "fsync latency is the small-object PUT latency (an object is durable when PUT returns)"]
+              + noise_notes(bandwidth, small),
         measurement=Measurement(tool=f"ckplan-s3 (boto3 {boto3.__version__}, botocore {botocore.__version__})",
                                 date=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), host=socket.gethostname(),
                                 preset=job.preset.name, duration_s=time.monotonic() - started,
