@@ -42,6 +42,9 @@ def check_figures(p: dict) -> None:
     # one warm-up run at the most writers, kept for audit, then each point once (--quick has one repeat)
     assert [doc["jobs"][0]["jobname"] for doc in p["raw_fio"][:3]] == ["warm-up-2", "bw-1", "bw-2"]
     assert [b["bytes_per_s"] for b in p["bandwidth"]] == [doc["jobs"][0]["write"]["bw_bytes"] for doc in p["raw_fio"][1:3]]
+    # small files: calibration, warm-up, measured run; never more than 1,024 files per writer in a directory
+    small = [int(d["jobs"][0]["job options"]["nrfiles"]) for d in p["raw_fio"] if d["jobs"][0]["jobname"] == "smallfiles"]
+    assert len(small) == 3 and small[0] <= 32 and all(8 <= n <= 1024 for n in small)
     assert p["measurement"]["tool"] == "fio-3.33"
 
 

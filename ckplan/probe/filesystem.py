@@ -8,6 +8,7 @@ import os
 import shutil
 import socket
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +20,11 @@ from ckplan.profile import (
 )
 
 DEFAULT_SMALL_FILE_RANGE = (4 * 1024, 256 * 1024)  # RNG states (~15 KB) up to index/metadata files
+# Files per writer in one small-file run, unless the plan's busiest rank writes more. Creates
+# slow down as a directory grows (/dev/shm here: ~19k files/s with 5,000 files, ~12.5k with
+# 36,000), so a count sized by time alone would make the rate depend on how fast the
+# calibration ran; a save's directory rarely holds more files than this per rank.
+SMALL_FILES_PER_WRITER_CAP = 1024
 UNSIZED_DEFAULT_BYTES = 2**30  # what the probe may write on a filesystem that reports no size, unless --max-bytes
 
 
@@ -178,11 +184,16 @@ def _small_files(scratch, settings, writers, budget, plan, progress, raw) -> Sma
 
     fio 3.33 ignores `runtime` between the files of a many-file job, so the
     file count is sized from a short calibration run to fit the time budget;
-    every file then completes and files/s is exact.
+    every file then completes and files/s is exact. A second, longer calibration
+    run is the warm-up (the first run after idle is the slow one) and sizes the
+    measured runs more closely. The measured runs are many and short: their
+    run-to-run noise is independent once warm, so a median of more runs moves less.
     """
     low, high = _small_file_range(plan)
     bs = min(64 * 1024, low)
     space_cap = max(8, budget // (writers * high))
+    files_per_rank = Counter(f.rank for f in plan.manifest) if plan is not None else Counter()
+    count_cap = max([SMALL_FILES_PER_WRITER_CAP, *files_per_rank.values()])
 
     def run(nrfiles: int, label: str) -> tuple[float, float]:
         progress.phase(f"small files: create, write, fsync, close ({writers} writers){label}", settings.small_files_runtime_s)
@@ -204,11 +215,16 @@ def _small_files(scratch, settings, writers, budget, plan, progress, raw) -> Sma
         # per file: create, fsync, close (fio counts none of them), plus its write() calls
         return files / runtime_s, (3 * files + write_calls) / runtime_s
 
-    calibration, _ = run(min(32, space_cap), " calibration")
-    nrfiles = int(max(8, min(20000, space_cap, calibration * settings.small_files_runtime_s / writers)))
+    def files_per_writer(rate: float, seconds: float) -> int:
+        return int(max(8, min(count_cap, space_cap, rate * seconds / writers)))
+
+    rate, _ = run(min(32, space_cap), " calibration")
+    rate, _ = run(files_per_writer(rate, settings.warm_up_s / 3), " warm-up (not counted)")
+    nrfiles = files_per_writer(rate, settings.small_files_runtime_s)
     rates, ops = [], []
-    for r in range(settings.repeats):
-        rate, op = run(nrfiles, f", run {r + 1}/{settings.repeats}")
+    repeats = settings.small_files_repeats
+    for r in range(repeats):
+        rate, op = run(nrfiles, f", run {r + 1}/{repeats}")
         rates.append(rate)
         ops.append(op)
     spread = Spread.of(rates)

@@ -319,8 +319,9 @@ def _small_objects(job, writer, scratch, pool, phase) -> tuple[SmallFiles, Laten
     sizes = _small_sizes(job.plan)
     runtime = job.preset.small_files_runtime_s
     rates, latencies = [], []
-    for r in range(job.preset.repeats):
-        phase(f"small objects: PUT from {job.writers} writers, run {r + 1}/{job.preset.repeats}", runtime)
+    repeats = job.preset.small_files_repeats
+    for r in range(repeats):
+        phase(f"small objects: PUT from {job.writers} writers, run {r + 1}/{repeats}", runtime)
         start = time.perf_counter()
         deadline = start + runtime
 
