@@ -14,7 +14,7 @@ class Preset:
 
     name: str
     bytes_per_writer: int  # upper bound per writer for a bandwidth point; the runtime cap usually ends it first
-    bandwidth_budget_s: float  # all bandwidth points and repeats together
+    bandwidth_budget_s: float  # all bandwidth points and repeats together (the filesystem probe: its warm-up too)
     small_files_budget_s: float  # all small-file repeats together
     latency_runtime_s: float  # each of the two latency runs
     repeats: int

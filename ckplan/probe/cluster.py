@@ -7,8 +7,9 @@ directory (fio creates the directories of a filename_format) and ends with a
 stonewalled null-engine job whose `exec_prerun=rm -rf` removes it; after a
 failure, the same clean-up job is sent to every host that still answers. fio
 redirects a prerun command's output to `JOBNAME.prerun.txt` in the server's
-working directory, so the clean-up command removes that file too. fio's client exits 0 even when a server
-drops a job, so ckplan checks that every host reported and names those that did not.
+working directory, so the clean-up command removes that file too. fio's client
+exits 0 even when a server drops a job, so ckplan checks that every host
+reported and names those that did not.
 
 A save finishes when its slowest writer does, so the profile's per-host curve
 is the slowest host's; the aggregate curve (all clients) is kept against the

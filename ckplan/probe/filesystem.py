@@ -25,12 +25,13 @@ DEFAULT_SMALL_FILE_RANGE = (4 * 1024, 256 * 1024)  # RNG states (~15 KB) up to i
 # 36,000), so a count sized by time alone would make the rate depend on how fast the
 # calibration ran; a save's directory rarely holds more files than this per rank.
 SMALL_FILES_PER_WRITER_CAP = 1024
+MIN_RUNTIME_S = 1.0  # shortest runtime cap of a bandwidth run, however tight the budget
 UNSIZED_DEFAULT_BYTES = 2**30  # what the probe may write on a filesystem that reports no size, unless --max-bytes
 
 
 def estimated_seconds(preset: Preset, max_writers: int) -> float:
     points = len(writer_counts(max_writers))
-    return (preset.warm_up_s + preset.bandwidth_budget_s + preset.small_files_budget_s + 2 * preset.latency_runtime_s
+    return (preset.bandwidth_budget_s + preset.small_files_budget_s + 2 * preset.latency_runtime_s
             + 0.4 * (points + 4) * preset.repeats)
 
 
@@ -109,7 +110,7 @@ def run_probe(job: ProbeJob, progress: Progress | None = None) -> StorageProfile
         direct = _direct_io_works(scratch.path)
         if not direct:
             notes.append("the target refused O_DIRECT (EINVAL): buffered writes with a final fsync were used")
-        bandwidth = _bandwidth(scratch.path, settings, job.writers, job.bytes_per_writer, direct, progress, raw)
+        bandwidth, runtime_s = _bandwidth(scratch.path, settings, job.writers, job.bytes_per_writer, direct, progress, raw)
         small = _small_files(scratch.path, settings, job.writers, job.budget_bytes, job.plan, progress, raw)
         fsync_lat, sync_write_lat = _latency(scratch.path, settings, progress, raw)
         replayed = (_replay(scratch.path, job.plan, list(job.replay_files), job.scale, settings, progress)
@@ -124,7 +125,7 @@ def run_probe(job: ProbeJob, progress: Progress | None = None) -> StorageProfile
         replay=replayed, notes=notes + noise_notes(bandwidth, small), raw_fio=raw,
         measurement=Measurement(tool=fio.fio_version(), date=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
                                 host=socket.gethostname(), preset=settings.name, duration_s=time.monotonic() - started,
-                                bandwidth_bytes_per_writer=job.bytes_per_writer, runtime_cap_s=settings.point_runtime_s(job.writers),
+                                bandwidth_bytes_per_writer=job.bytes_per_writer, runtime_cap_s=runtime_s,
                                 repeats=settings.repeats))
 
 
@@ -140,16 +141,18 @@ def _direct_io_works(scratch: Path) -> bool:
     return True
 
 
-def _bandwidth(scratch, settings, max_writers, per_writer, direct, progress, raw) -> list[BandwidthPoint]:
-    """Large sequential writes at 1, 2, 4 … writers.
+def _bandwidth(scratch, settings, max_writers, per_writer, direct, progress, raw) -> tuple[list[BandwidthPoint], float]:
+    """Large sequential writes at 1, 2, 4 … writers; returns the points and the runtime cap each run had.
 
     One unrecorded warm-up run at the most writers comes first: the first writes after
     idle run slow for reasons that are not the storage's sustained rate (a VM faulting
     its memory back in from the host, an SSD leaving a power state, a rate limiter's
-    burst credit). The repeats then go round all points in turn, so drift during the
-    phase hits every point alike instead of whichever point ran last.
+    burst credit). It also measures what a run costs beyond its runtime cap (fio's
+    start, unlinking the files: ~2 s for 3.6 GB on an ext4 mounted with `discard`), so
+    that the runtime cap of the measured runs keeps the whole phase within its budget.
+    The repeats then go round all points in turn, so drift during the phase hits every
+    point alike instead of whichever point ran last.
     """
-    runtime_s = settings.point_runtime_s(max_writers)
     counts = writer_counts(max_writers)
 
     def run(w: int, label: str, runtime: float, name: str = "bw") -> float:
@@ -162,12 +165,16 @@ def _bandwidth(scratch, settings, max_writers, per_writer, direct, progress, raw
         raw.append(doc)
         return float(doc["jobs"][0]["write"]["bw_bytes"])
 
+    started = time.monotonic()
     run(max_writers, "warm-up (not counted)", settings.warm_up_s, name="warm-up")
+    spent = time.monotonic() - started
+    runs = settings.repeats * len(counts)
+    runtime_s = round(max(MIN_RUNTIME_S, (settings.bandwidth_budget_s - spent) / runs - max(0.0, spent - settings.warm_up_s)), 1)
     values: dict[int, list[float]] = {w: [] for w in counts}
     for r in range(settings.repeats):
         for w in counts:
             values[w].append(run(w, f"run {r + 1}/{settings.repeats}", runtime_s))
-    return [BandwidthPoint(writers=w, bytes_per_s=Spread.of(v).median, spread=Spread.of(v)) for w, v in values.items()]
+    return [BandwidthPoint(writers=w, bytes_per_s=Spread.of(v).median, spread=Spread.of(v)) for w, v in values.items()], runtime_s
 
 
 def _small_file_range(plan) -> tuple[int, int]:
