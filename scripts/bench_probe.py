@@ -29,6 +29,7 @@ from pathlib import Path
 
 from ckplan.probe import fio
 from ckplan.probe.replay import FileToWrite, write_files
+from ckplan.profile import Spread
 
 WRITERS = 2
 FILE_BYTES = 1024 * 2**20
@@ -91,18 +92,14 @@ def repeatability(target: Path) -> None:
         top = max(p["bandwidth"], key=lambda b: b["bytes_per_s"])
         best.append(p["best_write_bytes_per_s"])
         files.append(p["small_files"]["files_per_s"])
-        inside_bw.append(relative_range(top["spread"]))
-        inside_files.append(relative_range(p["small_files"]["spread"]))
+        inside_bw.append(Spread(**top["spread"]).relative_range)
+        inside_files.append(Spread(**p["small_files"]["spread"]).relative_range)
     for label, values, inside, unit, div in (("best write bandwidth", best, inside_bw, "GB/s", 1e9),
                                              ("small files", files, inside_files, "files/s", 1)):
         med = statistics.median(values)
         spread = (max(values) - min(values)) / med
         print(f"| {target} | {label} | {med / div:,.2f} {unit} | {min(values) / div:,.2f} … {max(values) / div:,.2f} | "
               f"{spread * 100:.1f}% | {max(inside) * 100:.0f}% | {'ok' if spread <= 0.10 else 'MISSED'} |")
-
-
-def relative_range(spread: dict) -> float:
-    return (spread["max"] - spread["min"]) / spread["median"]
 
 
 def main() -> None:

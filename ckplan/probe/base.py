@@ -18,7 +18,9 @@ class Preset:
     small_files_budget_s: float  # all small-file repeats together
     latency_runtime_s: float  # each of the two latency runs
     repeats: int
-    warm_up_s: float  # one unrecorded bandwidth run before the measured ones (a third of it for small files)
+    # the filesystem probe's unrecorded bandwidth run before the measured ones (a third of it for small
+    # files); S3 and multi-host probes have no warm-up yet
+    warm_up_s: float
     small_files_repeats: int
 
     def point_runtime_s(self, max_writers: int) -> float:

@@ -21,18 +21,12 @@ from ckplan.profile import (
 
 DEFAULT_SMALL_FILE_RANGE = (4 * 1024, 256 * 1024)  # RNG states (~15 KB) up to index/metadata files
 # Files per writer in one small-file run, unless the plan's busiest rank writes more. Creates
-# slow down as a directory grows (/dev/shm here: ~19k files/s with 5,000 files, ~12.5k with
-# 36,000), so a count sized by time alone would make the rate depend on how fast the
+# slow down as a directory grows (/dev/shm here, alternating runs: median 17.4k files/s with
+# 5,000 files, 14.5k with 36,000), so a count sized by time alone would make the rate depend on how fast the
 # calibration ran; a save's directory rarely holds more files than this per rank.
 SMALL_FILES_PER_WRITER_CAP = 1024
 MIN_RUNTIME_S = 1.0  # shortest runtime cap of a bandwidth run, however tight the budget
 UNSIZED_DEFAULT_BYTES = 2**30  # what the probe may write on a filesystem that reports no size, unless --max-bytes
-
-
-def estimated_seconds(preset: Preset, max_writers: int) -> float:
-    points = len(writer_counts(max_writers))
-    return (preset.bandwidth_budget_s + preset.small_files_budget_s + 2 * preset.latency_runtime_s
-            + 0.4 * (points + 4) * preset.repeats)
 
 
 @dataclass(frozen=True)
@@ -53,7 +47,10 @@ class ProbeJob:
 
     @property
     def estimated_seconds(self) -> float:
-        return estimated_seconds(self.preset, self.writers)
+        # the bandwidth budget is wall time already; every other fio run (direct-I/O check, small-file
+        # calibration and warm-up, its measured runs, two latency runs) costs ~0.4 s beyond its own time
+        p = self.preset
+        return p.bandwidth_budget_s + p.small_files_budget_s + 2 * p.latency_runtime_s + 0.4 * (p.small_files_repeats + 5)
 
 
 def prepare_probe(path: Path, *, preset: str = "default", writers: int | None = None, plan=None,
@@ -193,8 +190,9 @@ def _small_files(scratch, settings, writers, budget, plan, progress, raw) -> Sma
     file count is sized from a short calibration run to fit the time budget;
     every file then completes and files/s is exact. A second, longer calibration
     run is the warm-up (the first run after idle is the slow one) and sizes the
-    measured runs more closely. The measured runs are many and short: their
-    run-to-run noise is independent once warm, so a median of more runs moves less.
+    measured runs more closely. The measured runs are many and short: once warm,
+    their run-to-run scatter is larger than any trend (docs/benchmarks.md), so a
+    median of more runs moves less.
     """
     low, high = _small_file_range(plan)
     bs = min(64 * 1024, low)
