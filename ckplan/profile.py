@@ -12,8 +12,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from ckplan import __version__
+from ckplan.sizing.layouts.base import WritePath
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: a curve per write path (buffered, direct), the replay's method, this machine's calibration
 
 
 class Spread(BaseModel):
@@ -63,14 +64,44 @@ class Latency(BaseModel):
 class Replay(BaseModel):
     """Wall time of one node's share of a plan, written as the framework would."""
 
+    # "framework saver": the plan's own serialiser (torch.save, safetensors, DCP) in one process per writer;
+    # "raw bytes": ckplan's writer through the plan's write path, its serialiser time added from the calibration
+    method: Literal["framework saver", "raw bytes"] = "raw bytes"
+    write_path: WritePath = "buffered"
     seconds: float  # median over repeats, at the replayed scale
     bytes: int  # bytes written at the replayed scale
     files: int
     writers: int
     scale: float  # 1.0 = full size
     plan_fingerprint: str  # identifies the plan (see ckplan.probe.replay.fingerprint)
-    full_scale_seconds: float  # seconds × bytes(full)/bytes(scaled): bandwidth-bound extrapolation
+    # fixed per-save cost (DCP coordination) + the rest × bytes(full)/bytes(scaled): bandwidth-bound extrapolation,
+    # plus, for raw bytes, the busiest writer's serialisation at full size
+    full_scale_seconds: float
+    fixed_seconds: float = 0.0  # the part not scaled by bytes
+    serialize_seconds: float = 0.0  # raw bytes only: the serialiser time added at full scale
     spread: Spread | None = None
+
+
+class Calibration(BaseModel):
+    """This machine's serialiser throughput per writer and DCP's fixed cost per save (`ckplan calibrate`).
+
+    A serialiser writes into /dev/null, so the figure is its own CPU cost (pickling, CRC32, copies) and not
+    the write, which the bandwidth curve already counts: measured into memory, a tmpfs save would pay the
+    copy twice. DCP's fixed cost is the wall time of a save of a few KiB per rank in a gloo group of
+    `dcp_ranks` processes: planning, the gather and scatter, `.metadata`, barriers.
+    """
+
+    serialize_bytes_per_s: dict[str, float]  # per file format (torch.save, safetensors, dcp), one writer, one core
+    serialize_spread: dict[str, Spread] = Field(default_factory=dict)
+    sample_bytes: int  # bytes serialised per run
+    tensor_bytes: int  # size of each tensor in the sample
+    dcp_fixed_seconds: float | None = None
+    dcp_fixed_spread: Spread | None = None
+    dcp_ranks: int | None = None
+    torch_version: str
+    safetensors_version: str | None = None
+    host: str
+    duration_s: float
 
 
 class Measurement(BaseModel):
@@ -97,8 +128,11 @@ class StorageProfile(BaseModel):
     mount_options: dict[str, str] = Field(default_factory=dict)
     shared: bool = True  # one target shared by all nodes (NFS, Lustre, S3) or node-local (NVMe, tmpfs)
     hosts: int = 1
-    direct_io: bool | None = None
-    bandwidth: list[BandwidthPoint]  # per host, against writers per host
+    direct_io: bool | None = None  # the target accepts O_DIRECT (None: not a file system probe)
+    # per host, against writers per host: writes through the page cache with an fsync at the end of each file
+    # (object stores: the client's streams), what torch.save, DCP and safetensors get
+    buffered_bandwidth: list[BandwidthPoint] = Field(min_length=1)
+    direct_bandwidth: list[BandwidthPoint] = Field(default_factory=list)  # O_DIRECT writes; empty where not measured
     aggregate_bandwidth: list[BandwidthPoint] = Field(default_factory=list)  # against hosts writing at once
     aggregate_limit_bytes_per_s: float | None = None  # what the whole shared system sustains, if known
     best_write_bytes_per_s: float
@@ -107,13 +141,20 @@ class StorageProfile(BaseModel):
     fsync_latency: Latency
     sync_write_latency: Latency | None = None
     replay: Replay | None = None
+    calibration: Calibration | None = None
     measurement: Measurement
     notes: list[str] = Field(default_factory=list)
     raw_fio: list[dict[str, Any]] = Field(default_factory=list)
 
-    def bandwidth_at(self, writers: int) -> float:
+    def curve(self, path: WritePath = "buffered") -> tuple[list[BandwidthPoint], WritePath]:
+        """The curve of a write path, and the path it really is: the buffered one where the direct one was not measured."""
+        if path == "direct" and self.direct_bandwidth:
+            return self.direct_bandwidth, "direct"
+        return self.buffered_bandwidth, "buffered"
+
+    def bandwidth_at(self, writers: int, path: WritePath = "buffered") -> float:
         """Per-host bandwidth at this many writers: interpolated on the measured curve, flat beyond it."""
-        points = sorted(self.bandwidth, key=lambda p: p.writers)
+        points = sorted(self.curve(path)[0], key=lambda p: p.writers)
         if writers <= points[0].writers:
             return points[0].bytes_per_s * writers / points[0].writers
         for lo, hi in zip(points, points[1:]):

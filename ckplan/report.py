@@ -70,11 +70,17 @@ def _charts(rec: Recommendation, profile: StorageProfile, out: Path) -> list[Pat
     plt.close(fig)
 
     fig, ax = plt.subplots(figsize=(8, 4.5))
-    ws = [b.writers for b in profile.bandwidth]
-    med = [b.bytes_per_s / 1e9 for b in profile.bandwidth]
-    lo = [(b.bytes_per_s - (b.spread.min if b.spread else b.bytes_per_s)) / 1e9 for b in profile.bandwidth]
-    hi = [((b.spread.max if b.spread else b.bytes_per_s) - b.bytes_per_s) / 1e9 for b in profile.bandwidth]
-    ax.errorbar(ws, med, yerr=[lo, hi], marker="o", capsize=4, label="median, min…max of repeats")
+    ws: list[int] = []
+    for label, curve in (("buffered (page cache, fsync at end)", profile.buffered_bandwidth),
+                         ("direct (O_DIRECT)", profile.direct_bandwidth)):
+        if not curve:
+            continue
+        ws = sorted({*ws, *(b.writers for b in curve)})
+        med = [b.bytes_per_s / 1e9 for b in curve]
+        lo = [(b.bytes_per_s - (b.spread.min if b.spread else b.bytes_per_s)) / 1e9 for b in curve]
+        hi = [((b.spread.max if b.spread else b.bytes_per_s) - b.bytes_per_s) / 1e9 for b in curve]
+        ax.errorbar([b.writers for b in curve], med, yerr=[lo, hi], marker="o", capsize=4,
+                    label=f"{label}: median, min…max of repeats")
     ax.set_xscale("log", base=2)
     ax.set_xticks(ws, [str(w) for w in ws])
     ax.set_ylim(bottom=0)
@@ -105,10 +111,11 @@ def build_document(plan: CheckpointPlan, profile: StorageProfile, rec: Recommend
     doc.add(Heading("Storage"),
             Para(f"{profile.name}: {profile.target}, {profile.fs_type} ({profile.storage_class}), "
                  f"{'measured with ' + m.tool + ' on ' + m.host + ' at ' + m.date + ', preset ' + m.preset if profile.source == 'measured' else 'built-in typical figures, not a measurement'}."),
-            TableBlock(["writers", "bandwidth (median)", "min … max"],
-                       [[str(b.writers), fmt_rate(b.bytes_per_s),
+            TableBlock(["write path", "writers", "bandwidth (median)", "min … max"],
+                       [[path, str(b.writers), fmt_rate(b.bytes_per_s),
                          f"{fmt_rate(b.spread.min)} … {fmt_rate(b.spread.max)}" if b.spread and b.spread.repeats > 1 else ""]
-                        for b in profile.bandwidth]),
+                        for path, curve in (("buffered", profile.buffered_bandwidth), ("direct", profile.direct_bandwidth))
+                        for b in curve]),
             Para(f"Small files: {profile.small_files.files_per_s:,.0f} files/s; fsync p50 {_d(profile.fsync_latency.p50_s)}, "
                  f"p99 {_d(profile.fsync_latency.p99_s)}."),
             Image("bandwidth.png", "bandwidth against writers"))

@@ -75,7 +75,7 @@ LUSTRE = catalog.storage_classes()["lustre"]
 
 def scaled(profile, factor):
     return profile.model_copy(update={
-        "bandwidth": [b.model_copy(update={"bytes_per_s": b.bytes_per_s * factor}) for b in profile.bandwidth],
+        "buffered_bandwidth": [b.model_copy(update={"bytes_per_s": b.bytes_per_s * factor}) for b in profile.buffered_bandwidth],
         "aggregate_limit_bytes_per_s": profile.aggregate_limit_bytes_per_s * factor,
         "small_files": profile.small_files.model_copy(update={"files_per_s": profile.small_files.files_per_s * factor})})
 

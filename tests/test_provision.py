@@ -45,7 +45,10 @@ def test_recommend_meets_the_target_with_the_provisioned_storage(mode, goodput):
 @given(small=st.sampled_from([64, 128, 256, 512]), factor=st.sampled_from([2, 4, 8]), rate=st.floats(1.0, 20.0),
        mode=st.sampled_from(["sync", "async"]))
 def test_more_gpus_never_need_less_bandwidth(small, factor, rate, mode):
-    policy = Policy(node_failures_per_1000_days=rate, mode="async" if mode == "async" else "sync")
+    """Holds for the storage's part only: with a serialiser, fewer GPUs give each rank more bytes to serialise, which
+    leaves less of the persist time for writing (a real effect), so the serialisers are made free here."""
+    free = {fmt: float("inf") for fmt in ("torch.save", "dcp", "safetensors")}
+    policy = Policy(node_failures_per_1000_days=rate, mode="async" if mode == "async" else "sync", serialize_bytes_per_s=free)
     a = provision_one(plan(small), policy, mode, None, 2)
     b = provision_one(plan(small * factor), policy, mode, None, 2)
     if a.feasible and b.feasible:

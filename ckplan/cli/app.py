@@ -77,9 +77,11 @@ def probe(
     timeout: S3Timeout = "30s",
     hosts: Annotated[Optional[str], typer.Option(help="Probe from many hosts at once: host[:port],… each running `ckplan agent`.", rich_help_panel="Multi-host")] = None,
     hosts_file: Annotated[Optional[Path], typer.Option("--hosts-file", help="One host[:port] per line.", rich_help_panel="Multi-host")] = None,
+    no_calibrate: Annotated[bool, typer.Option("--no-calibrate", help="Skip measuring this machine's serialisers (`ckplan calibrate`).")] = False,
     json: o.Json = False,
 ) -> None:
-    """Measure what a target sustains: bandwidth against writers, small files, fsync latency, replay."""
+    """Measure what a target sustains: buffered and direct bandwidth against writers, small files, fsync latency,
+    this machine's serialisers, and a replay of a plan."""
     import signal
 
     from ckplan import profile_store
@@ -106,7 +108,8 @@ def probe(
                                     plan=plan, scale=scale, name=save)
         run = run_cluster_probe
     else:
-        job = prepare_probe(Path(path), preset=preset, writers=writers, plan=plan, scale=scale, max_bytes=limit, name=save)
+        job = prepare_probe(Path(path), preset=preset, writers=writers, plan=plan, scale=scale, max_bytes=limit, name=save,
+                            calibrate=not no_calibrate)
         run = run_probe
     signal.signal(signal.SIGTERM, _interrupt)  # run the same cleanup as Ctrl-C
     from ckplan.render.profile import live_progress
@@ -118,6 +121,32 @@ def probe(
     if out:
         profile_store.write(result, out)
     _emit(result, json, "ckplan.render.profile", "render_profile")
+
+
+@app.command()
+def calibrate(
+    quick: Annotated[bool, typer.Option("--quick", help="A smaller sample, 3 repeats.")] = False,
+    thorough: Annotated[bool, typer.Option("--thorough", help="A larger sample, 9 repeats.")] = False,
+    ranks: Annotated[int, typer.Option(help="Processes in the DCP save whose fixed cost is measured (the writers per node).")] = 2,
+    out: Annotated[Optional[Path], typer.Option(help="Write the calibration to this file (JSON).")] = None,
+    json: o.Json = False,
+) -> None:
+    """Measure this machine's serialisers (torch.save, safetensors, DCP) per writer, and DCP's fixed cost per save."""
+    from ckplan.validate.calibrate import calibrate as run
+
+    if quick and thorough:
+        raise InputError("give --quick or --thorough, not both")
+    from ckplan.render.profile import live_progress
+    from ckplan.validate.calibrate import ESTIMATE_S
+    preset = "quick" if quick else "thorough" if thorough else "default"
+    with live_progress(ESTIMATE_S[preset]) as live:
+        result = run(preset, ranks, live)
+    if out:
+        try:
+            out.write_text(result.model_dump_json(indent=2))
+        except OSError as exc:
+            raise InputError(f"cannot write {out}: {exc.strerror}") from None
+    _emit(result, json, "ckplan.render.profile", "render_calibration")
 
 
 @app.command()
@@ -162,10 +191,13 @@ def _policy(*, max_loss: str = "1h", max_overhead: str = "5%", mode: str = "sync
         raise InputError("--stall-time applies to --mode async only")
     if node_failure_rate < 0 or job_failure_rate < 0:
         raise InputError("failure rates must be ≥ 0")
-    serializers = dict(Policy().serialize_bytes_per_s)
+    from ckplan.planning.policy import DEFAULT_SERIALIZE_BYTES_PER_S
+
+    serializers = {}
     for fmt, rate in o.pairs(serialize_bandwidth, "--serialize-bandwidth").items():
-        if fmt not in serializers:
-            raise InputError(f"--serialize-bandwidth takes {' or '.join(f'{k}=RATE' for k in serializers)}, got {fmt!r}")
+        if fmt not in DEFAULT_SERIALIZE_BYTES_PER_S:
+            raise InputError(f"--serialize-bandwidth takes {' or '.join(f'{k}=RATE' for k in DEFAULT_SERIALIZE_BYTES_PER_S)}, "
+                             f"got {fmt!r}")
         serializers[fmt] = parse_rate(rate, "--serialize-bandwidth")
     return Policy(
         serialize_bytes_per_s=serializers, mode=mode, max_loss_s=parse_duration(max_loss, "--max-loss"),

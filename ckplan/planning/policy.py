@@ -24,11 +24,13 @@ DEFAULT_SNAPSHOT_BYTES_PER_S = 20e9
 DEFAULT_HOST_MEMORY_BYTES = 2 * 2**40  # a typical 8-GPU H100/H200 node: 2 TiB of DRAM
 DEFAULT_LOCAL_DISK_BYTES = 8 * 3.84e12  # 8 × 3.84 TB NVMe drives, a typical DGX-class node
 DEFAULT_CHANGED_FRACTION = 1.0  # dense LLM weights and optimizer states all change every step
-# Serialiser throughput per writer thread (one core), by file format; measured on the 2-core dev VM
-# (docs/benchmarks.md, "serialisers"): torch.save into memory ~1.2 GB/s (zip records with CRC32);
-# safetensors save_file to tmpfs 1.8 GB/s against raw writes at 2.85 GB/s → ~5 GB/s of its own cost.
-# DCP's .distcp files and small text files are raw writes. Override with --serialize-bandwidth.
-DEFAULT_SERIALIZE_BYTES_PER_S = {"torch.save": 1.2e9, "safetensors": 5e9}
+# Serialiser throughput per writer (one process, one core), by file format, written into /dev/null so the
+# write itself is not counted twice (the bandwidth curve counts it), and DCP's fixed cost per save (a save of
+# a few KiB per rank, 2 ranks over gloo). Used only where the profile has no calibration of its own
+# (`ckplan calibrate`, run by `ckplan probe` where PyTorch is installed); every output that uses them says
+# "default". Measured on the 2-core development VM with `ckplan calibrate` (docs/benchmarks.md, issue 13).
+DEFAULT_SERIALIZE_BYTES_PER_S = {"torch.save": 1.16e9, "safetensors": 1.36e9, "dcp": 1.0e9}
+DEFAULT_DCP_FIXED_S = 0.010
 TIGHT_FRACTION = 0.8  # overhead above 80% of the budget is 'tight'
 
 
@@ -45,6 +47,7 @@ class Policy(BaseModel):
     host_memory_bytes: float = DEFAULT_HOST_MEMORY_BYTES
     local_disk_bytes: float = DEFAULT_LOCAL_DISK_BYTES
     changed_fraction: float = DEFAULT_CHANGED_FRACTION
-    serialize_bytes_per_s: dict[str, float] = Field(default_factory=lambda: dict(DEFAULT_SERIALIZE_BYTES_PER_S))
+    # serialiser rates given with --serialize-bandwidth; the others come from the profile's calibration or the defaults
+    serialize_bytes_per_s: dict[str, float] = Field(default_factory=dict)
     save_time_s: float | None = None  # measured save (persist) time, skipping the model
     stall_time_s: float | None = None  # measured blocking time of an async save

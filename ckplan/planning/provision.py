@@ -24,7 +24,7 @@ from ckplan import catalog
 from ckplan.errors import InputError
 from ckplan.planning.policy import Policy
 from ckplan.planning.recommend import Scenario, evaluate, job_mtbf, recommend, snapshot_seconds
-from ckplan.planning.savetime import predict_save, writer_loads
+from ckplan.planning.savetime import machine_figures, predict_save, writer_loads
 from ckplan.profile import BandwidthPoint, Latency, Measurement, SmallFiles, StorageProfile
 from ckplan.sizing.plan import CheckpointPlan
 
@@ -88,7 +88,7 @@ def provisioned_profile(node_bw: float, aggregate_bw: float, files_per_s_node: f
     """A storage that delivers exactly the provisioned figures at any writer count."""
     return StorageProfile(
         name="provisioned", source="builtin", target="provisioned storage", fs_type="-", storage_class="provisioned",
-        shared=shared, bandwidth=[BandwidthPoint(writers=1, bytes_per_s=node_bw)], best_write_bytes_per_s=node_bw,
+        shared=shared, buffered_bandwidth=[BandwidthPoint(writers=1, bytes_per_s=node_bw)], best_write_bytes_per_s=node_bw,
         aggregate_limit_bytes_per_s=aggregate_bw, aggregate_files_per_s=files_per_s,
         small_files=SmallFiles(files_per_s=files_per_s_node, ops_per_s=4 * files_per_s_node, file_bytes_min=4096,
                                file_bytes_max=4096, writers=1),
@@ -100,10 +100,13 @@ def provision_one(plan: CheckpointPlan, policy: Policy, mode: str, goodput: floa
                   storage: StorageProfile | None = None) -> Provision:
     mtbf, _ = job_mtbf(plan, policy)
     busiest = max(plan.nodes, key=lambda n: n.bytes)
-    serialize = max(s for _, s in writer_loads(plan, busiest.node, policy.serialize_bytes_per_s))
+    machine = machine_figures(storage.calibration if storage else None, policy.serialize_bytes_per_s)
+    # the busiest writer's serialiser and a collective save's fixed cost: time no storage can shorten
+    serialize = max(s for _, s in writer_loads(plan, busiest.node, machine.rates()).values())
+    serialize += machine.coordination_seconds.value if plan.coordinated_save else 0.0
     local = 0.0
     if mode == "staged":
-        local = predict_save(plan, catalog.storage_classes()["local-nvme"], serialize_bytes_per_s=policy.serialize_bytes_per_s).seconds
+        local = predict_save(plan, catalog.storage_classes()["local-nvme"], given_serializers=policy.serialize_bytes_per_s).seconds
     capacity = (keep + 1) * plan.total_bytes  # the newest save is written before the oldest is deleted
     staging = busiest.bytes if mode in ("async", "staged") else 0
     base = dict(gpus=plan.setup.gpus, nodes=plan.setup.nodes, checkpoint_bytes=plan.total_bytes,
@@ -135,7 +138,7 @@ def provision_one(plan: CheckpointPlan, policy: Policy, mode: str, goodput: floa
     headroom = None
     if storage is not None:
         writers = busiest.writers
-        have = min(storage.bandwidth_at(writers) * plan.nodes_writing, storage.aggregate_limit_bytes_per_s or math.inf)
+        have = min(storage.bandwidth_at(writers, plan.write_path) * plan.nodes_writing, storage.aggregate_limit_bytes_per_s or math.inf)
         headroom = have / burst
     return Provision(feasible=True, save_seconds=persist, stall_seconds=stall, interval_s=interval_s,
                      burst_bandwidth_bytes_per_s=burst, sustained_bandwidth_bytes_per_s=plan.total_bytes / interval_s,
@@ -176,7 +179,7 @@ def provision_sweep(plans: list[CheckpointPlan], policy: Policy, mode: str, good
                    f"capacity = (keep + 1) × one checkpoint: the newest is written before the oldest is deleted",
                    f"failures: {policy.node_failures_per_1000_days:g} per 1,000 node-days + {policy.job_failures_per_day:g} per job-day; restart {policy.restart_s:g} s",
                    "bandwidth is what the storage must sustain at the plan's writers per node, as measured by `ckplan probe`",
-                   "serialisers per writer core: " + ", ".join(f"{k} {v / 1e9:g} GB/s" for k, v in policy.serialize_bytes_per_s.items())]
+                   machine_figures(storage.calibration if storage else None, policy.serialize_bytes_per_s).describe()]
     if mode == "async":
         assumptions.append(f"async snapshot at {policy.snapshot_bytes_per_s / 1e9:g} GB/s per GPU")
     if mode == "staged":

@@ -126,7 +126,7 @@ def sync_scenario(plan: CheckpointPlan, profile: StorageProfile, policy: Policy,
     if policy.save_time_s is not None:
         return Scenario(name=name, mode="sync", save_seconds=policy.save_time_s, stall_seconds=policy.save_time_s,
                         notes=["save time given (--save-time), model skipped"])
-    model = predict_save(plan, profile, serialize_bytes_per_s=policy.serialize_bytes_per_s, **overrides)
+    model = predict_save(plan, profile, given_serializers=policy.serialize_bytes_per_s, **overrides)
     return Scenario(name=name, mode="sync", save_seconds=model.seconds, stall_seconds=model.seconds, save_model=model)
 
 
@@ -146,10 +146,11 @@ def async_scenario(plan: CheckpointPlan, profile: StorageProfile, policy: Policy
 def staged_scenario(plan: CheckpointPlan, profile: StorageProfile, tier: StorageProfile, policy: Policy,
                     capacity_bytes: float, name: str, **overrides) -> Scenario:
     """Write to a node-local tier (blocking), then drain to the shared target in the background."""
-    local = predict_save(plan, tier.model_copy(update={"shared": False, "replay": None}),
-                         serialize_bytes_per_s=policy.serialize_bytes_per_s, **overrides)
-    # the drain copies finished files: no serialiser on that path
-    drain = sync_scenario(plan, profile, policy.model_copy(update={"serialize_bytes_per_s": {}}), **overrides).save_seconds
+    # the staging tier is written on this machine: its serialisers are the main profile's calibration, if any
+    local = predict_save(plan, tier.model_copy(update={"shared": False, "replay": None, "calibration": profile.calibration}),
+                         given_serializers=policy.serialize_bytes_per_s, **overrides)
+    # the drain copies finished files: no serialiser or coordination on that path
+    drain = predict_save(plan, profile, framework_costs=False, **overrides).seconds
     notes = []
     node_bytes = max(n.bytes for n in plan.nodes)
     if node_bytes > capacity_bytes:
@@ -287,13 +288,18 @@ def _needed(plan: CheckpointPlan, profile: StorageProfile, policy: Policy, s: Sc
 
 def _assumptions(plan: CheckpointPlan, profile: StorageProfile, policy: Policy, s: Scenario) -> list[str]:
     out = [f"storage: {profile.name} ({profile.source}{', ' + profile.notes[0] if profile.source == 'builtin' and profile.notes else ''})"]
-    if s.save_model and s.save_model.source == "replay":
-        out.append("save time: the profile's replay of this exact plan, extrapolated by bytes to full size")
-    elif s.save_model:
-        out.append("save time = max(busiest writer: serialise + its bytes ÷ one-stream bandwidth; busiest node: its bytes ÷ "
-                   "node bandwidth at its writer count; all bytes ÷ aggregate) + files ÷ small-file rate + fsync p99")
-        out.append("serialisers per writer core: " + ", ".join(f"{k} {v / 1e9:g} GB/s" for k, v in policy.serialize_bytes_per_s.items())
-                   + " (measured on the dev VM; --serialize-bandwidth)")
+    m = s.save_model
+    if m and m.source == "replay":
+        out.append(f"save time: the profile's replay of this exact plan ({m.write_path} writes), extrapolated by bytes "
+                   "to full size")
+    elif m:
+        out.append(f"save time = fixed cost of a collective save + max(busiest writer: serialise + its bytes ÷ one-stream "
+                   f"bandwidth; busiest node: its bytes ÷ node bandwidth at its writer count; all bytes ÷ aggregate) + "
+                   f"files ÷ small-file rate + fsync p99, on the {m.write_path} write path's curve")
+    if m and m.machine is not None:
+        out.append(m.machine.describe() + " (--serialize-bandwidth; `ckplan calibrate`)")
+    if m:
+        out.extend(m.notes)
     if policy.mode == "async":
         out.append(f"async snapshot at {policy.snapshot_bytes_per_s / 1e9:g} GB/s per GPU (device→pinned host; default, "
                    "not measured here; --snapshot-bandwidth)")

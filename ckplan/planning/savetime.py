@@ -4,21 +4,23 @@ Predicted save time (one synchronous save, all writers at once):
   T_bw   = max(S_r + b_r ÷ B(1),                  the busiest writer alone: serialise, then one stream
                S_r + node's bytes ÷ B_node(w),     the node's writers sharing its bandwidth
                total bytes ÷ B_aggregate)          all nodes sharing the system
-           B_node(w): the profile's per-host bandwidth at w writers per node, where w
-           is the busiest node's writer count; B(1) the one-writer figure;
-           B_aggregate = B_node × nodes, capped by the shared system's aggregate
-           limit (node-local targets have none). b_r is the busiest writer's bytes and
-           S_r its serialisation time: bytes ÷ the format's serialiser throughput per
-           core (torch.save's zip writer checksums every record; DCP and raw files
-           write tensor storage as is). Serialisation and writing run one after the
-           other in a writer's thread, so they add. See docs/benchmarks.md for the
-           validate measurements that motivated the writer terms.
+           B is the profile's curve for the plan's write path: buffered (page cache, fsync at the end:
+           torch.save, DCP, safetensors) or direct (O_DIRECT: DeepSpeed FastPersist). B_node(w): per-host
+           bandwidth at w writers per node, w the busiest node's writer count; B(1) the one-writer figure;
+           B_aggregate: see aggregate_bandwidth. b_r is the busiest writer's bytes and S_r its serialisation
+           time: each file's bytes ÷ its format's serialiser throughput per core (torch.save's zip with a
+           CRC32 per record; safetensors' copy into its buffer; DCP's per-tensor torch.save; text: none).
+           Serialisation and writing run one after the other in a writer's thread, so they add.
+  T_coord = a collective save's fixed cost (DCP: plan gather and scatter, .metadata, barriers).
   T_meta = max(busiest node's files ÷ F_node,  all files ÷ F_aggregate)
            F_node: the small-file create+write+fsync+close rate measured on one host.
   T_tail = fsync p99: a synchronous save waits for its slowest writer's last flush.
-  T_save = T_bw + T_meta + T_tail
-A replay of the same plan in the profile (probe --plan) is used instead: it is a
-direct measurement, extrapolated from its scale by bytes.
+  T_save = T_coord + T_bw + T_meta + T_tail
+The serialiser rates and T_coord come, in this order, from a flag (--serialize-bandwidth), this machine's
+calibration in the profile ("measured here"), or the named defaults in policy.py ("default"); every output
+says which. A replay of the same plan through the same write path in the profile (probe --plan) is used
+instead of the model: it is a direct measurement, extrapolated from its scale by bytes.
+See docs/benchmarks.md (issues 7 and 13) for the measurements behind each term.
 """
 
 from __future__ import annotations
@@ -28,22 +30,62 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from ckplan.profile import StorageProfile
+from ckplan.planning.policy import DEFAULT_DCP_FIXED_S, DEFAULT_SERIALIZE_BYTES_PER_S
+from ckplan.profile import Calibration, StorageProfile
+from ckplan.sizing.layouts.base import WritePath
 from ckplan.sizing.plan import CheckpointPlan
+
+FigureSource = Literal["given", "measured here", "default"]
+
+
+class MachineFigure(BaseModel):
+    """A figure that depends on the machine that saves, and where this one came from."""
+
+    value: float
+    source: FigureSource
+
+
+class MachineFigures(BaseModel):
+    serialize_bytes_per_s: dict[str, MachineFigure]  # per file format, one writer on one core
+    coordination_seconds: MachineFigure  # a collective save's fixed cost
+
+    def rates(self) -> dict[str, float]:
+        return {fmt: f.value for fmt, f in self.serialize_bytes_per_s.items()}
+
+    def describe(self) -> str:
+        parts = [f"{fmt} {f.value / 1e9:.3g} GB/s ({f.source})" for fmt, f in self.serialize_bytes_per_s.items()]
+        c = self.coordination_seconds
+        return "serialisers per writer core: " + ", ".join(parts) + f"; DCP fixed cost per save {c.value:.3g} s ({c.source})"
+
+
+def machine_figures(calibration: Calibration | None, given: dict[str, float] | None = None) -> MachineFigures:
+    """Serialiser rates and the collective save's fixed cost: a flag, else this machine's calibration, else the default."""
+    rates = {fmt: MachineFigure(value=v, source="default") for fmt, v in DEFAULT_SERIALIZE_BYTES_PER_S.items()}
+    coord = MachineFigure(value=DEFAULT_DCP_FIXED_S, source="default")
+    if calibration is not None:
+        rates.update({fmt: MachineFigure(value=v, source="measured here") for fmt, v in calibration.serialize_bytes_per_s.items()})
+        if calibration.dcp_fixed_seconds is not None:
+            coord = MachineFigure(value=calibration.dcp_fixed_seconds, source="measured here")
+    rates.update({fmt: MachineFigure(value=v, source="given") for fmt, v in (given or {}).items()})
+    return MachineFigures(serialize_bytes_per_s=rates, coordination_seconds=coord)
 
 
 class SaveTime(BaseModel):
     seconds: float
     bandwidth_seconds: float  # includes the busiest writer's serialisation
     serialize_seconds: float = 0.0
+    coordination_seconds: float = 0.0
     metadata_seconds: float
     fsync_tail_seconds: float
-    node_bandwidth_bytes_per_s: float  # per node at the plan's writers per node
+    node_bandwidth_bytes_per_s: float  # per node at the plan's writers per node, on the write path used
     aggregate_bandwidth_bytes_per_s: float
+    write_path: WritePath = "buffered"  # the curve used: the plan's path, or buffered where direct was not measured
     limited_by: Literal["node bandwidth", "aggregate bandwidth", "single writer", "replay"]
     source: Literal["model", "replay"]
     writers_per_node: int
     nodes: int
+    machine: MachineFigures | None = None  # serialiser rates and fixed cost used, with their sources
+    notes: list[str] = []
 
 
 def plan_fingerprint(plan: CheckpointPlan) -> str:
@@ -71,64 +113,77 @@ def aggregate_bandwidth(profile: StorageProfile, node_bw: float, nodes: int) -> 
     return min(points[-1].bytes_per_s * nodes / points[-1].hosts, limit)
 
 
-def writer_loads(plan: CheckpointPlan, node: int, serialize_bytes_per_s: dict[str, float]) -> list[tuple[float, float]]:
-    """(bytes, serialisation seconds) of each writer on `node`."""
+def writer_loads(plan: CheckpointPlan, node: int, serialize_bytes_per_s: dict[str, float]) -> dict[int, tuple[float, float]]:
+    """Rank → (bytes, serialisation seconds) of each writer on `node`."""
     loads: dict[int, list[float]] = {}
     for f in plan.manifest:
         if f.node == node:
             load = loads.setdefault(f.rank, [0.0, 0.0])
             load[0] += f.bytes
             load[1] += f.bytes / serialize_bytes_per_s.get(f.format, math.inf)
-    return [tuple(v) for v in loads.values()]
+    return {rank: (b, ser) for rank, (b, ser) in loads.items()}
 
 
 def predict_save(plan: CheckpointPlan, profile: StorageProfile, *, total_bytes: float | None = None,
                  node_bytes: float | None = None, node_files: int | None = None, total_files: int | None = None,
-                 serialize_bytes_per_s: dict[str, float] | None = None) -> SaveTime:
-    """Seconds for one save of `plan` on `profile`. Overrides model what-ifs (compressed bytes, merged files)."""
+                 given_serializers: dict[str, float] | None = None, framework_costs: bool = True) -> SaveTime:
+    """Seconds for one save of `plan` on `profile`. Overrides model what-ifs (compressed bytes, merged files);
+    `framework_costs=False` drops the serialiser and coordination terms (copying finished files)."""
+    machine = machine_figures(profile.calibration, given_serializers)
     total_bytes = plan.total_bytes if total_bytes is None else total_bytes
-    busiest = max(plan.nodes, key=lambda n: n.bytes)
+    busiest = plan.busiest_node
     scale = (node_bytes / busiest.bytes) if node_bytes is not None and busiest.bytes else 1.0
     node_bytes = busiest.bytes if node_bytes is None else node_bytes
     node_files = busiest.files if node_files is None else node_files
     total_files = plan.file_count if total_files is None else total_files
     writers = busiest.writers
     nodes = plan.nodes_writing
-    node_bw = profile.bandwidth_at(writers)
+    _, path = profile.curve(plan.write_path)
+    notes = [] if path == plan.write_path else [
+        f"the plan writes with {plan.write_path} I/O, which this profile did not measure: its {path} curve is used"]
+    node_bw = profile.bandwidth_at(writers, path)
     agg_bw = aggregate_bandwidth(profile, node_bw, nodes)
-    default_shape = total_bytes == plan.total_bytes and node_files == busiest.files
-    if profile.replay and default_shape and profile.replay.plan_fingerprint == plan_fingerprint(plan):
-        r = profile.replay.full_scale_seconds
-        return SaveTime(seconds=r, bandwidth_seconds=r, metadata_seconds=0, fsync_tail_seconds=0,
-                        node_bandwidth_bytes_per_s=node_bw, aggregate_bandwidth_bytes_per_s=agg_bw,
-                        limited_by="replay", source="replay", writers_per_node=writers, nodes=nodes)
-    loads = [(b * scale, ser * scale) for b, ser in writer_loads(plan, busiest.node, serialize_bytes_per_s or {})]
-    one_stream = profile.bandwidth_at(1)
+    default_shape = total_bytes == plan.total_bytes and node_files == busiest.files and framework_costs
+    replay = profile.replay
+    if replay and default_shape and replay.plan_fingerprint == plan_fingerprint(plan) and replay.write_path == plan.write_path:
+        r = replay.full_scale_seconds
+        return SaveTime(seconds=r, bandwidth_seconds=r, serialize_seconds=replay.serialize_seconds,
+                        coordination_seconds=replay.fixed_seconds, metadata_seconds=0, fsync_tail_seconds=0,
+                        node_bandwidth_bytes_per_s=node_bw, aggregate_bandwidth_bytes_per_s=agg_bw, write_path=path,
+                        limited_by="replay", source="replay", writers_per_node=writers, nodes=nodes,
+                        machine=machine if replay.method == "raw bytes" or plan.coordinated_save else None, notes=notes)
+    rates = machine.rates() if framework_costs else {}
+    loads = [(b * scale, ser * scale) for b, ser in writer_loads(plan, busiest.node, rates).values()]
+    one_stream = profile.bandwidth_at(1, path)
     t_single, ser_single = max(((ser + b / one_stream), ser) for b, ser in loads)
     ser_heaviest = max(loads)[1]
     t_node, t_agg = ser_heaviest + node_bytes / node_bw, total_bytes / agg_bw
     t_bw = max(t_single, t_node, t_agg)
     limited_by = "aggregate bandwidth" if t_bw == t_agg else "single writer" if t_bw == t_single else "node bandwidth"
     serialize = ser_single if limited_by == "single writer" else ser_heaviest if limited_by == "node bandwidth" else 0.0
+    t_coord = machine.coordination_seconds.value if plan.coordinated_save and framework_costs else 0.0
     t_meta = node_files / profile.small_files.files_per_s
     if profile.shared and profile.aggregate_files_per_s:
         t_meta = max(t_meta, total_files / profile.aggregate_files_per_s)
     t_tail = profile.fsync_latency.p99_s
-    return SaveTime(seconds=t_bw + t_meta + t_tail, bandwidth_seconds=t_bw, serialize_seconds=serialize,
-                    metadata_seconds=t_meta, fsync_tail_seconds=t_tail, node_bandwidth_bytes_per_s=node_bw,
-                    aggregate_bandwidth_bytes_per_s=agg_bw, limited_by=limited_by, source="model",
-                    writers_per_node=writers, nodes=nodes)
+    return SaveTime(seconds=t_coord + t_bw + t_meta + t_tail, bandwidth_seconds=t_bw, serialize_seconds=serialize,
+                    coordination_seconds=t_coord, metadata_seconds=t_meta, fsync_tail_seconds=t_tail,
+                    node_bandwidth_bytes_per_s=node_bw, aggregate_bandwidth_bytes_per_s=agg_bw, write_path=path,
+                    limited_by=limited_by, source="model", writers_per_node=writers, nodes=nodes,
+                    machine=machine if framework_costs else None, notes=notes)
 
 
 def required_bandwidth(plan: CheckpointPlan, profile: StorageProfile, save_seconds: float,
-                       serialize_bytes_per_s: dict[str, float] | None = None) -> tuple[float, float] | None:
+                       given_serializers: dict[str, float] | None = None) -> tuple[float, float] | None:
     """The model solved for bandwidth: (aggregate, per-node) bytes/s that finish a save in `save_seconds`.
 
-    None when the per-file, fsync and serialisation terms alone already exceed the time: no bandwidth helps.
+    None when the per-file, fsync, coordination and serialisation terms alone already exceed the time:
+    no bandwidth helps.
     """
-    fixed = predict_save(plan, profile, serialize_bytes_per_s=serialize_bytes_per_s)
-    ser = max(s for _, s in writer_loads(plan, max(plan.nodes, key=lambda n: n.bytes).node, serialize_bytes_per_s or {}))
-    left = save_seconds - fixed.metadata_seconds - fixed.fsync_tail_seconds - ser
+    fixed = predict_save(plan, profile, given_serializers=given_serializers)
+    rates = machine_figures(profile.calibration, given_serializers).rates()
+    ser = max(s for _, s in writer_loads(plan, plan.busiest_node.node, rates).values())
+    left = save_seconds - fixed.metadata_seconds - fixed.fsync_tail_seconds - fixed.coordination_seconds - ser
     if left <= 0:
         return None
     return plan.total_bytes / left, max(n.bytes for n in plan.nodes) / left

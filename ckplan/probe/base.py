@@ -32,9 +32,9 @@ class Preset:
 
 
 PRESETS = {
-    "quick": Preset("quick", 256 * MiB, 5.0, 2.0, 1.0, 1, warm_up_s=1.0, small_files_repeats=1),
-    "default": Preset("default", 2048 * MiB, 30.0, 12.0, 3.0, 3, warm_up_s=3.0, small_files_repeats=5),
-    "thorough": Preset("thorough", 8192 * MiB, 150.0, 40.0, 10.0, 5, warm_up_s=10.0, small_files_repeats=9),
+    "quick": Preset("quick", 256 * MiB, 6.0, 2.0, 1.0, 1, warm_up_s=1.0, small_files_repeats=1),
+    "default": Preset("default", 2048 * MiB, 36.0, 12.0, 3.0, 3, warm_up_s=3.0, small_files_repeats=5),
+    "thorough": Preset("thorough", 8192 * MiB, 180.0, 40.0, 10.0, 5, warm_up_s=10.0, small_files_repeats=9),
 }
 
 
@@ -56,14 +56,20 @@ class Silent:
 NOISY_RANGE = 0.10  # repeats spanning more than this are flagged: the issue's bar for two probes to agree
 
 
-def noise_notes(bandwidth, small_files=None) -> list[str]:
+def noise_notes(bandwidth, small_files=None, replay=None, direct=None) -> list[str]:
     """Warn, as hyperfine does on outliers, where a figure's own repeats disagree by more than NOISY_RANGE:
-    a second probe of such a target can differ by as much, whatever the probe does."""
+    a second probe of such a target can differ by as much, whatever the probe does. `bandwidth` is the
+    buffered (or only) curve, `direct` the O_DIRECT one where measured."""
     best = max(bandwidth, key=lambda b: b.bytes_per_s)
     notes = []
-    figures = [(f"the {best.writers}-writer bandwidth", best.spread)]
+    figures = [(f"the {best.writers}-writer {'buffered ' if direct else ''}bandwidth", best.spread)]
+    if direct:
+        top = max(direct, key=lambda b: b.bytes_per_s)
+        figures.append((f"the {top.writers}-writer direct bandwidth", top.spread))
     if small_files is not None:
         figures.append(("the small-file rate", small_files.spread))
+    if replay is not None:
+        figures.append(("the replay's save time", replay.spread))
     for label, spread in figures:
         if spread is not None and spread.repeats > 1 and spread.relative_range > NOISY_RANGE:
             notes.append(f"{label} varied by {spread.relative_range:.0%} across its {spread.repeats} repeats (min…max): "

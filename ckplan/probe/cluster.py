@@ -229,7 +229,7 @@ def run_cluster_probe(job: ClusterJob, progress: Progress | None = None) -> Stor
         raise
     return StorageProfile(
         name=job.name or f"{len(job.hosts)} hosts:{job.path}", target=str(job.path), fs_type="shared (multi-host)",
-        storage_class="multi-host", shared=True, hosts=len(job.hosts), direct_io=None, bandwidth=bandwidth,
+        storage_class="multi-host", shared=True, hosts=len(job.hosts), direct_io=None, buffered_bandwidth=bandwidth,
         aggregate_bandwidth=aggregate, best_write_bytes_per_s=max(b.bytes_per_s for b in bandwidth),
         small_files=small, aggregate_files_per_s=aggregate_files, fsync_latency=latency, replay=replayed,
         mount_options={"hosts": ",".join(map(str, job.hosts))},

@@ -15,6 +15,7 @@ from pathlib import Path
 from ckplan.errors import InputError
 from ckplan.probe import fio, replay, target
 from ckplan.probe.base import PRESETS, MiB, Preset, Progress, Silent, noise_notes, writer_counts
+from ckplan.validate.calibrate import ESTIMATE_S
 from ckplan.profile import (
     BandwidthPoint, Latency, Measurement, Replay, SmallFiles, Spread, StorageProfile,
 )
@@ -44,18 +45,20 @@ class ProbeJob:
     scale: float
     name: str | None
     notes: tuple[str, ...]
+    calibrate: bool = True  # measure this machine's serialisers (needs PyTorch; skipped without it)
 
     @property
     def estimated_seconds(self) -> float:
         # the bandwidth budget is wall time already; every other fio run (direct-I/O check, small-file
         # calibration and warm-up, its measured runs, two latency runs) costs ~0.4 s beyond its own time
         p = self.preset
-        return p.bandwidth_budget_s + p.small_files_budget_s + 2 * p.latency_runtime_s + 0.4 * (p.small_files_repeats + 5)
+        return (p.bandwidth_budget_s + p.small_files_budget_s + 2 * p.latency_runtime_s + 0.4 * (p.small_files_repeats + 5)
+                + (ESTIMATE_S[p.name] if self.calibrate else 0))
 
 
 def prepare_probe(path: Path, *, preset: str = "default", writers: int | None = None, plan=None,
                   scale: float = 1.0, max_bytes: int | None = None, name: str | None = None,
-                  mounts_text: str | None = None) -> ProbeJob:
+                  mounts_text: str | None = None, calibrate: bool = True) -> ProbeJob:
     """Every check that can fail before a byte is written."""
     settings = PRESETS[preset]
     fio.fio_binary()
@@ -92,34 +95,49 @@ def prepare_probe(path: Path, *, preset: str = "default", writers: int | None = 
     if stale:
         notes.append(f"found {len(stale)} scratch director{'y' if len(stale) == 1 else 'ies'} from a killed probe: "
                      f"remove with `ckplan clean {path}`")
+    from ckplan.validate.calibrate import torch_available
+
+    calibrate = calibrate and torch_available()
     return ProbeJob(path=path, mount=mount, preset=settings, writers=max_writers, bytes_per_writer=per_writer,
-                    budget_bytes=budget, plan=plan, replay_files=tuple(replay_files), scale=scale, name=name, notes=tuple(notes))
+                    budget_bytes=budget, plan=plan, replay_files=tuple(replay_files), scale=scale, name=name,
+                    notes=tuple(notes), calibrate=calibrate)
 
 
 def run_probe(job: ProbeJob, progress: Progress | None = None) -> StorageProfile:
-    """Measure bandwidth against writers, small-file rate, fsync latency and (with a plan) a replay."""
+    """Measure bandwidth against writers on both write paths, small-file rate, fsync latency, this machine's
+    serialisers (where PyTorch is installed) and, with a plan, a replay."""
     progress = progress or Silent()
     settings, path = job.preset, job.path
     started = time.monotonic()
     raw: list[dict] = []
     notes = list(job.notes)
+    calibration = None
     with target.ScratchDir(path) as scratch:
         direct = _direct_io_works(scratch.path)
         if not direct:
-            notes.append("the target refused O_DIRECT (EINVAL): buffered writes with a final fsync were used")
-        bandwidth, runtime_s = _bandwidth(scratch.path, settings, job.writers, job.bytes_per_writer, direct, progress, raw)
+            notes.append("the target refused O_DIRECT (EINVAL): only the buffered write path was measured; "
+                         "direct-I/O writers are predicted on it")
+        curves, runtime_s = _bandwidth(scratch.path, settings, job.writers, job.bytes_per_writer, direct, progress, raw)
         small = _small_files(scratch.path, settings, job.writers, job.budget_bytes, job.plan, progress, raw)
         fsync_lat, sync_write_lat = _latency(scratch.path, settings, progress, raw)
-        replayed = (_replay(scratch.path, job.plan, list(job.replay_files), job.scale, settings, progress)
+        if job.calibrate:
+            from ckplan.validate.calibrate import calibrate
+            calibration = calibrate(settings.name, job.writers, progress)
+        else:
+            notes.append("serialisers not calibrated (PyTorch is not installed, or --no-calibrate): "
+                         "predictions use the named defaults")
+        replayed = (_replay(scratch.path, job.plan, list(job.replay_files), job.scale, settings, direct, calibration, progress)
                     if job.plan is not None else None)
+    bandwidth = curves["buffered"]
     best = max(p.bytes_per_s for p in bandwidth)
     mount = job.mount
     return StorageProfile(
         name=job.name or f"{socket.gethostname()}:{path}", target=str(path.resolve()), fs_type=mount.fs_type,
         storage_class=mount.storage_class, mount_point=mount.mount_point, mount_options=mount.options,
-        shared=mount.storage_class in target.SHARED_CLASSES, direct_io=direct, bandwidth=bandwidth,
-        best_write_bytes_per_s=best, small_files=small, fsync_latency=fsync_lat, sync_write_latency=sync_write_lat,
-        replay=replayed, notes=notes + noise_notes(bandwidth, small), raw_fio=raw,
+        shared=mount.storage_class in target.SHARED_CLASSES, direct_io=direct, buffered_bandwidth=bandwidth,
+        direct_bandwidth=curves.get("direct", []), best_write_bytes_per_s=best, small_files=small,
+        fsync_latency=fsync_lat, sync_write_latency=sync_write_lat, replay=replayed, calibration=calibration,
+        notes=notes + noise_notes(bandwidth, small, replayed, direct=curves.get("direct")), raw_fio=raw,
         measurement=Measurement(tool=fio.fio_version(), date=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
                                 host=socket.gethostname(), preset=settings.name, duration_s=time.monotonic() - started,
                                 bandwidth_bytes_per_writer=job.bytes_per_writer, runtime_cap_s=runtime_s,
@@ -138,40 +156,48 @@ def _direct_io_works(scratch: Path) -> bool:
     return True
 
 
-def _bandwidth(scratch, settings, max_writers, per_writer, direct, progress, raw) -> tuple[list[BandwidthPoint], float]:
-    """Large sequential writes at 1, 2, 4 … writers; returns the points and the runtime cap each run had.
+def _bandwidth(scratch, settings, max_writers, per_writer, direct, progress, raw) -> tuple[dict[str, list[BandwidthPoint]], float]:
+    """Large sequential writes at 1, 2, 4 … writers on each write path; returns the curves and each run's runtime cap.
 
-    One unrecorded warm-up run at the most writers comes first: the first writes after
-    idle run slow for reasons that are not the storage's sustained rate (a VM faulting
-    its memory back in from the host, an SSD leaving a power state, a rate limiter's
-    burst credit). It also measures what a run costs beyond its runtime cap (fio's
-    start, unlinking the files: ~2 s for 3.6 GB on an ext4 mounted with `discard`), so
-    that the runtime cap of the measured runs keeps the whole phase within its budget.
-    The repeats then go round all points in turn, so drift during the phase hits every
-    point alike instead of whichever point ran last.
+    Both paths are measured because savers take different ones: torch.save, DCP and safetensors write
+    through the page cache and fsync at the end (buffered), FastPersist writes with O_DIRECT (direct), and
+    the two sustain different rates (on this development VM's disk, 2 writers: direct 1.49-1.59 GB/s,
+    buffered 0.79-1.77 GB/s). Every buffered run ends with an fsync (end_fsync=1), inside fio's runtime.
+
+    One unrecorded warm-up run on the buffered path at the most writers comes first: the first writes after
+    idle run slow for reasons that are not the storage's sustained rate (a VM faulting its memory back in
+    from the host, an SSD leaving a power state, a rate limiter's burst credit), and the buffered path
+    showed it most. It also measures what a run costs beyond its runtime cap (fio's start, the final
+    flush, unlinking the files: ~2 s for 3.6 GB on an ext4 mounted with `discard`), so that the runtime cap
+    of the measured runs keeps the whole phase within its budget. The repeats then go round all points of
+    both paths in turn, so drift during the phase hits every point alike.
     """
     counts = writer_counts(max_writers)
+    paths = ["buffered", "direct"] if direct else ["buffered"]
 
-    def run(w: int, label: str, runtime: float, name: str = "bw") -> float:
-        progress.phase(f"bandwidth: {w} writer(s), {label}", runtime)
-        job = fio.FioJob(f"{name}-{w}", {
+    def run(path: str, w: int, label: str, runtime: float, name: str = "bw") -> float:
+        progress.phase(f"bandwidth, {path}: {w} writer(s), {label}", runtime)
+        job = fio.FioJob(f"{name}-{path}-{w}", {
             "directory": fio.escape_path(scratch), "rw": "write", "bs": "1M", "size": per_writer,
-            "numjobs": w, "ioengine": "psync", "direct": int(direct), "end_fsync": 1, "fallocate": "none",
+            "numjobs": w, "ioengine": "psync", "direct": int(path == "direct"), "end_fsync": 1, "fallocate": "none",
             "runtime": f"{runtime}s", "group_reporting": 1, "unlink": 1})
-        doc = fio.run_fio([job], scratch, f"the bandwidth phase ({w} writers)", on_status=progress.update)
+        doc = fio.run_fio([job], scratch, f"the bandwidth phase ({path}, {w} writers)", on_status=progress.update)
         raw.append(doc)
         return float(doc["jobs"][0]["write"]["bw_bytes"])
 
     started = time.monotonic()
-    run(max_writers, "warm-up (not counted)", settings.warm_up_s, name="warm-up")
+    run("buffered", max_writers, "warm-up (not counted)", settings.warm_up_s, name="warm-up")
     spent = time.monotonic() - started
-    runs = settings.repeats * len(counts)
+    runs = settings.repeats * len(counts) * len(paths)
     runtime_s = round(max(MIN_RUNTIME_S, (settings.bandwidth_budget_s - spent) / runs - max(0.0, spent - settings.warm_up_s)), 1)
-    values: dict[int, list[float]] = {w: [] for w in counts}
+    values: dict[tuple[str, int], list[float]] = {(path, w): [] for path in paths for w in counts}
     for r in range(settings.repeats):
-        for w in counts:
-            values[w].append(run(w, f"run {r + 1}/{settings.repeats}", runtime_s))
-    return [BandwidthPoint(writers=w, bytes_per_s=Spread.of(v).median, spread=Spread.of(v)) for w, v in values.items()], runtime_s
+        for path in paths:
+            for w in counts:
+                values[path, w].append(run(path, w, f"run {r + 1}/{settings.repeats}", runtime_s))
+    curves = {path: [BandwidthPoint(writers=w, bytes_per_s=Spread.of(values[path, w]).median, spread=Spread.of(values[path, w]))
+                     for w in counts] for path in paths}
+    return curves, runtime_s
 
 
 def _small_file_range(plan) -> tuple[int, int]:
@@ -252,28 +278,67 @@ def _latency(scratch, settings, progress, raw) -> tuple[Latency, Latency]:
     return fsync_lat, Latency(p50_s=p50, p99_s=p99, p999_s=p999, mean_s=mean, samples=n)
 
 
-def _replay(scratch, plan, files, scale, settings, progress) -> Replay:
+def _replay(scratch, plan, files, scale, settings, direct_ok, calibration, progress) -> Replay:
+    """One node's share of the plan, written the way the plan's writer writes: a warm-up, then the repeats.
+
+    Buffered writers are replayed through the framework's own saver (torch.save, safetensors, DCP, one
+    process per rank; ckplan.validate.saver) where PyTorch is installed: on a fast target the serialiser is
+    most of the save, and raw bytes leave it out. Otherwise, and for direct-I/O writers (whose saver is
+    not here to run), ckplan's own writer writes raw bytes through the plan's write path and the busiest
+    writer's serialiser time is added from the calibration (or the named defaults). The first run is not
+    counted: it was the slowest every time (3.45 s against 1.46-1.65 s for the next three of the same two
+    1.2 GB files on the development VM's disk).
+    """
+    from ckplan.planning.savetime import machine_figures, writer_loads
+    from ckplan.validate.calibrate import torch_available
+
     total = sum(f.bytes for f in files)
     writers = len({f.writer for f in files})
-    times = []
-    for r in range(settings.repeats):
-        progress.phase(f"replay: {len(files)} files, {writers} writers, scale {scale:g}, run {r + 1}/{settings.repeats}", 0)
-        root = scratch / f"replay-{r}"
-        written = [0]
-        start = time.monotonic()
-
-        def on_bytes(n: int) -> None:
-            written[0] += n
-            progress.update(written[0], time.monotonic() - start)
-
+    full_bytes = sum(f.bytes for f in replay.node_share(plan.manifest)[1])
+    path = plan.write_path if direct_ok else "buffered"
+    machine = machine_figures(calibration)
+    fixed = machine.coordination_seconds.value if plan.coordinated_save else 0.0
+    repeats = max(settings.repeats, 3) if settings.name != "quick" else settings.repeats
+    if path == "buffered" and torch_available():
+        from ckplan.validate.saver import files_by_rank, run_saves
+        method = "framework saver"
+        progress.phase(f"replay: {len(files)} files, {writers} writers, scale {scale:g}, {plan.setup.framework}'s saver, "
+                       f"warm-up + {repeats} runs", 0)
+        node, share = replay.node_share(plan.manifest)
+        root = scratch / "replay"
         try:
-            times.append(replay.write_files(root, files, on_bytes))
-        except OSError as exc:
-            raise replay.oserror_message(exc, "the replay") from None
+            walls, _ = run_saves(root, files_by_rank(share, scale), plan.setup.framework, repeats + 1, "sync")
         finally:
             shutil.rmtree(root, ignore_errors=True)
+        times, serialize = walls[1:], 0.0
+    else:
+        method = "raw bytes"
+        times = []
+        for r in range(repeats + 1):
+            label = "warm-up (not counted)" if r == 0 else f"run {r}/{repeats}"
+            progress.phase(f"replay ({path} writes): {len(files)} files, {writers} writers, scale {scale:g}, {label}", 0)
+            root = scratch / f"replay-{r}"
+            written = [0]
+            start = time.monotonic()
+
+            def on_bytes(n: int) -> None:
+                written[0] += n
+                progress.update(written[0], time.monotonic() - start)
+
+            try:
+                seconds = replay.write_files(root, files, on_bytes, direct=path == "direct")
+            except OSError as exc:
+                raise replay.oserror_message(exc, "the replay") from None
+            finally:
+                shutil.rmtree(root, ignore_errors=True)
+            if r:
+                times.append(seconds)
+        node = replay.node_share(plan.manifest)[0]
+        serialize = max(ser for _, ser in writer_loads(plan, node, machine.rates()).values())
     spread = Spread.of(times)
-    full_bytes = sum(f.bytes for f in replay.node_share(plan.manifest)[1])
-    return Replay(seconds=spread.median, bytes=total, files=len(files), writers=writers, scale=scale,
-                  plan_fingerprint=replay.fingerprint([(f.path, f.bytes, f.rank) for f in plan.manifest]),
-                  full_scale_seconds=spread.median * full_bytes / total, spread=spread)
+    scaled_part = max(0.0, spread.median - (fixed if method == "framework saver" else 0.0))
+    return Replay(method=method, write_path=path, seconds=spread.median, bytes=total, files=len(files), writers=writers,
+                  scale=scale, plan_fingerprint=replay.fingerprint([(f.path, f.bytes, f.rank) for f in plan.manifest]),
+                  full_scale_seconds=fixed + scaled_part * full_bytes / total + serialize, fixed_seconds=fixed,
+                  serialize_seconds=serialize, spread=spread)
+

@@ -10,6 +10,7 @@ careful torch.save wrappers.
 from __future__ import annotations
 
 import hashlib
+import mmap
 import os
 import threading
 import time
@@ -22,6 +23,7 @@ from typing import Callable
 from ckplan.errors import InputError
 
 CHUNK_BYTES = 4 * 2**20  # one write() call; large enough that syscall cost is noise
+DIRECT_ALIGN = 4096  # O_DIRECT offsets and lengths: a multiple of the logical block size (4 KiB covers 512 and 4K disks)
 
 
 @dataclass(frozen=True)
@@ -57,15 +59,21 @@ class Cancelled(Exception):
 
 
 def write_files(root: Path, files: list[FileToWrite], on_progress: Callable[[int], None] | None = None,
-                cancel: threading.Event | None = None) -> float:
-    """Write every file durably, one thread per writer; return the wall time in seconds."""
+                cancel: threading.Event | None = None, direct: bool = False) -> float:
+    """Write every file durably, one thread per writer; return the wall time in seconds.
+
+    `direct` writes with O_DIRECT, as DeepSpeed FastPersist does: whole aligned blocks from a page-aligned
+    buffer, and a file's last partial block through an ordinary descriptor (O_DIRECT takes only multiples
+    of the logical block size).
+    """
     by_writer: dict[int, list[FileToWrite]] = defaultdict(list)
     for f in files:
         by_writer[f.writer].append(f)
     dirs = sorted({(root / f.path).parent for f in files})
     for d in dirs:
         d.mkdir(parents=True, exist_ok=True)
-    block = memoryview(os.urandom(CHUNK_BYTES))  # incompressible, like trained weights
+    block = memoryview(mmap.mmap(-1, CHUNK_BYTES))  # page-aligned, as O_DIRECT needs
+    block[:] = os.urandom(CHUNK_BYTES)  # incompressible, like trained weights
     lock = threading.Lock()
     cancel = cancel or threading.Event()
 
@@ -77,18 +85,24 @@ def write_files(root: Path, files: list[FileToWrite], on_progress: Callable[[int
     def write_one(f: FileToWrite) -> None:
         final = root / f.path
         tmp = final.with_name(final.name + ".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            left = f.bytes
-            while left > 0:
-                if cancel.is_set():
-                    raise Cancelled()
-                n = os.write(fd, block[:min(left, CHUNK_BYTES)])
-                left -= n
-                progress(n)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        aligned = f.bytes - f.bytes % DIRECT_ALIGN if direct else 0
+        segments = [(os.O_DIRECT, 0, aligned)] if aligned else []
+        if f.bytes > aligned or not segments:
+            segments.append((0, aligned, f.bytes))
+        for flags, start, end in segments:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | flags | (os.O_TRUNC if start == 0 else 0), 0o600)
+            try:
+                os.lseek(fd, start, os.SEEK_SET)
+                left = end - start
+                while left > 0:
+                    if cancel.is_set():
+                        raise Cancelled()
+                    n = os.write(fd, block[:min(left, CHUNK_BYTES)])
+                    left -= n
+                    progress(n)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
         os.rename(tmp, final)
 
     def run_writer(writer_files: list[FileToWrite]) -> None:

@@ -276,7 +276,7 @@ def run_s3_probe(job: S3ProbeJob, progress: Progress | None = None) -> StoragePr
         name=job.name or job.loc.url, target=job.loc.url, fs_type="s3", storage_class="s3", mount_point=None,
         mount_options={"endpoint": job.loc.safe_endpoint, "region": s3.meta.region_name,
                        "part_size": str(job.part_bytes)},
-        shared=True, direct_io=None, bandwidth=bandwidth, best_write_bytes_per_s=max(b.bytes_per_s for b in bandwidth),
+        shared=True, direct_io=None, buffered_bandwidth=bandwidth, best_write_bytes_per_s=max(b.bytes_per_s for b in bandwidth),
         small_files=small, fsync_latency=latency, replay=replayed,
         notes=[f"object store: one multipart upload per stream, parts of {job.part_bytes // MiB} MiB one after another; "
                "fsync latency is the small-object PUT latency (an object is durable when PUT returns)"]

@@ -22,7 +22,7 @@ def _spread(s, fmt) -> str:
 
 def render_profile(p: StorageProfile) -> None:
     out = console()
-    mode = {True: "direct I/O", False: "buffered + fsync (O_DIRECT refused)", None: "n/a"}[p.direct_io]
+    mode = {True: "buffered and direct I/O measured", False: "buffered only (O_DIRECT refused)", None: "n/a"}[p.direct_io]
     objects = p.fs_type == "s3"
     if objects:
         where = f"endpoint {p.mount_options.get('endpoint', '-')}, region {p.mount_options.get('region', '-')}"
@@ -41,10 +41,12 @@ def render_profile(p: StorageProfile) -> None:
     table = Table(title="Write bandwidth against concurrent multipart streams" if objects
                   else "Write bandwidth against writers per host, slowest host (flushed)" if p.hosts > 1
                   else "Write bandwidth against writers (flushed)", title_justify="left")
-    for col in ("writers", "hosts", "median", "min … max"):
-        table.add_column(col, justify="right")
-    for b in p.bandwidth:
-        table.add_row(str(b.writers), str(b.hosts), fmt_rate(b.bytes_per_s), _spread(b.spread, fmt_rate))
+    for col in ("write path", "writers", "hosts", "median", "min … max"):
+        table.add_column(col, justify="right" if col != "write path" else "left")
+    # buffered first: torch.save, DCP and safetensors all write through the page cache
+    for path, curve in (("buffered" if not objects else "streams", p.buffered_bandwidth), ("direct (O_DIRECT)", p.direct_bandwidth)):
+        for b in curve:
+            table.add_row(path, str(b.writers), str(b.hosts), fmt_rate(b.bytes_per_s), _spread(b.spread, fmt_rate))
     out.print(table)
     if p.aggregate_bandwidth:
         agg = Table(title=f"Aggregate bandwidth against hosts writing at once ({p.aggregate_bandwidth[0].writers} writers each)",
@@ -69,11 +71,35 @@ def render_profile(p: StorageProfile) -> None:
     out.print(lat)
     if p.replay:
         r = p.replay
-        out.print(f"Replay of one node's share: {r.files} files, {fmt_bytes(r.bytes)} from {r.writers} writers at scale "
-                  f"{r.scale:g}: [bold]{fmt_duration(r.seconds)}[/bold] ({fmt_rate(r.bytes / r.seconds)}) "
-                  + _spread(r.spread, fmt_duration) + f"; at full size ≈ {fmt_duration(r.full_scale_seconds)}")
+        out.print(f"Replay of one node's share ({r.method}, {r.write_path} writes): {r.files} files, {fmt_bytes(r.bytes)} "
+                  f"from {r.writers} writers at scale {r.scale:g}: [bold]{fmt_duration(r.seconds)}[/bold] "
+                  f"({fmt_rate(r.bytes / r.seconds)}) " + _spread(r.spread, fmt_duration)
+                  + f"; at full size ≈ {fmt_duration(r.full_scale_seconds)}")
+    if p.calibration:
+        c = p.calibration
+        out.print("This machine's serialisers (measured here, one writer per core, into /dev/null): "
+                  + ", ".join(f"{fmt} {fmt_rate(v)} " + _spread(c.serialize_spread.get(fmt), fmt_rate)
+                              for fmt, v in c.serialize_bytes_per_s.items())
+                  + (f"; DCP fixed cost per save {fmt_duration(c.dcp_fixed_seconds)} ({c.dcp_ranks} ranks) "
+                     + _spread(c.dcp_fixed_spread, fmt_duration) if c.dcp_fixed_seconds is not None else ""))
     for note in p.notes:
         out.print(f"[yellow]note:[/yellow] {note}")
+
+
+def render_calibration(c) -> None:
+    out = console()
+    table = Table(title=f"Serialisers on {c.host}, one writer on one core, into /dev/null "
+                        f"({fmt_bytes(c.sample_bytes)} of fp32 tensors of {fmt_bytes(c.tensor_bytes)})", title_justify="left")
+    for col in ("serialiser", "median", "min … max"):
+        table.add_column(col, justify="right" if col != "serialiser" else "left")
+    for fmt, v in c.serialize_bytes_per_s.items():
+        table.add_row(fmt, fmt_rate(v), _spread(c.serialize_spread.get(fmt), fmt_rate))
+    out.print(table)
+    if c.dcp_fixed_seconds is not None:
+        out.print(f"DCP fixed cost per save ({c.dcp_ranks} ranks over gloo, a few KiB each): "
+                  f"[bold]{fmt_duration(c.dcp_fixed_seconds)}[/bold] " + _spread(c.dcp_fixed_spread, fmt_duration))
+    out.print(f"torch {c.torch_version}, safetensors {c.safetensors_version or 'not installed'}; took {fmt_duration(c.duration_s)}. "
+              "Stored in a profile by `ckplan probe`, these replace the defaults in every prediction (labelled \"measured here\").")
 
 
 class LiveProgress:

@@ -12,7 +12,7 @@ from ckplan import __version__
 from ckplan.errors import InputError
 from ckplan.sizing.architecture import Architecture, parameter_count, tensors as model_tensors
 from ckplan.sizing.layouts import LAYOUTS
-from ckplan.sizing.layouts.base import LayoutInput, ManifestFile, Parallelism
+from ckplan.sizing.layouts.base import LayoutInput, ManifestFile, Parallelism, WritePath
 from ckplan.sizing.states import OPTIMIZERS, PRECISIONS, StateBytes, state_breakdown
 from ckplan.units import fmt_bytes
 
@@ -90,8 +90,15 @@ class CheckpointPlan(BaseModel):
     nodes: list[NodeLoad]
     operations: Operations
     manifest: list[ManifestFile]
+    write_path: WritePath = "buffered"  # how the framework's writer reaches the target (layout and its options)
+    coordinated_save: bool = False  # the ranks plan and barrier together (DCP): a fixed cost per save
     assumptions: list[str]
     interval: IntervalDemand | None = None
+
+    @property
+    def busiest_node(self) -> NodeLoad:
+        """The node writing the most bytes: it bounds a synchronous save."""
+        return max(self.nodes, key=lambda n: n.bytes)
 
     def describe(self, world: bool = True) -> str:
         """One line naming the model, optimizer, precision, framework and (with `world`) the GPUs."""
@@ -132,6 +139,7 @@ def build_plan(*, arch: Architecture, parameters: int | None = None, model_name:
     par = _parallelism(arch, gpus, gpus_per_node, tp, pp, zero)
     layout = LAYOUTS[framework]
     layout.check(par)
+    write_path = layout.write_path(options or {})
     overrides = dict(dtype_overrides or {})
     ts = model_tensors(arch)
     derived = parameter_count(arch)
@@ -163,7 +171,7 @@ def build_plan(*, arch: Architecture, parameters: int | None = None, model_name:
     renames = getattr(layout, "renames_per_save", 0)
     ops = Operations(creates=len(manifest), writes=writes, fsyncs=len(manifest), renames=renames,
                      total=2 * len(manifest) + writes + renames)
-    assumptions = _assumptions(arch, model_name, params, derived, layout, par, held, saved)
+    assumptions = _assumptions(arch, model_name, params, derived, layout, par, held, saved, options or {})
     return CheckpointPlan(
         setup=TrainingSetup(model=model_name, parameters=params, shape_source=arch.name, optimizer=optimizer,
                             precision=precision, framework=framework, gpus=gpus, gpus_per_node=par.gpus_per_node,
@@ -174,7 +182,7 @@ def build_plan(*, arch: Architecture, parameters: int | None = None, model_name:
         not_saved=not_saved, file_count=len(manifest), writers=len(per_rank), nodes_writing=len(nodes),
         max_writers_per_node=max(n.writers for n in nodes), bytes_per_rank_max=max(per_rank.values()),
         bytes_per_node_max=max(n.bytes for n in nodes), nodes=nodes, operations=ops, manifest=manifest,
-        assumptions=assumptions)
+        write_path=write_path, coordinated_save=layout.coordinated_save, assumptions=assumptions)
 
 
 def _parallelism(arch: Architecture, gpus: int, gpus_per_node: int, tp: int, pp: int, zero: int) -> Parallelism:
@@ -194,7 +202,7 @@ def _parallelism(arch: Architecture, gpus: int, gpus_per_node: int, tp: int, pp:
     return Parallelism(gpus=gpus, gpus_per_node=min(gpus_per_node, gpus), tp=tp, pp=pp, zero=zero)
 
 
-def _assumptions(arch, model_name, params, derived, layout, par, held, saved) -> list[str]:
+def _assumptions(arch, model_name, params, derived, layout, par, held, saved, options) -> list[str]:
     out = []
     if model_name:
         out.append(f"{arch.display}: {derived:,} parameters derived from its config ({arch.source})")
@@ -202,6 +210,9 @@ def _assumptions(arch, model_name, params, derived, layout, par, held, saved) ->
         out.append(f"--params {params:,}: tensor shapes borrowed from {arch.display} (nearest dense catalog model), "
                    f"bytes scaled by {params / derived:.4f}")
     out.append(f"layout: {layout.description}")
+    out.append(f"write path: {layout.write_path(options)} "
+               + ("(O_DIRECT, bypassing the page cache)" if layout.write_path(options) == "direct"
+                  else "(through the page cache, fsync at the end of each file)"))
     out.append(f"parallelism: {par.gpus} GPUs = tp {par.tp} × pp {par.pp} × dp {par.dp}, ZeRO stage {par.zero}, "
                f"{par.gpus_per_node} GPUs per node; rank order tp, dp, pp")
     dropped = [s for s in held if s not in saved]

@@ -7,7 +7,6 @@ from typing import Literal
 from pydantic import BaseModel
 
 from ckplan import __version__
-from ckplan.planning.policy import Policy
 from ckplan.planning.savetime import SaveTime, predict_save
 from ckplan.profile import Spread, StorageProfile
 from ckplan.probe.replay import node_share
@@ -47,7 +46,7 @@ def scaled_prediction(plan: CheckpointPlan, profile: StorageProfile, scale: floa
     node_bytes = sum(max(1, int(f.bytes * scale)) for f in files)
     one_node = plan.model_copy(update={"nodes": [n for n in plan.nodes if n.node == node], "nodes_writing": 1})
     prediction = predict_save(one_node, profile, total_bytes=node_bytes, node_bytes=node_bytes,
-                              node_files=len(files), total_files=len(files), serialize_bytes_per_s=Policy().serialize_bytes_per_s)
+                              node_files=len(files), total_files=len(files))
     return node, files, prediction
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
 from pathlib import Path
 
 from ckplan.errors import InputError
@@ -31,20 +30,18 @@ def validate(path: Path, plan: CheckpointPlan, profile: StorageProfile, *, scale
     path = path.expanduser()
     target.check_target(path)
     node, files, prediction = scaled_prediction(plan, profile, scale)
-    scaled = [{"path": f.path, "bytes": max(1, int(f.bytes * scale)), "kind": f.kind, "rank": f.rank} for f in files]
+    from ckplan.validate.saver import files_by_rank, run_saves
+
+    by_rank = files_by_rank(files, scale)
+    scaled = [f for fs in by_rank.values() for f in fs]
     total = sum(f["bytes"] for f in scaled)
     free = target.free_bytes(path)
     budget = min(free // 2 if free is not None else total, max_bytes or total)
     if total > budget:
         raise InputError(f"the save writes {total / 1e9:.2f} GB at --scale {scale:g}; the target allows {budget / 1e9:.2f} GB "
                          f"(half the free space or --max-bytes): lower --scale")
-    by_rank: dict[int, list[dict]] = defaultdict(list)
-    for f in scaled:
-        by_rank[f["rank"]].append(f)
-    from ckplan.validate.saver import run_saves
-
     with target.ScratchDir(path) as scratch:
-        walls, blocking = run_saves(scratch.path, dict(sorted(by_rank.items())), plan.setup.framework, repeats, mode)
+        walls, blocking = run_saves(scratch.path, by_rank, plan.setup.framework, repeats, mode)
     measured = Spread.of(walls)
     stall_pred = prediction.seconds
     if mode == "async":

@@ -19,6 +19,14 @@ TENSOR_BYTES = 64 * 2**20  # tensors are at most this big; a file holds several,
 SMALL_KINDS = ("small",)
 
 
+def files_by_rank(files, scale: float = 1.0) -> dict[int, list[dict]]:
+    """A node's manifest files, scaled, grouped by the rank that writes them (the save processes' input)."""
+    out: dict[int, list[dict]] = defaultdict(list)
+    for f in files:
+        out[f.rank].append({"path": f.path, "bytes": max(1, int(f.bytes * scale)), "kind": f.kind, "rank": f.rank})
+    return dict(sorted(out.items()))
+
+
 def _dtype(kind: str):
     import torch
     return torch.bfloat16 if kind == "weights" else torch.float32 if kind in ("optimizer", "mixed") else torch.uint8

@@ -32,16 +32,23 @@ DCP_METADATA_PER_CHUNK_BYTES = 250  # one chunk entry (offsets, sizes, storage i
 SAFETENSORS_INDEX_PER_TENSOR_BYTES = 60  # one '"name": "model-0000x-of-0000n.safetensors"' line
 
 
-FileFormat = Literal["torch.save", "safetensors", "raw"]
+FileFormat = Literal["torch.save", "safetensors", "dcp", "raw"]
+
+# How a writer's bytes reach the target: through the page cache with an fsync at the end (torch.save, DCP's
+# FileSystemWriter, safetensors), or with O_DIRECT (DeepSpeed FastPersist). They sustain different rates.
+WritePath = Literal["buffered", "direct"]
 
 
 def file_format(path: str) -> FileFormat:
-    """How a file's bytes are produced: torch.save's zip (CRC32 over every record), safetensors, or raw writes
-    (DCP .distcp tensor storage, JSON and text files)."""
+    """How a file's bytes are produced: torch.save's zip (CRC32 over every record), safetensors, DCP's
+    .distcp (FileSystemWriter torch.saves each tensor into the stream, torch 2.x `_write_item`), or raw
+    writes (JSON and text files)."""
     if path.endswith((".pt", ".pth", ".ckpt", ".bin")):
         return "torch.save"
     if path.endswith(".safetensors"):
         return "safetensors"
+    if path.endswith(".distcp"):
+        return "dcp"
     return "raw"
 
 
@@ -122,6 +129,11 @@ class StatesFn(Protocol):
 class Layout(Protocol):
     name: str
     description: str
+    # a collective save whose ranks plan, gather and barrier together (DCP): a fixed cost per save
+    coordinated_save: bool
+
+    def write_path(self, options: dict[str, str]) -> WritePath:
+        """How this framework's writer reaches the target, with the layout options given."""
 
     def check(self, par: Parallelism) -> None:
         """Raise InputError for a parallelism this framework cannot run."""
@@ -131,6 +143,15 @@ class Layout(Protocol):
 
     def files(self, inp: LayoutInput) -> list[ManifestFile]:
         """Every file of one save, with the rank that writes it."""
+
+
+class BufferedWriter:
+    """For layouts whose writer is torch.save, DCP's FileSystemWriter or safetensors: the page cache, fsync at the end."""
+
+    coordinated_save = False
+
+    def write_path(self, options: dict[str, str]) -> WritePath:
+        return "buffered"
 
 
 def split_even(total: int, parts: int) -> list[int]:

@@ -14,7 +14,7 @@
 from __future__ import annotations
 
 from ckplan.sizing.layouts.base import (
-    DCP_METADATA_PER_CHUNK_BYTES, LayoutInput, ManifestFile, Parallelism, fp32_copy_only, split_even, total,
+    BufferedWriter, DCP_METADATA_PER_CHUNK_BYTES, LayoutInput, ManifestFile, Parallelism, fp32_copy_only, split_even, total,
 )
 from ckplan.sizing.states import StateBytes
 
@@ -35,9 +35,10 @@ def distcp_files(inp: LayoutInput, directory: str, states_of) -> list[ManifestFi
     return out
 
 
-class DcpLayout:
+class DcpLayout(BufferedWriter):
     name = "dcp"
     description = "PyTorch Distributed Checkpoint (one .distcp per rank plus .metadata)"
+    coordinated_save = True
     renames_per_save = 1  # .metadata.tmp -> .metadata
 
     def check(self, par: Parallelism) -> None:

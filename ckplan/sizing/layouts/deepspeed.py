@@ -14,6 +14,8 @@
   (PipelineModule.save_state_dict); layer 0 is the embedding, then the blocks,
   then the final norm and the head.
 - With ZeRO, rank 0 also copies zero_to_fp32.py into the tag directory.
+- The writer is torch.save through the page cache, unless the config chooses FastPersist
+  (`checkpoint.writer.type = "fast"`, DeepNVMe), which writes with O_DIRECT: `--option writer=fast`.
 Model-parallel rank = pipeline stage × tp + tensor rank, as PipelineParallelGrid counts it.
 """
 
@@ -21,7 +23,7 @@ from __future__ import annotations
 
 from ckplan.errors import InputError
 from ckplan.sizing.layouts.base import (
-    LATEST_TAG_BYTES, ZERO_TO_FP32_SCRIPT_BYTES, LayoutInput, ManifestFile, Parallelism,
+    LATEST_TAG_BYTES, ZERO_TO_FP32_SCRIPT_BYTES, LayoutInput, ManifestFile, Parallelism, WritePath,
     split_even, torch_save_bytes, total,
 )
 from ckplan.sizing.states import StateBytes
@@ -30,6 +32,15 @@ from ckplan.sizing.states import StateBytes
 class DeepSpeedLayout:
     name = "deepspeed"
     description = "DeepSpeed engine.save_checkpoint (global_stepN/, per-rank ZeRO optimizer shards)"
+    coordinated_save = False
+    # checkpoint.writer.type: torch.save through the page cache, or FastPersist with O_DIRECT
+    writer_paths: dict[str, WritePath] = {"torch": "buffered", "fast": "direct"}
+
+    def write_path(self, options: dict[str, str]) -> WritePath:
+        writer = options.get("writer", "torch")
+        if writer not in self.writer_paths:
+            raise InputError(f"--option writer= takes {' or '.join(self.writer_paths)} for deepspeed, got {writer!r}")
+        return self.writer_paths[writer]
 
     def check(self, par: Parallelism) -> None:
         if par.zero == 3 and par.pp > 1:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from ckplan.errors import InputError
 from ckplan.sizing.layouts.base import (
-    CONFIG_JSON_BYTES, RNG_STATE_BYTES, SAFETENSORS_INDEX_PER_TENSOR_BYTES, SCHEDULER_BYTES,
+    BufferedWriter, CONFIG_JSON_BYTES, RNG_STATE_BYTES, SAFETENSORS_INDEX_PER_TENSOR_BYTES, SCHEDULER_BYTES,
     TRAINER_STATE_BYTES, TRAINING_ARGS_BYTES, LayoutInput, ManifestFile, Parallelism, fp32_copy_only,
     torch_save_bytes, total,
 )
@@ -26,7 +26,7 @@ DEFAULT_SHARD_BYTES = 5 * 10**9
 SAFETENSORS_HEADER_PER_TENSOR_BYTES = 120  # JSON header entry: dtype, shape, data_offsets
 
 
-class HfLayout:
+class HfLayout(BufferedWriter):
     name = "hf"
     description = "Hugging Face Trainer (safetensors shards, optimizer.pt, rng_state_i.pth)"
 

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from ckplan.errors import InputError
 from ckplan.sizing.layouts.base import (
-    RNG_STATE_BYTES, SCHEDULER_BYTES, LayoutInput, ManifestFile, Parallelism, fp32_copy_only, torch_save_bytes, total,
+    BufferedWriter, RNG_STATE_BYTES, SCHEDULER_BYTES, LayoutInput, ManifestFile, Parallelism, fp32_copy_only, torch_save_bytes, total,
 )
 from ckplan.sizing.states import StateBytes
 
 
-class LightningLayout:
+class LightningLayout(BufferedWriter):
     name = "lightning"
     description = "PyTorch Lightning ModelCheckpoint (one .ckpt via torch.save, rank 0)"
 

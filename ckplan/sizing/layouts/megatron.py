@@ -13,7 +13,7 @@
 from __future__ import annotations
 
 from ckplan.sizing.layouts.base import (
-    CONFIG_JSON_BYTES, LATEST_TAG_BYTES, TORCH_SAVE_OVERHEAD_BYTES, LayoutInput, ManifestFile, Parallelism,
+    BufferedWriter, CONFIG_JSON_BYTES, LATEST_TAG_BYTES, TORCH_SAVE_OVERHEAD_BYTES, LayoutInput, ManifestFile, Parallelism,
 )
 from ckplan.sizing.layouts.dcp import distcp_files
 from ckplan.sizing.states import StateBytes
@@ -21,9 +21,10 @@ from ckplan.sizing.states import StateBytes
 COMMON_PT_BYTES = TORCH_SAVE_OVERHEAD_BYTES + 12_000  # args namespace, RNG state, iteration counters
 
 
-class MegatronLayout:
+class MegatronLayout(BufferedWriter):
     name = "megatron"
     description = "Megatron-Core dist checkpointing, torch_dist format (iter_NNNNNNN/)"
+    coordinated_save = True
     renames_per_save = 1  # .metadata.tmp -> .metadata
 
     def check(self, par: Parallelism) -> None:

@@ -1,0 +1,140 @@
+"""`ckplan calibrate`: this machine's serialiser throughput per writer, and DCP's fixed cost per save.
+
+Why: a save's serialiser (pickling, CRC32, copies) runs on the CPU of the machine that saves, and on a fast
+target it is most of the save (docs/benchmarks.md, issue 13). A figure measured on one machine and applied
+to every other is a guess, so the probe measures it here and stores it in the profile.
+
+- Serialisers, each in one process pinned to one thread, as one writer rank runs it, into /dev/null: the
+  write into the page cache is what the probe's bandwidth curve measures, so a sink that keeps the bytes
+  (BytesIO, tmpfs) would count that copy twice.
+  - torch.save: `torch.save(state_dict, "/dev/null")` (DeepSpeed, Lightning, HF optimizer.pt);
+  - safetensors: `safetensors.torch.save_file(tensors, "/dev/null")` (HF shards);
+  - dcp: one `torch.save(tensor, stream)` per tensor into an open file, which is what DCP's
+    FileSystemWriter does for each tensor item (torch.distributed.checkpoint.filesystem._write_item).
+  The sample is fp32 tensors (the optimizer states and master weights are most of a checkpoint's bytes);
+  one unrecorded warm-up run of each, then the repeats go round the formats in turn; medians are kept.
+- DCP's fixed cost: `dcp.save` of a few KiB per rank from `ranks` processes in a gloo group, into a
+  temporary directory in memory (/dev/shm where it exists), so the figure is the coordination (local and
+  global planning, gather, scatter, barriers, `.metadata`) and not the target's per-file cost, which the
+  model counts separately. One warm-up save, then the median of the repeats.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import tempfile
+import time
+from pathlib import Path
+
+from ckplan.errors import InputError
+from ckplan.profile import Calibration, Spread
+
+MiB = 2**20
+TENSOR_BYTES = 32 * MiB  # a typical large weight or optimizer tensor (4096 × 2048 fp32)
+SAMPLE_BYTES = {"quick": 128 * MiB, "default": 384 * MiB, "thorough": 1024 * MiB}
+REPEATS = {"quick": 3, "default": 5, "thorough": 9}
+DCP_TINY_BYTES = 4096
+# seconds a calibration took on the 2-core development VM (each process's torch import included): the progress bar's estimate
+ESTIMATE_S = {"quick": 12.0, "default": 22.0, "thorough": 45.0}
+
+
+def torch_available() -> bool:
+    import importlib.util
+    return importlib.util.find_spec("torch") is not None
+
+
+def _serializer_worker(sample_bytes: int, tensor_bytes: int, repeats: int, results) -> None:
+    try:
+        import torch
+        torch.set_num_threads(1)
+        count = max(1, sample_bytes // tensor_bytes)
+        tensors = {f"t{i}": torch.empty(tensor_bytes // 4, dtype=torch.float32).normal_(0, 0.02) for i in range(count)}
+
+        def torch_save() -> None:
+            torch.save(tensors, os.devnull)
+
+        def dcp_stream() -> None:
+            with open(os.devnull, "wb") as stream:
+                for t in tensors.values():
+                    torch.save(t, stream)
+
+        savers = {"torch.save": torch_save, "dcp": dcp_stream}
+        try:
+            from safetensors.torch import save_file
+            savers["safetensors"] = lambda: save_file(tensors, os.devnull)
+        except ImportError:
+            pass
+        nbytes = count * (tensor_bytes // 4) * 4
+        times: dict[str, list[float]] = {name: [] for name in savers}
+        for r in range(repeats + 1):
+            for name, save in savers.items():
+                start = time.perf_counter()
+                save()
+                if r:  # the first round is the warm-up
+                    times[name].append(time.perf_counter() - start)
+        results.put(("ok", nbytes, times))
+    except BaseException as exc:  # reported to the parent as one line
+        results.put(("error", 0, f"{type(exc).__name__}: {exc}"))
+
+
+def measure_serializers(sample_bytes: int, repeats: int) -> tuple[int, dict[str, Spread]]:
+    """Bytes per run and throughput (bytes/s) of each serialiser, one process on one core."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    proc = ctx.Process(target=_serializer_worker, args=(sample_bytes, TENSOR_BYTES, repeats, results))
+    proc.start()
+    try:
+        status, nbytes, payload = results.get(timeout=600)
+        proc.join()
+    finally:
+        if proc.is_alive():
+            proc.terminate()
+            proc.join()
+    if status != "ok":
+        raise InputError(f"the serialiser calibration failed: {payload}")
+    return nbytes, {name: Spread.of([nbytes / t for t in ts]) for name, ts in payload.items()}
+
+
+def measure_dcp_fixed(ranks: int, repeats: int) -> Spread:
+    """Wall time of a DCP save of a few KiB per rank, from `ranks` processes in a gloo group."""
+    from ckplan.validate.saver import run_saves
+
+    base = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+    root = Path(tempfile.mkdtemp(prefix="ckplan-calibrate-", dir=base))
+    try:
+        files = {r: [{"path": f"tiny-{r}", "bytes": DCP_TINY_BYTES, "kind": "small", "rank": r}] for r in range(ranks)}
+        walls, _ = run_saves(root, files, "dcp", repeats + 1, "sync")
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    return Spread.of(walls[1:])
+
+
+def calibrate(preset: str = "default", dcp_ranks: int = 2, progress=None) -> Calibration:
+    """Measure this machine's serialisers and DCP's fixed cost; needs PyTorch."""
+    if not torch_available():
+        raise InputError("calibration needs PyTorch: pip install 'ckplan[torch]' (the CPU build, torch==2.13.0)")
+    if dcp_ranks < 1:
+        raise InputError(f"--ranks must be ≥ 1, got {dcp_ranks}")
+    from importlib.metadata import PackageNotFoundError, version
+
+    started = time.monotonic()
+    repeats = REPEATS[preset]
+    if progress:
+        progress.phase(f"calibrate: serialisers into /dev/null, {SAMPLE_BYTES[preset] / MiB:.0f} MiB × {repeats}", 0)
+    nbytes, rates = measure_serializers(SAMPLE_BYTES[preset], repeats)
+    if progress:
+        progress.phase(f"calibrate: DCP fixed cost, {dcp_ranks} ranks × {repeats} tiny saves", 0)
+    fixed = measure_dcp_fixed(dcp_ranks, repeats)
+    try:
+        st_version: str | None = version("safetensors")
+    except PackageNotFoundError:
+        st_version = None
+    return Calibration(serialize_bytes_per_s={k: v.median for k, v in rates.items()}, serialize_spread=rates,
+                       sample_bytes=nbytes, tensor_bytes=TENSOR_BYTES, dcp_fixed_seconds=fixed.median,
+                       dcp_fixed_spread=fixed, dcp_ranks=dcp_ranks, torch_version=version("torch"),
+                       safetensors_version=st_version, host=socket.gethostname(),
+                       duration_s=time.monotonic() - started)
