@@ -15,7 +15,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from ckplan.errors import InputError
+from ckplan.errors import InputError, missing_extra
 
 SAMPLE_BYTES = 32 * 2**20
 # Byte share of each state in a 14 B/param bf16-mixed Adam save (weights 2, master 4, moments 4 + 4).
@@ -40,7 +40,10 @@ class CompressReport(BaseModel):
 
 
 def _generated(n_bytes: int) -> dict[str, tuple[bytes, int]]:
-    import numpy as np
+    try:
+        import numpy as np
+    except ImportError:
+        raise missing_extra("compress-test's generated tensors", "numpy", "compress") from None
 
     rng = np.random.default_rng(0)
     n = n_bytes // 4
@@ -62,7 +65,7 @@ def _codecs() -> dict:
         import lz4.frame
         import zstandard
     except ImportError:
-        raise InputError("compress-test needs zstandard and lz4: pip install 'ckplan[compress]'") from None
+        raise missing_extra("compress-test", "zstandard and lz4", "compress") from None
     z1, z3 = zstandard.ZstdCompressor(level=1), zstandard.ZstdCompressor(level=3)
     return {
         "lz4": lambda d, w: lz4.frame.compress(d, compression_level=0),

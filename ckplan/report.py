@@ -8,7 +8,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from ckplan.errors import InputError
+from ckplan.errors import InputError, missing_extra
 from ckplan.planning import interval
 from ckplan.planning.recommend import Recommendation
 from ckplan.profile import StorageProfile
@@ -42,7 +42,7 @@ def _charts(rec: Recommendation, profile: StorageProfile, out: Path) -> list[Pat
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise InputError("report charts need matplotlib: pip install 'ckplan[report]'") from None
+        raise missing_extra("report charts", "matplotlib", "report") from None
     paths = []
     fig, ax = plt.subplots(figsize=(8, 4.5))
     if math.isfinite(rec.stall_seconds):

@@ -6,6 +6,7 @@ that `ckplan size` starts fast.
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -13,10 +14,20 @@ from typing import Annotated, Optional
 import typer
 
 from ckplan.cli import options as o
-from ckplan.errors import InputError
+from ckplan.errors import EnvironmentProblem, InputError, MeasurementFailed
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Plan checkpoint intervals and the storage they need.")
+
+_debug = False  # set by --debug or CKPLAN_DEBUG=1: an internal error re-raises with its traceback
+
+
+@app.callback()
+def _global_options(
+    debug: Annotated[bool, typer.Option("--debug", help="On an internal error, show the traceback (also CKPLAN_DEBUG=1).")] = False,
+) -> None:
+    global _debug
+    _debug = _debug or debug
 
 
 @app.command()
@@ -420,15 +431,19 @@ def _emit(model, json: bool, module: str, renderer: str) -> None:
 
 
 def main() -> None:
-    """Entry point: bad input becomes one line on stderr and exit code 2.
+    """Entry point: every error becomes one line on stderr and an exit code.
 
+    2 bad input, 3 a missing or broken environment, 4 a measurement that failed,
+    130 interrupted, 1 anything else (a bug; --debug shows its traceback).
     Typer's parser errors are matched by shape (format_message, exit_code 2)
     because typer versions differ in where click's exception classes live.
     """
+    global _debug
+    _debug = os.environ.get("CKPLAN_DEBUG", "") not in ("", "0")
     try:
         result = app(standalone_mode=False)
-    except InputError as exc:
-        _fail(str(exc))
+    except (InputError, EnvironmentProblem, MeasurementFailed) as exc:
+        _fail(str(exc) or type(exc).__name__, exc.exit_code)
     except KeyboardInterrupt:
         print("ckplan: interrupted", file=sys.stderr)
         sys.exit(130)
@@ -442,8 +457,13 @@ def main() -> None:
         if name == "Exit":
             _exit(getattr(exc, "exit_code", 0))
         if hasattr(exc, "format_message") and getattr(exc, "exit_code", None) == 2:
-            _fail(exc.format_message())
-        raise
+            _fail(exc.format_message(), 2)
+        if _debug:
+            raise
+        detail = str(exc).strip().splitlines()
+        print(f"ckplan: internal error: {name}{': ' + detail[0] if detail else ''} (rerun with --debug for the traceback)",
+              file=sys.stderr)
+        sys.exit(1)
     _exit(result if isinstance(result, int) else 0)
 
 
@@ -453,6 +473,6 @@ def _exit(code: int) -> None:
     sys.exit(code)
 
 
-def _fail(message: str) -> None:
-    print(f"ckplan: error: {message.splitlines()[0] if message else 'bad input'}", file=sys.stderr)
-    sys.exit(2)
+def _fail(message: str, code: int) -> None:
+    print(f"ckplan: error: {message.strip().splitlines()[0]}", file=sys.stderr)
+    sys.exit(code)

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
-from ckplan.errors import InputError
+from ckplan.errors import InputError, missing_extra
 from ckplan.probe import replay
 from ckplan.probe.base import PRESETS, MiB, Preset, Progress, Silent, noise_notes, writer_counts
 from ckplan.profile import BandwidthPoint, Latency, Measurement, Replay, SmallFiles, Spread, StorageProfile
@@ -84,7 +84,7 @@ def client(loc: S3Location, timeout_s: float, pool: int):
         import botocore.config
         import botocore.exceptions
     except ImportError:
-        raise InputError("S3 probing needs boto3: pip install 'ckplan[s3]'") from None
+        raise missing_extra("S3 probing", "boto3", "s3") from None
     try:
         session = boto3.session.Session(profile_name=loc.profile, region_name=loc.region)
     except botocore.exceptions.ProfileNotFound:
