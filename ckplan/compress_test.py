@@ -77,13 +77,16 @@ def _codecs() -> dict:
 
 def run_compress_test(path: Path | None = None, sample_bytes: int = SAMPLE_BYTES) -> CompressReport:
     if path is not None:
+        from ckplan.readers import check_regular_file
+
+        check_regular_file(path, "--file")  # only a sample is read, but a FIFO would block and a device never end
         try:
             with open(path, "rb") as f:
                 data = {path.name: (f.read(sample_bytes), 2 if "bf16" in path.name else 4)}
         except OSError as exc:
-            raise InputError(f"cannot read {path}: {exc.strerror}") from None
+            raise InputError(f"cannot read --file {path}: {exc.strerror}") from None
         if not data[path.name][0]:
-            raise InputError(f"{path} is empty")
+            raise InputError(f"--file {path} is empty")
         source = str(path)
     else:
         data = _generated(sample_bytes)

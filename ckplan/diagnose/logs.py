@@ -200,7 +200,10 @@ def extract(paths: list[Path], pattern: str | None = None) -> tuple[list[Save], 
     extractors = [Custom(pattern)] if pattern else [cls() for cls in BUILTIN]
     saves: list[Save] = []
     read = 0
+    from ckplan.readers import check_regular_file
+
     for path in paths:
+        check_regular_file(path, "log")  # logs are streamed, so any size goes, but a FIFO or device must not
         try:
             f = open(path, "r", errors="replace", buffering=4 * 2**20)
         except OSError as exc:
