@@ -33,7 +33,7 @@ def _global_options(
 @app.command()
 def size(
     params: o.Params = None, model: o.Model = None, optimizer: o.Optimizer = "adam", precision: o.Precision = "bf16-mixed",
-    framework: o.Framework = "deepspeed", gpus: o.Gpus = 8, gpus_per_node: o.GpusPerNode = 8, tp: o.Tp = 1, pp: o.Pp = 1,
+    framework: o.Framework = "deepspeed", gpus: o.Gpus = 8, gpus_per_node: o.GpusPerNode = None, tp: o.Tp = 1, pp: o.Pp = 1,
     zero: o.Zero = 1, dtype: o.Dtype = None, option: o.Option = None,
     interval: Annotated[Optional[str], typer.Option(help="Save interval, e.g. 5m: adds the bandwidth and IOPS it needs.")] = None,
     max_overhead: Annotated[str, typer.Option("--max-overhead", help="Share of the interval a save may block, e.g. 5%.")] = "5%",
@@ -165,14 +165,15 @@ def _policy(*, max_loss: str = "1h", max_overhead: str = "5%", mode: str = "sync
             stall_time: str | None = None, serialize_bandwidth: list[str] | None = None, **_ignored):
     """The policy flags, parsed. Extra keyword arguments (the plan flags of a command's locals()) are ignored."""
     from ckplan.planning.policy import Policy
-    from ckplan.units import parse_bytes, parse_duration, parse_fraction, parse_rate
+    from ckplan.units import MAX_FAILURES_PER_DAY, check_range, parse_bytes, parse_duration, parse_fraction, parse_rate
 
     if mode not in ("sync", "async"):
         raise InputError(f"--mode must be sync or async, got {mode!r}")
     if stall_time is not None and mode != "async":
         raise InputError("--stall-time applies to --mode async only")
-    if node_failure_rate < 0 or job_failure_rate < 0:
-        raise InputError("failure rates must be ≥ 0")
+    check_range(node_failure_rate, "--node-failure-rate", 0, MAX_FAILURES_PER_DAY * 1000,
+                limit=f"{MAX_FAILURES_PER_DAY * 1000:,} per 1,000 node-days, one a second")
+    check_range(job_failure_rate, "--job-failure-rate", 0, MAX_FAILURES_PER_DAY, limit=f"{MAX_FAILURES_PER_DAY:,} a day, one a second")
     serializers = dict(Policy().serialize_bytes_per_s)
     for fmt, rate in o.pairs(serialize_bandwidth, "--serialize-bandwidth").items():
         if fmt not in serializers:
@@ -194,7 +195,7 @@ def _policy(*, max_loss: str = "1h", max_overhead: str = "5%", mode: str = "sync
 
 def _plan_and_policy(args: dict):
     """The plan (flags or --plan) and the policy, from a command's locals()."""
-    plan = o.resolve_plan(args["plan_file"], args["params"], args["model"], args["optimizer"], args["precision"],
+    plan = o.resolve_plan(args["ctx"], args["plan_file"], args["params"], args["model"], args["optimizer"], args["precision"],
                           args["framework"], args["gpus"], args["gpus_per_node"], args["tp"], args["pp"], args["zero"],
                           args["dtype"], args["option"])
     return plan, _policy(**args)
@@ -220,9 +221,9 @@ Storage = Annotated[Optional[str], typer.Option("--storage", help="Saved profile
 
 @app.command()
 def recommend(
-    plan_file: o.PlanFile = None, params: o.Params = None, model: o.Model = None, optimizer: o.Optimizer = "adam",
+    ctx: typer.Context, plan_file: o.PlanFile = None, params: o.Params = None, model: o.Model = None, optimizer: o.Optimizer = "adam",
     precision: o.Precision = "bf16-mixed", framework: o.Framework = "deepspeed", gpus: o.Gpus = 8,
-    gpus_per_node: o.GpusPerNode = 8, tp: o.Tp = 1, pp: o.Pp = 1, zero: o.Zero = 1, dtype: o.Dtype = None,
+    gpus_per_node: o.GpusPerNode = None, tp: o.Tp = 1, pp: o.Pp = 1, zero: o.Zero = 1, dtype: o.Dtype = None,
     option: o.Option = None, storage: Storage = None, max_loss: MaxLoss = "1h", max_overhead: MaxOverhead = "5%",
     mode: Mode = "sync", mtbf: Mtbf = None, node_failure_rate: NodeRate = 5.0, job_failure_rate: JobRate = 1.0,
     restart: Restart = "10m", iteration_time: IterTime = None, snapshot_bandwidth: Snapshot = "20GB/s",
@@ -242,11 +243,12 @@ def recommend(
 
 @app.command()
 def report(
+    ctx: typer.Context,
     storage: Annotated[str, typer.Option("--storage", help="Saved profile name, profile file, or built-in class.")],
     out: Annotated[Path, typer.Option("--out", help="Directory for report.md, report.html and the PNG charts.")] = Path("ckplan-report"),
     plan_file: o.PlanFile = None, params: o.Params = None, model: o.Model = None, optimizer: o.Optimizer = "adam",
     precision: o.Precision = "bf16-mixed", framework: o.Framework = "deepspeed", gpus: o.Gpus = 8,
-    gpus_per_node: o.GpusPerNode = 8, tp: o.Tp = 1, pp: o.Pp = 1, zero: o.Zero = 1, dtype: o.Dtype = None,
+    gpus_per_node: o.GpusPerNode = None, tp: o.Tp = 1, pp: o.Pp = 1, zero: o.Zero = 1, dtype: o.Dtype = None,
     option: o.Option = None, max_loss: MaxLoss = "1h", max_overhead: MaxOverhead = "5%",
     mode: Mode = "sync", mtbf: Mtbf = None, node_failure_rate: NodeRate = 5.0, job_failure_rate: JobRate = 1.0,
     restart: Restart = "10m", iteration_time: IterTime = None, snapshot_bandwidth: Snapshot = "20GB/s",
@@ -297,7 +299,7 @@ def provision(
     storage: Annotated[Optional[str], typer.Option("--storage", help="Check an existing profile against the need (headroom).")] = None,
     chart: Annotated[Optional[Path], typer.Option("--chart", help="Write a PNG chart of bandwidth against GPUs.")] = None,
     plan_file: o.PlanFile = None, params: o.Params = None, model: o.Model = None, optimizer: o.Optimizer = "adam",
-    precision: o.Precision = "bf16-mixed", framework: o.Framework = "megatron", gpus_per_node: o.GpusPerNode = 8,
+    precision: o.Precision = "bf16-mixed", framework: o.Framework = "megatron", gpus_per_node: o.GpusPerNode = None,
     tp: o.Tp = 8, pp: o.Pp = 1, zero: o.Zero = 1, dtype: o.Dtype = None, option: o.Option = None,
     max_loss: MaxLoss = "1h", max_overhead: MaxOverhead = "5%", mtbf: Mtbf = None, node_failure_rate: NodeRate = 5.0,
     job_failure_rate: JobRate = 1.0, restart: Restart = "10m", snapshot_bandwidth: Snapshot = "20GB/s",
