@@ -15,9 +15,14 @@ def saved_dir() -> Path:
     return Path(base) / "ckplan" / "profiles"
 
 
+def check_name(name: str) -> None:
+    """A --save name becomes NAME.json in the profile directory: no path separator, no hidden file, one printable line."""
+    if not name.strip() or "/" in name or name.startswith(".") or not name.isprintable():
+        raise InputError(f"--save takes a plain name (no '/', no leading '.', no control characters), got {name!r}")
+
+
 def save(profile: StorageProfile, name: str) -> Path:
-    if not name or "/" in name or name.startswith("."):
-        raise InputError(f"--save takes a plain name, got {name!r}")
+    check_name(name)
     path = saved_dir() / f"{name}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(profile.model_copy(update={"name": name}).model_dump_json(indent=2))

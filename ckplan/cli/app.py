@@ -97,6 +97,18 @@ def probe(
     from ckplan.probe.filesystem import prepare_probe, run_probe
     from ckplan.units import parse_bytes
 
+    from ckplan.units import MAX_GPUS, check_range
+
+    # every flag that can be refused is checked before the probe writes a byte
+    if not path.strip():  # Path("") is the current directory
+        raise InputError("probe needs a directory or s3://bucket/prefix, got an empty path")
+    if save is not None:
+        profile_store.check_name(save)
+    if hosts is not None and not hosts.strip(" ,"):
+        raise InputError("--hosts names no hosts: give host[:port],…")
+    if writers is not None:
+        check_range(writers, "--writers", 1, MAX_GPUS, limit=f"{MAX_GPUS:,}")
+    _output_file(out, "--out")
     if quick and thorough:
         raise InputError("give --quick or --thorough, not both")
     if not 0 < scale <= 1:
@@ -139,6 +151,8 @@ def clean(
     json: o.Json = False,
 ) -> None:
     """Remove what a probe killed with -9 left behind: scratch directories, or objects and multipart uploads."""
+    if not path.strip():  # Path("") is the current directory: an empty argument must not clean it
+        raise InputError("clean needs a directory or s3://bucket/prefix, got an empty path")
     if path.startswith("s3:"):  # s3://bucket/prefix; malformed ones get the S3 parser's message
         from ckplan.probe.s3 import clean_s3
         from ckplan.units import parse_duration
@@ -310,6 +324,7 @@ def provision(
     from ckplan.planning.provision import provision_sweep
     from ckplan.units import parse_fraction
 
+    _output_file(chart, "--chart")
     sizes = []
     for item in gpus.split(","):
         try:
@@ -375,6 +390,7 @@ def watch(
     from ckplan.diagnose import device
     from ckplan.units import parse_duration
 
+    _output_file(record, "--record")
     on_sample = None
     if not json:
         from ckplan.render.watch import print_sample
@@ -416,6 +432,12 @@ def compress_test(
     from ckplan.compress_test import run_compress_test
 
     _emit(run_compress_test(file), json, "ckplan.render.compress", "render_compress")
+
+
+def _output_file(path: Path | None, flag: str) -> None:
+    """Refuse an output file that is a directory before the work whose result it would hold."""
+    if path is not None and path.is_dir():
+        raise InputError(f"{flag} {path} is a directory; give a file name")
 
 
 def _interrupt(signum, frame) -> None:
