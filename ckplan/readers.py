@@ -46,18 +46,16 @@ def check_regular_file(path: Path, what: str) -> os.stat_result:
 
 def read_text_file(path: Path, what: str, max_bytes: int = MAX_DOCUMENT_BYTES) -> str:
     """The whole file as text: a regular file of at most max_bytes, in UTF-8 (a byte-order mark is allowed)."""
-    from ckplan.units import fmt_bytes
-
     size = check_regular_file(path, what).st_size
     if size > max_bytes:
-        raise InputError(f"{what} {path} is too large: {fmt_bytes(size)} (at most {fmt_bytes(max_bytes)})")
+        raise InputError(f"{what} {path} is too large: {size:,} bytes (at most {max_bytes:,})")
     try:
         with open(path, "rb") as f:
             data = f.read(max_bytes + 1)  # the file may have grown since the stat
     except OSError as exc:
         raise InputError(f"cannot read {what} {path}: {exc.strerror}") from None
     if len(data) > max_bytes:
-        raise InputError(f"{what} {path} is too large: over {fmt_bytes(max_bytes)}")
+        raise InputError(f"{what} {path} is too large: over {max_bytes:,} bytes")
     if data.startswith((b"\xff\xfe", b"\xfe\xff")):
         raise InputError(f"{what} {path} is UTF-16 text; ckplan reads UTF-8 (convert it, e.g. iconv -f UTF-16 -t UTF-8)")
     if b"\x00" in data:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from rich.table import Table
 
-from ckplan.errors import InputError, missing_extra
+from ckplan.errors import InputError
 from ckplan.planning.provision import ProvisionSweep
 from ckplan.render.console import console
 from ckplan.units import fmt_bytes, fmt_duration, fmt_percent, fmt_rate
@@ -47,12 +47,9 @@ def render_provision(sweep: ProvisionSweep) -> None:
 
 
 def provision_chart(sweeps: list[ProvisionSweep], path: Path) -> None:
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise missing_extra("--chart", "matplotlib", "report") from None
+    from ckplan.render.charts import pyplot
+
+    plt = pyplot("--chart")
     fig, ax = plt.subplots(figsize=(8, 4.5))
     for sweep in sweeps:
         rows = [r for r in sweep.rows if r.feasible]
