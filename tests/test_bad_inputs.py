@@ -470,6 +470,17 @@ def test_missing_extra_is_an_environment_problem(run, inputs, monkeypatch, argv,
     assert fragment in line, line
 
 
+@pytest.mark.parametrize("command", ["probe", "clean"])
+def test_unreachable_s3_endpoint_is_an_environment_problem(run, tmp_path, monkeypatch, command):
+    from tests.s3server import credentials_env, free_port
+
+    for key, value in credentials_env(tmp_path / "aws").items():  # not the user's ~/.aws
+        monkeypatch.setenv(key, value)
+    line = _check(*run(command, "s3://bucket/prefix", "--endpoint-url", f"http://127.0.0.1:{free_port()}", "--timeout", "2s",
+                       "--json"), 3)
+    assert "cannot connect to the S3 endpoint" in line, line
+
+
 # The last line of defence: anything else is one line and exit 1, and --debug shows the traceback.
 class _Bug(Exception):
     pass
