@@ -540,6 +540,20 @@ def test_valid_edges_still_run(run, inputs):
     assert json.loads(run("size", "--gpus", "4", "--json")[1])["setup"]["gpus_per_node"] == 4
 
 
+def test_every_plan_size_writes_reads_back(run, tmp_path):
+    """Plan files are validated where read, but never more strictly than what `size --json` writes."""
+    from ckplan import catalog
+    from ckplan.sizing.plan import build_plan
+
+    # DeepSpeed ZeRO-3 without mixed precision has a negative small_file_bytes: it must still read back
+    for kw in ({"framework": "deepspeed", "zero": 3, "precision": "fp32", "optimizer": "sgd"},
+               {"framework": "hf", "zero": 0, "gpus": 1}, {"framework": "megatron", "gpus": 24, "gpus_per_node": 8, "tp": 2}):
+        path = tmp_path / "plan.json"
+        path.write_text(build_plan(arch=catalog.model("llama-3.1-8b"), model_name="llama-3.1-8b", **kw).model_dump_json())
+        code, out, err = run("recommend", "--plan", str(path), "--storage", "nfs", "--json")
+        assert code == 0, (kw, err)
+
+
 def test_tiny_mtbf_is_all_waste_not_an_overflow(run):
     code, out, err = run("recommend", "--mtbf", "1e-9s", "--storage", "nfs", "--json")
     assert code == 0, err

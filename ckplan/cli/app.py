@@ -95,9 +95,7 @@ def probe(
 
     from ckplan import profile_store
     from ckplan.probe.filesystem import prepare_probe, run_probe
-    from ckplan.units import parse_bytes
-
-    from ckplan.units import MAX_GPUS, check_range
+    from ckplan.units import MAX_GPUS, check_range, parse_bytes
 
     # every flag that can be refused is checked before the probe writes a byte
     if not path.strip():  # Path("") is the current directory

@@ -95,7 +95,9 @@ class CheckpointPlan(BaseModel):
     parameters: Annotated[int, Field(ge=1, le=MAX_PARAMETERS)]
     bytes_per_parameter: Amount  # persisted model and optimizer state per parameter
     state_bytes: Count
-    small_file_bytes: Count  # small files and per-file overhead
+    # small files and per-file overhead; not bounded: DeepSpeed ZeRO-3 without mixed precision comes out negative
+    # (its manifest leaves out the fp32 weights that state_bytes counts), and a plan must read back what size wrote
+    small_file_bytes: int
     total_bytes: Count
     breakdown: list[StateBytes]
     not_saved: list[StateBytes]  # states training holds that this framework does not write
