@@ -301,6 +301,7 @@ CASES = [
     ("agent-port-high", ["agent", "--port", "70000"], 2),
     ("agent-port-word", ["agent", "--port", "http"], 2),
     ("agent-extra-argument", ["agent", "host"], 2),
+    ("agent-bind-empty", ["agent", "--bind", ""], 2),
     # diagnose
     ("diagnose-no-log", ["diagnose"], 2),
     ("diagnose-log-missing", ["diagnose", "@missing"], 2),

@@ -413,6 +413,8 @@ def agent(
 
     if not 0 < port < 65536:
         raise InputError(f"--port must be 1-65535, got {port}")
+    if not bind.strip():  # it would reach fio as --server=ip:,PORT, an address nobody meant
+        raise InputError("--bind is empty: give the address the fio server listens on")
     cmd = agent_command(bind, port)
     if not is_loopback(bind):
         print(f"ckplan: warning: fio's server protocol has no authentication; anyone who reaches {bind}:{port} "
