@@ -8,7 +8,6 @@ has side effects (a tape rewinds).
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 from pathlib import Path
@@ -73,6 +72,8 @@ def _no_constant(name: str) -> float:
 
 def read_json(path: Path, what: str, max_bytes: int = MAX_DOCUMENT_BYTES) -> Any:
     """The parsed JSON document in a file, or one line saying what is wrong with it."""
+    import json  # here, not at the top: `ckplan size` reads only TOML, and start-up time counts
+
     text = read_text_file(path, what, max_bytes)
     if not text.strip():
         raise InputError(f"{what} {path} is empty")
