@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from pydantic import ValidationError
 
 from ckplan.errors import InputError
+from ckplan.readers import validation_message
 from ckplan.sizing.architecture import Architecture
 
 if TYPE_CHECKING:
@@ -29,21 +30,17 @@ def profiles_dir() -> Path:
     raise InputError("ckplan's profiles/ data is missing from this installation; reinstall ckplan")
 
 
-def load_toml(path: Path) -> dict:
+def load_toml(path: Path, what: str) -> dict:
     import tomllib
 
+    from ckplan.readers import read_text_file
+
     try:
-        return tomllib.loads(path.read_text())
-    except OSError as exc:
-        raise InputError(f"cannot read {path}: {exc.strerror}") from None
+        return tomllib.loads(read_text_file(path, what))
     except tomllib.TOMLDecodeError as exc:
-        raise InputError(f"{path.name} is not valid TOML: {exc}") from None
-
-
-def validation_message(exc: ValidationError) -> str:
-    first = exc.errors()[0]
-    where = ".".join(str(p) for p in first["loc"]) or "(top level)"
-    return f"{where}: {first['msg']}"
+        raise InputError(f"{what} {path} is not valid TOML: {exc}") from None
+    except RecursionError:  # tomllib parses nested arrays and tables recursively
+        raise InputError(f"{what} {path} is nested too deeply to be a ckplan file") from None
 
 
 @lru_cache(maxsize=1)
@@ -51,7 +48,7 @@ def models() -> dict[str, Architecture]:
     out = {}
     for path in sorted((profiles_dir() / "models").glob("*.toml")):
         try:
-            arch = Architecture.model_validate(load_toml(path))
+            arch = Architecture.model_validate(load_toml(path, "model profile"))
         except ValidationError as exc:
             raise InputError(f"malformed model profile {path.name}: {validation_message(exc)}") from None
         out[arch.name] = arch
@@ -79,7 +76,7 @@ def storage_classes() -> dict[str, "StorageProfile"]:
     out = {}
     for path in sorted((profiles_dir() / "storage").glob("*.toml")):
         try:
-            profile = StorageProfile.model_validate(load_toml(path))
+            profile = StorageProfile.model_validate(load_toml(path, "storage profile"))
         except ValidationError as exc:
             raise InputError(f"malformed storage profile {path.name}: {validation_message(exc)}") from None
         out[profile.name] = profile

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from ckplan.errors import InputError
+from ckplan.errors import InputError, missing_extra
 
 SAMPLE_BYTES = 32 * 2**20
 # Byte share of each state in a 14 B/param bf16-mixed Adam save (weights 2, master 4, moments 4 + 4).
@@ -40,7 +40,10 @@ class CompressReport(BaseModel):
 
 
 def _generated(n_bytes: int) -> dict[str, tuple[bytes, int]]:
-    import numpy as np
+    try:
+        import numpy as np
+    except ImportError:
+        raise missing_extra("compress-test's generated tensors", "numpy", "compress") from None
 
     rng = np.random.default_rng(0)
     n = n_bytes // 4
@@ -62,7 +65,7 @@ def _codecs() -> dict:
         import lz4.frame
         import zstandard
     except ImportError:
-        raise InputError("compress-test needs zstandard and lz4: pip install 'ckplan[compress]'") from None
+        raise missing_extra("compress-test", "zstandard and lz4", "compress") from None
     z1, z3 = zstandard.ZstdCompressor(level=1), zstandard.ZstdCompressor(level=3)
     return {
         "lz4": lambda d, w: lz4.frame.compress(d, compression_level=0),
@@ -74,13 +77,16 @@ def _codecs() -> dict:
 
 def run_compress_test(path: Path | None = None, sample_bytes: int = SAMPLE_BYTES) -> CompressReport:
     if path is not None:
+        from ckplan.readers import check_regular_file
+
+        check_regular_file(path, "--file")  # only a sample is read, but a FIFO would block and a device never end
         try:
             with open(path, "rb") as f:
                 data = {path.name: (f.read(sample_bytes), 2 if "bf16" in path.name else 4)}
         except OSError as exc:
-            raise InputError(f"cannot read {path}: {exc.strerror}") from None
+            raise InputError(f"cannot read --file {path}: {exc.strerror}") from None
         if not data[path.name][0]:
-            raise InputError(f"{path} is empty")
+            raise InputError(f"--file {path} is empty")
         source = str(path)
     else:
         data = _generated(sample_bytes)

@@ -1,5 +1,29 @@
-"""The one exception type the CLI turns into a single stderr line and exit code 2."""
+"""The exceptions the CLI turns into a single stderr line, each with its own exit code.
+
+Scripts that drive ckplan tell the three apart by the exit code: fix the
+command (2), fix the machine (3), or look at the target and try again (4).
+Anything else that escapes a command is a bug in ckplan (exit code 1).
+"""
 
 
 class InputError(ValueError):
     """Bad input from the user: a flag, a file or a target. Never a bug in ckplan."""
+
+    exit_code = 2
+
+
+class EnvironmentProblem(RuntimeError):
+    """The machine lacks something ckplan needs: fio, an optional extra, a reachable endpoint."""
+
+    exit_code = 3
+
+
+class MeasurementFailed(RuntimeError):
+    """A probe or save failed while it was measuring: the disk filled up, fio died."""
+
+    exit_code = 4
+
+
+def missing_extra(what: str, package: str, extra: str) -> EnvironmentProblem:
+    """The error for an optional dependency that is not installed, with the pip command that installs it."""
+    return EnvironmentProblem(f"{what} needs {package}: pip install 'ckplan[{extra}]'")

@@ -5,8 +5,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from pydantic import ValidationError
-
 from ckplan import catalog
 from ckplan.errors import InputError
 from ckplan.profile import SCHEMA_VERSION, StorageProfile
@@ -17,9 +15,14 @@ def saved_dir() -> Path:
     return Path(base) / "ckplan" / "profiles"
 
 
+def check_name(name: str) -> None:
+    """A --save name becomes NAME.json in the profile directory: no path separator, no hidden file, one printable line."""
+    if not name.strip() or "/" in name or name.startswith(".") or not name.isprintable():
+        raise InputError(f"--save takes a plain name (no '/', no leading '.', no control characters), got {name!r}")
+
+
 def save(profile: StorageProfile, name: str) -> Path:
-    if not name or "/" in name or name.startswith("."):
-        raise InputError(f"--save takes a plain name, got {name!r}")
+    check_name(name)
     path = saved_dir() / f"{name}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(profile.model_copy(update={"name": name}).model_dump_json(indent=2))
@@ -34,29 +37,16 @@ def write(profile: StorageProfile, path: Path) -> None:
 
 
 def load_file(path: Path) -> StorageProfile:
-    import json
+    from ckplan.readers import read_json, validate_model
 
-    from ckplan.catalog import validation_message
-
-    if path.suffix == ".toml":
-        data = catalog.load_toml(path)
-    else:
-        try:
-            data = json.loads(path.read_text())
-        except OSError as exc:
-            raise InputError(f"cannot read storage profile {path}: {exc.strerror}") from None
-        except ValueError:
-            raise InputError(f"{path} is not a storage profile: not valid JSON") from None
+    data = catalog.load_toml(path, "storage profile") if path.suffix == ".toml" else read_json(path, "storage profile")
     if not isinstance(data, dict) or data.get("kind", "ckplan.storage") != "ckplan.storage":
-        raise InputError(f"{path} is not a ckplan storage profile")
+        raise InputError(f"storage profile {path} is not a ckplan storage profile (one comes from `ckplan probe --out`)")
     version = data.get("schema_version", SCHEMA_VERSION)
     if version != SCHEMA_VERSION:
-        raise InputError(f"{path} has storage-profile schema version {version} (ckplan {data.get('ckplan_version', '?')}); "
+        raise InputError(f"storage profile {path} has schema version {version!r} (ckplan {data.get('ckplan_version', '?')}); "
                          f"this ckplan reads version {SCHEMA_VERSION}: probe again")
-    try:
-        return StorageProfile.model_validate(data)
-    except ValidationError as exc:
-        raise InputError(f"{path} is not a valid storage profile: {validation_message(exc)}") from None
+    return validate_model(data, StorageProfile, f"{path} is not a valid storage profile")
 
 
 def saved() -> dict[str, Path]:

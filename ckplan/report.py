@@ -36,13 +36,7 @@ def waste_curve(rec: Recommendation) -> tuple[list[float], list[float]]:
     return xs, [interval.waste_fraction(x, rec.stall_seconds, rec.mtbf_s, restart) for x in xs]
 
 
-def _charts(rec: Recommendation, profile: StorageProfile, out: Path) -> list[Path]:
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise InputError("report charts need matplotlib: pip install 'ckplan[report]'") from None
+def _charts(rec: Recommendation, profile: StorageProfile, out: Path, plt) -> list[Path]:
     paths = []
     fig, ax = plt.subplots(figsize=(8, 4.5))
     if math.isfinite(rec.stall_seconds):
@@ -137,11 +131,14 @@ def build_document(plan: CheckpointPlan, profile: StorageProfile, rec: Recommend
 
 
 def write_report(plan: CheckpointPlan, profile: StorageProfile, rec: Recommendation, out: Path) -> ReportFiles:
+    from ckplan.render.charts import pyplot
+
+    plt = pyplot("report's charts")  # before the directory is made: a missing extra leaves nothing behind
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise InputError(f"cannot create {out}: {exc.strerror}") from None
-    charts = _charts(rec, profile, out)
+    charts = _charts(rec, profile, out, plt)
     doc = build_document(plan, profile, rec)
     md, page = out / "report.md", out / "report.html"
     md.write_text(to_markdown(doc))

@@ -14,16 +14,41 @@ from ckplan.errors import InputError
 GB = 10**9
 GiB = 2**30
 
-_NUMBER = r"([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)"
+# The largest values ckplan accepts. Past them a number is a typo or a unit slip, and the arithmetic
+# downstream (exponentials of durations, products of counts) would overflow or run for hours.
+MAX_PARAMETERS = 10**15  # 1,000× the largest dense models trained so far
+MAX_GPUS = 2**20  # 1,048,576; also the bound on GPUs per node, writers and other world sizes
+MAX_DURATION_S = 10 * 365 * 86400  # ten years
+MAX_BYTES = 10**18  # 1 EB
+MAX_RATE_BYTES_PER_S = 10**15  # 1 PB/s
+MAX_FAILURES_PER_DAY = 86_400  # one a second, for the job-level and the per-node failure rate
+
+_NUMBER = r"(-?[0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)"  # a sign is read, so that check_range can refuse it
 
 _COUNT_SUFFIX = {"": 1, "k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}
 _BYTE_SUFFIX = {
     "": 1, "b": 1,
-    "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "pb": 10**15,
-    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40, "pib": 2**50,
+    "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "pb": 10**15, "eb": 10**18,
+    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40, "pib": 2**50, "eib": 2**60,
     "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40,  # fio's convention: bare letters are binary
 }
 _DURATION_SUFFIX = {"": 1, "s": 1, "ms": 1e-3, "us": 1e-6, "m": 60, "min": 60, "h": 3600, "d": 86400}
+
+
+def check_range(value: float, what: str, minimum: float, maximum: float, *, text: object = None,
+                above_minimum: bool = False, limit: str | None = None) -> float:
+    """value itself, if it is a number in [minimum, maximum] (or (minimum, maximum] with above_minimum).
+
+    `text` is what the user typed (default: the value); `limit` says the maximum in words.
+    """
+    shown = repr(str(text if text is not None else value))
+    if math.isnan(value):
+        raise InputError(f"{what} is not a number: {shown}")
+    if value > maximum:
+        raise InputError(f"{what} is too large: {shown} (at most {limit or f'{maximum:,}'})")
+    if value < minimum or (above_minimum and value == minimum):
+        raise InputError(f"{what} must be {'>' if above_minimum else '≥'} {minimum:,}: {shown}")
+    return value
 
 
 def _split(text: str, what: str) -> tuple[float, str]:
@@ -33,54 +58,49 @@ def _split(text: str, what: str) -> tuple[float, str]:
     return float(match.group(1)), match.group(2).lower()
 
 
-def _positive(value: float, text: str, what: str, allow_zero: bool) -> float:
-    if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
-        raise InputError(f"{what} must be {'≥ 0' if allow_zero else '> 0'}: {text!r}")
-    return value
+def _number(text: str | float, what: str, suffixes: dict[str, float], units: str) -> float:
+    """A number with an optional unit suffix, scaled to the base unit."""
+    if isinstance(text, (int, float)):
+        return float(text)
+    value, suffix = _split(text, what)
+    if suffix not in suffixes:
+        raise InputError(f"unknown unit {suffix!r} in {what} {text!r} (use {units})")
+    return value * suffixes[suffix]
 
 
 def parse_count(text: str | float, what: str = "count") -> float:
-    """'7e9', '7B', '70b', '1.5T', '500M' -> a plain number (B means billion here)."""
-    if isinstance(text, (int, float)):
-        return _positive(float(text), str(text), what, allow_zero=False)
-    if str(text).strip().startswith("-"):
-        raise InputError(f"{what} must be > 0: {text!r}")
-    value, suffix = _split(text, what)
-    if suffix not in _COUNT_SUFFIX:
-        raise InputError(f"unknown suffix {suffix!r} in {what} {text!r} (use k, M, B or T)")
-    return _positive(value * _COUNT_SUFFIX[suffix], text, what, allow_zero=False)
+    """'7e9', '7B', '70b', '1.5T', '500M' -> a parameter count (B means billion here), 1 to MAX_PARAMETERS."""
+    value = _number(text, what, _COUNT_SUFFIX, "k, M, B or T")
+    return check_range(value, what, 1, MAX_PARAMETERS, text=text, limit="1e15")
+
+
+def _whole_bytes(value: float, text: object, what: str, allow_zero: bool, maximum: int, limit: str) -> int:
+    check_range(value, what, 0, maximum, text=text, above_minimum=not allow_zero, limit=limit)
+    rounded = int(round(value))
+    if rounded == 0 and not allow_zero:  # 0.4 B rounds to nothing
+        raise InputError(f"{what} must be at least 1 byte: {str(text)!r}")
+    return rounded
 
 
 def parse_bytes(text: str | float, what: str = "size", allow_zero: bool = False) -> int:
-    """'30GB' (10^9), '30GiB' (2^30), '512MiB', '4k' -> bytes."""
-    if isinstance(text, (int, float)):
-        return int(_positive(float(text), str(text), what, allow_zero))
-    if str(text).strip().startswith("-"):
-        raise InputError(f"{what} must be > 0: {text!r}")
-    value, suffix = _split(text, what)
-    if suffix not in _BYTE_SUFFIX:
-        raise InputError(f"unknown unit {suffix!r} in {what} {text!r} (use B, KB, MB, GB, TB or KiB, MiB, GiB, TiB)")
-    return int(round(_positive(value * _BYTE_SUFFIX[suffix], text, what, allow_zero)))
+    """'30GB' (10^9), '30GiB' (2^30), '512MiB', '4k' -> bytes, up to MAX_BYTES."""
+    value = _number(text, what, _BYTE_SUFFIX, "B, KB, MB, GB, TB or KiB, MiB, GiB, TiB")
+    return _whole_bytes(value, text, what, allow_zero, MAX_BYTES, "1 EB")
 
 
 def parse_rate(text: str | float, what: str = "bandwidth") -> float:
-    """'2GB/s', '500MiB/s', '1e9' -> bytes per second."""
+    """'2GB/s', '500MiB/s', '1e9' -> bytes per second, up to MAX_RATE_BYTES_PER_S."""
     cleaned = str(text).strip()
     if cleaned.lower().endswith("/s"):
         cleaned = cleaned[:-2]
-    return float(parse_bytes(cleaned, what))
+    value = _number(text if isinstance(text, (int, float)) else cleaned, what, _BYTE_SUFFIX, "GB/s, MB/s, GiB/s, MiB/s")
+    return float(_whole_bytes(value, text, what, False, MAX_RATE_BYTES_PER_S, "1 PB/s"))
 
 
 def parse_duration(text: str | float, what: str = "duration", allow_zero: bool = False) -> float:
-    """'5m', '90s', '2h', '1.5d', '300' (seconds) -> seconds."""
-    if isinstance(text, (int, float)):
-        return _positive(float(text), str(text), what, allow_zero)
-    if str(text).strip().startswith("-"):
-        raise InputError(f"{what} must be > 0: {text!r}")
-    value, suffix = _split(text, what)
-    if suffix not in _DURATION_SUFFIX:
-        raise InputError(f"unknown unit {suffix!r} in {what} {text!r} (use s, m, h or d)")
-    return _positive(value * _DURATION_SUFFIX[suffix], text, what, allow_zero)
+    """'5m', '90s', '2h', '1.5d', '300' (seconds) -> seconds, up to MAX_DURATION_S."""
+    value = _number(text, what, _DURATION_SUFFIX, "s, m, h or d")
+    return check_range(value, what, 0, MAX_DURATION_S, text=text, above_minimum=not allow_zero, limit="10 years")
 
 
 def parse_fraction(text: str | float, what: str = "fraction", allow_one: bool = False) -> float:

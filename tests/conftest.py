@@ -29,8 +29,8 @@ def run_json(*args: str, **kw) -> dict:
     return json.loads(run_cli(*args, "--json", check=True, **kw).stdout)
 
 
-def assert_one_line_error(proc: subprocess.CompletedProcess, fragment: str = "") -> None:
-    assert proc.returncode == 2, (proc.returncode, proc.stderr)
+def assert_one_line_error(proc: subprocess.CompletedProcess, fragment: str = "", code: int = 2) -> None:
+    assert proc.returncode == code, (proc.returncode, proc.stderr)
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(lines) == 1, proc.stderr
     assert "Traceback" not in proc.stderr

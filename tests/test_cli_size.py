@@ -44,7 +44,7 @@ def test_models_lists_catalog():
 
 
 @pytest.mark.parametrize("args,fragment", [
-    (["--params", "-1"], "must be > 0"), (["--params", "abc"], "not a valid"), (["--params", "0"], "must be > 0"),
+    (["--params", "-1"], "must be ≥ 1"), (["--params", "abc"], "not a valid"), (["--params", "0"], "must be ≥ 1"),
     (["--optimizer", "adm"], "did you mean adam"), (["--model", "llama3-8b"], "did you mean llama-3.1-8b"),
     (["--gpus", "8", "--tp", "3"], "not divisible"), (["--interval", "0"], "--interval"),
     (["--params", "7B", "--model", "llama-2-7b"], "not both"), (["--max-overhead", "150%"], "between"),

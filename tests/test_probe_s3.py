@@ -98,7 +98,7 @@ def test_endpoint_refuses_connections(tmp_path):
     from tests.s3server import free_port
     proc = run_cli("probe", f"s3://{BUCKET}/x", "--endpoint-url", f"http://127.0.0.1:{free_port()}", "--timeout", "2s",
                    env=credentials_env(tmp_path))
-    assert_one_line_error(proc, "cannot connect")
+    assert_one_line_error(proc, "cannot connect", code=3)
 
 
 def test_endpoint_that_never_answers_is_bounded(tmp_path):
@@ -109,7 +109,7 @@ def test_endpoint_that_never_answers_is_bounded(tmp_path):
     proc = run_cli("probe", f"s3://{BUCKET}/x", "--endpoint-url", f"http://127.0.0.1:{silent.getsockname()[1]}",
                    "--timeout", "1s", env=credentials_env(tmp_path), timeout=60)
     silent.close()
-    assert_one_line_error(proc, "did not answer in time")
+    assert_one_line_error(proc, "did not answer in time", code=3)
     assert time.monotonic() - start < 30
 
 
@@ -120,7 +120,7 @@ def test_server_drops_the_connection_mid_upload(endpoint, tmp_path):
                        env=credentials_env(tmp_path))
     finally:
         proxy.close()
-    assert_one_line_error(proc, "dropped the connection")
+    assert_one_line_error(proc, "dropped the connection", code=4)
     assert_clean(endpoint)
 
 

@@ -6,6 +6,7 @@ that `ckplan size` starts fast.
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -13,16 +14,26 @@ from typing import Annotated, Optional
 import typer
 
 from ckplan.cli import options as o
-from ckplan.errors import InputError
+from ckplan.errors import EnvironmentProblem, InputError, MeasurementFailed
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Plan checkpoint intervals and the storage they need.")
+
+_debug = False  # set by --debug or CKPLAN_DEBUG=1: an internal error re-raises with its traceback
+
+
+@app.callback()
+def _global_options(
+    debug: Annotated[bool, typer.Option("--debug", help="On an internal error, show the traceback (also CKPLAN_DEBUG=1).")] = False,
+) -> None:
+    global _debug
+    _debug = _debug or debug
 
 
 @app.command()
 def size(
     params: o.Params = None, model: o.Model = None, optimizer: o.Optimizer = "adam", precision: o.Precision = "bf16-mixed",
-    framework: o.Framework = "deepspeed", gpus: o.Gpus = 8, gpus_per_node: o.GpusPerNode = 8, tp: o.Tp = 1, pp: o.Pp = 1,
+    framework: o.Framework = "deepspeed", gpus: o.Gpus = 8, gpus_per_node: o.GpusPerNode = None, tp: o.Tp = 1, pp: o.Pp = 1,
     zero: o.Zero = 1, dtype: o.Dtype = None, option: o.Option = None,
     interval: Annotated[Optional[str], typer.Option(help="Save interval, e.g. 5m: adds the bandwidth and IOPS it needs.")] = None,
     max_overhead: Annotated[str, typer.Option("--max-overhead", help="Share of the interval a save may block, e.g. 5%.")] = "5%",
@@ -86,8 +97,18 @@ def probe(
 
     from ckplan import profile_store
     from ckplan.probe.filesystem import prepare_probe, run_probe
-    from ckplan.units import parse_bytes
+    from ckplan.units import MAX_GPUS, check_range, parse_bytes
 
+    # every flag that can be refused is checked before the probe writes a byte
+    if not path.strip():  # Path("") is the current directory
+        raise InputError("probe needs a directory or s3://bucket/prefix, got an empty path")
+    if save is not None:
+        profile_store.check_name(save)
+    if hosts is not None and not hosts.strip(" ,"):
+        raise InputError("--hosts names no hosts: give host[:port],…")
+    if writers is not None:
+        check_range(writers, "--writers", 1, MAX_GPUS, limit=f"{MAX_GPUS:,}")
+    _output_file(out, "--out")
     if quick and thorough:
         raise InputError("give --quick or --thorough, not both")
     if not 0 < scale <= 1:
@@ -157,6 +178,8 @@ def clean(
     json: o.Json = False,
 ) -> None:
     """Remove what a probe killed with -9 left behind: scratch directories, or objects and multipart uploads."""
+    if not path.strip():  # Path("") is the current directory: an empty argument must not clean it
+        raise InputError("clean needs a directory or s3://bucket/prefix, got an empty path")
     if path.startswith("s3:"):  # s3://bucket/prefix; malformed ones get the S3 parser's message
         from ckplan.probe.s3 import clean_s3
         from ckplan.units import parse_duration
@@ -183,14 +206,15 @@ def _policy(*, max_loss: str = "1h", max_overhead: str = "5%", mode: str = "sync
             stall_time: str | None = None, serialize_bandwidth: list[str] | None = None, **_ignored):
     """The policy flags, parsed. Extra keyword arguments (the plan flags of a command's locals()) are ignored."""
     from ckplan.planning.policy import Policy
-    from ckplan.units import parse_bytes, parse_duration, parse_fraction, parse_rate
+    from ckplan.units import MAX_FAILURES_PER_DAY, check_range, parse_bytes, parse_duration, parse_fraction, parse_rate
 
     if mode not in ("sync", "async"):
         raise InputError(f"--mode must be sync or async, got {mode!r}")
     if stall_time is not None and mode != "async":
         raise InputError("--stall-time applies to --mode async only")
-    if node_failure_rate < 0 or job_failure_rate < 0:
-        raise InputError("failure rates must be ≥ 0")
+    check_range(node_failure_rate, "--node-failure-rate", 0, MAX_FAILURES_PER_DAY * 1000,
+                limit=f"{MAX_FAILURES_PER_DAY * 1000:,} per 1,000 node-days, one a second")
+    check_range(job_failure_rate, "--job-failure-rate", 0, MAX_FAILURES_PER_DAY, limit=f"{MAX_FAILURES_PER_DAY:,} a day, one a second")
     from ckplan.planning.policy import DEFAULT_SERIALIZE_BYTES_PER_S
 
     serializers = {}
@@ -215,7 +239,7 @@ def _policy(*, max_loss: str = "1h", max_overhead: str = "5%", mode: str = "sync
 
 def _plan_and_policy(args: dict):
     """The plan (flags or --plan) and the policy, from a command's locals()."""
-    plan = o.resolve_plan(args["plan_file"], args["params"], args["model"], args["optimizer"], args["precision"],
+    plan = o.resolve_plan(args["ctx"], args["plan_file"], args["params"], args["model"], args["optimizer"], args["precision"],
                           args["framework"], args["gpus"], args["gpus_per_node"], args["tp"], args["pp"], args["zero"],
                           args["dtype"], args["option"])
     return plan, _policy(**args)
@@ -241,9 +265,9 @@ Storage = Annotated[Optional[str], typer.Option("--storage", help="Saved profile
 
 @app.command()
 def recommend(
-    plan_file: o.PlanFile = None, params: o.Params = None, model: o.Model = None, optimizer: o.Optimizer = "adam",
+    ctx: typer.Context, plan_file: o.PlanFile = None, params: o.Params = None, model: o.Model = None, optimizer: o.Optimizer = "adam",
     precision: o.Precision = "bf16-mixed", framework: o.Framework = "deepspeed", gpus: o.Gpus = 8,
-    gpus_per_node: o.GpusPerNode = 8, tp: o.Tp = 1, pp: o.Pp = 1, zero: o.Zero = 1, dtype: o.Dtype = None,
+    gpus_per_node: o.GpusPerNode = None, tp: o.Tp = 1, pp: o.Pp = 1, zero: o.Zero = 1, dtype: o.Dtype = None,
     option: o.Option = None, storage: Storage = None, max_loss: MaxLoss = "1h", max_overhead: MaxOverhead = "5%",
     mode: Mode = "sync", mtbf: Mtbf = None, node_failure_rate: NodeRate = 5.0, job_failure_rate: JobRate = 1.0,
     restart: Restart = "10m", iteration_time: IterTime = None, snapshot_bandwidth: Snapshot = "20GB/s",
@@ -263,11 +287,12 @@ def recommend(
 
 @app.command()
 def report(
+    ctx: typer.Context,
     storage: Annotated[str, typer.Option("--storage", help="Saved profile name, profile file, or built-in class.")],
     out: Annotated[Path, typer.Option("--out", help="Directory for report.md, report.html and the PNG charts.")] = Path("ckplan-report"),
     plan_file: o.PlanFile = None, params: o.Params = None, model: o.Model = None, optimizer: o.Optimizer = "adam",
     precision: o.Precision = "bf16-mixed", framework: o.Framework = "deepspeed", gpus: o.Gpus = 8,
-    gpus_per_node: o.GpusPerNode = 8, tp: o.Tp = 1, pp: o.Pp = 1, zero: o.Zero = 1, dtype: o.Dtype = None,
+    gpus_per_node: o.GpusPerNode = None, tp: o.Tp = 1, pp: o.Pp = 1, zero: o.Zero = 1, dtype: o.Dtype = None,
     option: o.Option = None, max_loss: MaxLoss = "1h", max_overhead: MaxOverhead = "5%",
     mode: Mode = "sync", mtbf: Mtbf = None, node_failure_rate: NodeRate = 5.0, job_failure_rate: JobRate = 1.0,
     restart: Restart = "10m", iteration_time: IterTime = None, snapshot_bandwidth: Snapshot = "20GB/s",
@@ -318,7 +343,7 @@ def provision(
     storage: Annotated[Optional[str], typer.Option("--storage", help="Check an existing profile against the need (headroom).")] = None,
     chart: Annotated[Optional[Path], typer.Option("--chart", help="Write a PNG chart of bandwidth against GPUs.")] = None,
     plan_file: o.PlanFile = None, params: o.Params = None, model: o.Model = None, optimizer: o.Optimizer = "adam",
-    precision: o.Precision = "bf16-mixed", framework: o.Framework = "megatron", gpus_per_node: o.GpusPerNode = 8,
+    precision: o.Precision = "bf16-mixed", framework: o.Framework = "megatron", gpus_per_node: o.GpusPerNode = None,
     tp: o.Tp = 8, pp: o.Pp = 1, zero: o.Zero = 1, dtype: o.Dtype = None, option: o.Option = None,
     max_loss: MaxLoss = "1h", max_overhead: MaxOverhead = "5%", mtbf: Mtbf = None, node_failure_rate: NodeRate = 5.0,
     job_failure_rate: JobRate = 1.0, restart: Restart = "10m", snapshot_bandwidth: Snapshot = "20GB/s",
@@ -329,6 +354,7 @@ def provision(
     from ckplan.planning.provision import provision_sweep
     from ckplan.units import parse_fraction
 
+    _output_file(chart, "--chart")
     sizes = []
     for item in gpus.split(","):
         try:
@@ -394,6 +420,7 @@ def watch(
     from ckplan.diagnose import device
     from ckplan.units import parse_duration
 
+    _output_file(record, "--record")
     on_sample = None
     if not json:
         from ckplan.render.watch import print_sample
@@ -418,6 +445,8 @@ def agent(
 
     if not 0 < port < 65536:
         raise InputError(f"--port must be 1-65535, got {port}")
+    if not bind.strip():  # it would reach fio as --server=ip:,PORT, an address nobody meant
+        raise InputError("--bind is empty: give the address the fio server listens on")
     cmd = agent_command(bind, port)
     if not is_loopback(bind):
         print(f"ckplan: warning: fio's server protocol has no authentication; anyone who reaches {bind}:{port} "
@@ -437,6 +466,12 @@ def compress_test(
     _emit(run_compress_test(file), json, "ckplan.render.compress", "render_compress")
 
 
+def _output_file(path: Path | None, flag: str) -> None:
+    """Refuse an output file that is a directory before the work whose result it would hold."""
+    if path is not None and path.is_dir():
+        raise InputError(f"{flag} {path} is a directory; give a file name")
+
+
 def _interrupt(signum, frame) -> None:
     raise KeyboardInterrupt
 
@@ -452,15 +487,19 @@ def _emit(model, json: bool, module: str, renderer: str) -> None:
 
 
 def main() -> None:
-    """Entry point: bad input becomes one line on stderr and exit code 2.
+    """Entry point: every error becomes one line on stderr and an exit code.
 
+    2 bad input, 3 a missing or broken environment, 4 a measurement that failed,
+    130 interrupted, 1 anything else (a bug; --debug shows its traceback).
     Typer's parser errors are matched by shape (format_message, exit_code 2)
     because typer versions differ in where click's exception classes live.
     """
+    global _debug
+    _debug = os.environ.get("CKPLAN_DEBUG", "") not in ("", "0")
     try:
         result = app(standalone_mode=False)
-    except InputError as exc:
-        _fail(str(exc))
+    except (InputError, EnvironmentProblem, MeasurementFailed) as exc:
+        _fail(str(exc) or type(exc).__name__, exc.exit_code)
     except KeyboardInterrupt:
         print("ckplan: interrupted", file=sys.stderr)
         sys.exit(130)
@@ -474,8 +513,13 @@ def main() -> None:
         if name == "Exit":
             _exit(getattr(exc, "exit_code", 0))
         if hasattr(exc, "format_message") and getattr(exc, "exit_code", None) == 2:
-            _fail(exc.format_message())
-        raise
+            _fail(exc.format_message(), 2)
+        if _debug:
+            raise
+        detail = str(exc).strip().splitlines()
+        print(f"ckplan: internal error: {name}{': ' + detail[0] if detail else ''} (rerun with --debug for the traceback)",
+              file=sys.stderr)
+        sys.exit(1)
     _exit(result if isinstance(result, int) else 0)
 
 
@@ -485,6 +529,6 @@ def _exit(code: int) -> None:
     sys.exit(code)
 
 
-def _fail(message: str) -> None:
-    print(f"ckplan: error: {message.splitlines()[0] if message else 'bad input'}", file=sys.stderr)
-    sys.exit(2)
+def _fail(message: str, code: int) -> None:
+    print(f"ckplan: error: {message.strip().splitlines()[0]}", file=sys.stderr)
+    sys.exit(code)

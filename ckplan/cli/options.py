@@ -17,7 +17,7 @@ Optimizer = Annotated[str, typer.Option(help="adam, adamw, sgd, sgd-momentum, li
 Precision = Annotated[str, typer.Option(help="bf16-mixed, fp16-mixed, fp32, bf16.", rich_help_panel="Plan")]
 Framework = Annotated[str, typer.Option(help="deepspeed, dcp, megatron, hf, lightning.", rich_help_panel="Plan")]
 Gpus = Annotated[int, typer.Option(help="World size.", rich_help_panel="Plan")]
-GpusPerNode = Annotated[int, typer.Option("--gpus-per-node", help="GPUs per node.", rich_help_panel="Plan")]
+GpusPerNode = Annotated[Optional[int], typer.Option("--gpus-per-node", help="GPUs per node  [default: 8, or --gpus if fewer]", show_default=False, rich_help_panel="Plan")]
 Tp = Annotated[int, typer.Option("--tp", help="Tensor-parallel size.", rich_help_panel="Plan")]
 Pp = Annotated[int, typer.Option("--pp", help="Pipeline-parallel size.", rich_help_panel="Plan")]
 Zero = Annotated[int, typer.Option("--zero", help="ZeRO stage 0-3 (3 = FSDP full sharding).", rich_help_panel="Plan")]
@@ -37,17 +37,32 @@ def pairs(items: list[str] | None, flag: str) -> dict[str, str]:
     return out
 
 
+# The flags that describe a plan, by parameter name; a command given --plan takes none of them.
+PLAN_FLAGS = {"params": "--params", "model": "--model", "optimizer": "--optimizer", "precision": "--precision",
+              "framework": "--framework", "gpus": "--gpus", "gpus_per_node": "--gpus-per-node", "tp": "--tp", "pp": "--pp",
+              "zero": "--zero", "dtype": "--dtype", "option": "--option"}
+
+
+def given(ctx: typer.Context, name: str) -> bool:
+    """Whether the user set this parameter of the running command, rather than leaving its default.
+
+    The source is compared by name: typer 0.29 vendors click, so its ParameterSource is not click's.
+    """
+    source = ctx.get_parameter_source(name)
+    return source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP")
+
+
 def build_plan_from_flags(params, model, optimizer, precision, framework, gpus, gpus_per_node, tp, pp, zero, dtype, option):
     from ckplan import catalog
     from ckplan.sizing.plan import build_plan, nearest_shape
     from ckplan.units import parse_count
 
-    if params and model:
+    if params is not None and model is not None:
         raise InputError("give --params or --model, not both")
-    if model:
+    if model is not None:
         arch, parameters = catalog.model(model), None
-    else:
-        parameters = int(parse_count(params or DEFAULT_PARAMS, "--params"))
+    else:  # an empty --params is refused by parse_count, not replaced by the default
+        parameters = int(parse_count(DEFAULT_PARAMS if params is None else params, "--params"))
         arch = nearest_shape(parameters, catalog.models())
     return build_plan(arch=arch, parameters=parameters, model_name=arch.name if model else None,
                       optimizer=optimizer.lower(), precision=precision.lower(), framework=framework.lower(),
@@ -56,22 +71,17 @@ def build_plan_from_flags(params, model, optimizer, precision, framework, gpus, 
 
 
 def load_plan(path: Path):
-    from pydantic import ValidationError
-
-    from ckplan.catalog import validation_message
+    from ckplan.readers import MAX_PLAN_BYTES, read_json_model
     from ckplan.sizing.plan import CheckpointPlan
 
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise InputError(f"cannot read plan {path}: {exc.strerror}") from None
-    try:
-        return CheckpointPlan.model_validate_json(text)
-    except ValidationError as exc:
-        raise InputError(f"{path} is not a ckplan plan (from `ckplan size --json`): {validation_message(exc)}") from None
+    return read_json_model(path, CheckpointPlan, "plan", MAX_PLAN_BYTES, expected=" (a plan comes from `ckplan size --json`)")
 
 
-def resolve_plan(plan_file, params, model, optimizer, precision, framework, gpus, gpus_per_node, tp, pp, zero, dtype, option):
+def resolve_plan(ctx: typer.Context, plan_file, params, model, optimizer, precision, framework, gpus, gpus_per_node, tp, pp,
+                 zero, dtype, option):
     if plan_file is not None:
+        both = [flag for name, flag in PLAN_FLAGS.items() if given(ctx, name)]
+        if both:
+            raise InputError(f"give --plan or the plan flags, not both (got --plan and {', '.join(both)})")
         return load_plan(plan_file)
     return build_plan_from_flags(params, model, optimizer, precision, framework, gpus, gpus_per_node, tp, pp, zero, dtype, option)

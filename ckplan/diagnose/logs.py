@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Iterator
 
 from ckplan.errors import InputError
+from ckplan.readers import check_regular_file
 
 TIMESTAMP = re.compile(r"(\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:[,.]\d+)?)")
 
@@ -201,6 +202,7 @@ def extract(paths: list[Path], pattern: str | None = None) -> tuple[list[Save], 
     saves: list[Save] = []
     read = 0
     for path in paths:
+        check_regular_file(path, "log")  # logs are streamed, so any size goes, but a FIFO or device must not
         try:
             f = open(path, "r", errors="replace", buffering=4 * 2**20)
         except OSError as exc:

@@ -17,5 +17,5 @@ class CompressionDefault(BaseModel):
 @lru_cache(maxsize=1)
 def compression_default() -> CompressionDefault:
     from ckplan import catalog
-    data = catalog.load_toml(catalog.profiles_dir() / "compression.toml")
+    data = catalog.load_toml(catalog.profiles_dir() / "compression.toml", "compression table")
     return CompressionDefault.model_validate(data["default"])

@@ -42,7 +42,10 @@ def expected_wall_time(tau: float, delta: float, mtbf: float, restart: float, wo
     _check(delta, mtbf)
     if tau <= 0:
         raise InputError(f"the interval must be > 0, got {tau}")
-    return mtbf * math.exp(restart / mtbf) * math.expm1((tau + delta) / mtbf) * work / tau
+    try:
+        return mtbf * math.exp(restart / mtbf) * math.expm1((tau + delta) / mtbf) * work / tau
+    except OverflowError:  # e^x past x ≈ 709: the job, failing this often, never finishes (waste 1, ETTR 0)
+        return math.inf
 
 
 def waste_fraction(tau: float, delta: float, mtbf: float, restart: float) -> float:

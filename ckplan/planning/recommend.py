@@ -253,8 +253,13 @@ class Comparison(BaseModel):
 
 def compare(plan: CheckpointPlan, policy: Policy) -> Comparison:
     from ckplan import catalog
-    return Comparison(plan=plan.describe(), recommendations=[recommend(plan, p, policy, what_ifs=False)
-                                                             for p in catalog.storage_classes().values()])
+    profiles = list(catalog.storage_classes().values())
+    if policy.save_time_s is not None:
+        # a measured save time replaces the save-time model, the only place the storage enters without what-ifs,
+        # so every class would give the same row: give one, named for what it rests on
+        profiles = [profiles[0].model_copy(update={"name": "measured (--save-time)", "storage_class": "measured",
+                                                   "source": "measured", "notes": []})]
+    return Comparison(plan=plan.describe(), recommendations=[recommend(plan, p, policy, what_ifs=False) for p in profiles])
 
 
 def _infeasible_reason(s: Scenario, ev: Evaluation, policy: Policy) -> str:

@@ -59,10 +59,9 @@ def parse_hosts(spec: str | None, hosts_file: Path | None) -> list[Host]:
     if spec:
         entries += [e.strip() for e in spec.split(",") if e.strip()]
     if hosts_file:
-        try:
-            entries += [line.split("#")[0].strip() for line in hosts_file.read_text().splitlines()]
-        except OSError as exc:
-            raise InputError(f"cannot read {hosts_file}: {exc.strerror}") from None
+        from ckplan.readers import read_text_file
+
+        entries += [line.split("#")[0].strip() for line in read_text_file(hosts_file, "--hosts-file").splitlines()]
     hosts = []
     for entry in filter(None, entries):
         m = HOST_ENTRY.fullmatch(entry)

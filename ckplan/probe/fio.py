@@ -59,7 +59,8 @@ def escape_path(path: Path | str) -> str:
 def fio_binary() -> str:
     exe = shutil.which("fio")
     if not exe:
-        raise InputError(INSTALL_HINT)
+        from ckplan.errors import EnvironmentProblem
+        raise EnvironmentProblem(INSTALL_HINT)
     return exe
 
 

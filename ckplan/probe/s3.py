@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
-from ckplan.errors import InputError
+from ckplan.errors import EnvironmentProblem, InputError, MeasurementFailed, missing_extra
 from ckplan.probe import replay
 from ckplan.probe.base import PRESETS, MiB, Preset, Progress, Silent, noise_notes, writer_counts
 from ckplan.profile import BandwidthPoint, Latency, Measurement, Replay, SmallFiles, Spread, StorageProfile
@@ -84,7 +84,7 @@ def client(loc: S3Location, timeout_s: float, pool: int):
         import botocore.config
         import botocore.exceptions
     except ImportError:
-        raise InputError("S3 probing needs boto3: pip install 'ckplan[s3]'") from None
+        raise missing_extra("S3 probing", "boto3", "s3") from None
     try:
         session = boto3.session.Session(profile_name=loc.profile, region_name=loc.region)
     except botocore.exceptions.ProfileNotFound:
@@ -97,18 +97,24 @@ def client(loc: S3Location, timeout_s: float, pool: int):
     return session.client("s3", endpoint_url=loc.endpoint_url, config=config)
 
 
-def describe(exc: BaseException, loc: S3Location, what: str) -> InputError:
-    """One line from an S3 failure, built from its code: never the raw message, which could echo request details."""
+def describe(exc: BaseException, loc: S3Location, what: str, measuring: bool = False) -> Exception:
+    """One line from an S3 failure, built from its code: never the raw message, which could echo request details.
+
+    An endpoint that cannot be reached is an environment problem (exit 3); one that drops the connection
+    while it is being measured is a failed measurement (exit 4); the rest are bad input (exit 2).
+    """
     import botocore.exceptions as be
 
     if isinstance(exc, be.NoCredentialsError):
         return InputError("no AWS credentials found (environment variables, ~/.aws/credentials or --profile)")
     if isinstance(exc, be.EndpointConnectionError):
-        return InputError(f"cannot connect to the S3 endpoint {loc.safe_endpoint} during {what}: connection refused or unreachable")
+        return EnvironmentProblem(f"cannot connect to the S3 endpoint {loc.safe_endpoint} during {what}: "
+                                  "connection refused or unreachable")
     if isinstance(exc, (be.ConnectTimeoutError, be.ReadTimeoutError)):
-        return InputError(f"the S3 endpoint {loc.safe_endpoint} did not answer in time during {what}")
+        return EnvironmentProblem(f"the S3 endpoint {loc.safe_endpoint} did not answer in time during {what}")
     if isinstance(exc, (be.ConnectionClosedError, be.ConnectionError)) or isinstance(exc, ConnectionError):
-        return InputError(f"the S3 endpoint {loc.safe_endpoint} dropped the connection during {what}")
+        failed = MeasurementFailed if measuring else EnvironmentProblem
+        return failed(f"the S3 endpoint {loc.safe_endpoint} dropped the connection during {what}")
     if isinstance(exc, be.ClientError):
         code = str(exc.response.get("Error", {}).get("Code", "unknown"))
         if code in ("NoSuchBucket", "404", "NotFound"):
@@ -264,12 +270,12 @@ def run_s3_probe(job: S3ProbeJob, progress: Progress | None = None) -> StoragePr
             except BaseException:
                 cancel.set()
                 raise
-    except InputError:
+    except (InputError, EnvironmentProblem, MeasurementFailed):
         raise
     except replay.Cancelled:
         raise KeyboardInterrupt from None
     except Exception as exc:  # noqa: BLE001
-        raise describe(exc, job.loc, what) from None
+        raise describe(exc, job.loc, what, measuring=True) from None
     import boto3
     import botocore
     return StorageProfile(

@@ -47,12 +47,9 @@ def render_provision(sweep: ProvisionSweep) -> None:
 
 
 def provision_chart(sweeps: list[ProvisionSweep], path: Path) -> None:
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise InputError("the chart needs matplotlib: pip install 'ckplan[report]'") from None
+    from ckplan.render.charts import pyplot
+
+    plt = pyplot("--chart")
     fig, ax = plt.subplots(figsize=(8, 4.5))
     for sweep in sweeps:
         rows = [r for r in sweep.rows if r.feasible]

@@ -72,8 +72,11 @@ def _model_line(rec: Recommendation) -> str:
 
 def render_comparison(comp: Comparison) -> None:
     out = console()
-    out.print(f"[bold]{comp.plan}[/bold]\nNo --storage given: the plan on every built-in storage class "
-              "(typical figures, not measurements; probe yours with `ckplan probe`).\n")
+    if comp.recommendations[0].save_model is None:  # --save-time: the model, and so the storage, is skipped
+        out.print(f"[bold]{comp.plan}[/bold]\nSave time given (--save-time): one recommendation, whatever the storage.\n")
+    else:
+        out.print(f"[bold]{comp.plan}[/bold]\nNo --storage given: the plan on every built-in storage class "
+                  "(typical figures, not measurements; probe yours with `ckplan probe`).\n")
     table = Table(title="Recommendation by storage class", title_justify="left")
     for col in ("storage", "save", "stall", "shortest safe τ", "binds", "Daly τ", "recommended τ", "overhead", "waste", "verdict"):
         table.add_column(col, justify="left" if col in ("storage", "binds", "verdict") else "right")

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator, model_validator
 
 from ckplan import __version__
 from ckplan.errors import InputError
@@ -14,82 +14,102 @@ from ckplan.sizing.architecture import Architecture, parameter_count, tensors as
 from ckplan.sizing.layouts import LAYOUTS
 from ckplan.sizing.layouts.base import LayoutInput, ManifestFile, Parallelism, WritePath
 from ckplan.sizing.states import OPTIMIZERS, PRECISIONS, StateBytes, state_breakdown
-from ckplan.units import fmt_bytes
+from ckplan.units import MAX_GPUS, MAX_PARAMETERS, check_range, fmt_bytes
 
 WRITE_CALL_BYTES = 2**20  # ops are counted at one write() per MiB, the probe's block size
+PLAN_SCHEMA_VERSION = 1
+DEFAULT_GPUS_PER_NODE = 8
+
+# Bounds on what a plan file may hold: the constraints build_plan's own plans meet, so that a hand-edited
+# or truncated plan is refused where it is read rather than producing negative or infinite figures.
+Count = Annotated[int, Field(ge=0)]
+Positive = Annotated[int, Field(ge=1)]
+Gpus = Annotated[int, Field(ge=1, le=MAX_GPUS)]
+Seconds = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+Amount = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 
 
 class TrainingSetup(BaseModel):
     model: str | None = None
-    parameters: int
+    parameters: Annotated[int, Field(ge=1, le=MAX_PARAMETERS)]
     shape_source: str  # the catalog model whose tensor shapes were used
     optimizer: str = "adam"
     precision: str = "bf16-mixed"
     framework: str = "deepspeed"
-    gpus: int = 8
-    gpus_per_node: int = 8
-    nodes: int = 1
-    tp: int = 1
-    pp: int = 1
-    dp: int = 8
-    zero: int = 1
+    gpus: Gpus = 8
+    gpus_per_node: Gpus = DEFAULT_GPUS_PER_NODE
+    nodes: Positive = 1
+    tp: Positive = 1
+    pp: Positive = 1
+    dp: Positive = 8
+    zero: Annotated[int, Field(ge=0, le=3)] = 1
     dtype_overrides: dict[str, str] = Field(default_factory=dict)
-    step: int = 1000
+    step: Count = 1000
     options: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _consistent_world(self) -> "TrainingSetup":
+        if self.tp * self.pp * self.dp != self.gpus:
+            raise ValueError(f"tp {self.tp} × pp {self.pp} × dp {self.dp} is not gpus {self.gpus}")
+        if self.gpus_per_node > self.gpus:
+            raise ValueError(f"gpus_per_node {self.gpus_per_node} exceeds gpus {self.gpus}")
+        return self
 
 
 class NodeLoad(BaseModel):
-    node: int
-    bytes: int
-    files: int
-    writers: int
+    node: Count
+    bytes: Count
+    files: Count
+    writers: Count
 
 
 class Operations(BaseModel):
     """Metadata and data operations of one save, counted the way a durable save does them."""
 
-    creates: int
-    writes: int
-    fsyncs: int
-    renames: int
-    total: int
-    write_call_bytes: int = WRITE_CALL_BYTES
+    creates: Count
+    writes: Count
+    fsyncs: Count
+    renames: Count
+    total: Count
+    write_call_bytes: Positive = WRITE_CALL_BYTES
 
 
 class IntervalDemand(BaseModel):
-    interval_s: float
-    max_overhead: float
-    stall_budget_s: float
-    average_bandwidth_bytes_per_s: float
-    burst_bandwidth_bytes_per_s: float
-    burst_bandwidth_per_node_bytes_per_s: float  # the busiest node's share, within the stall budget
-    naive_bandwidth_bytes_per_s: float  # N·C/T: every GPU writing a full copy C
+    interval_s: Seconds
+    max_overhead: Annotated[float, Field(gt=0, lt=1)]
+    stall_budget_s: Seconds
+    average_bandwidth_bytes_per_s: Amount
+    burst_bandwidth_bytes_per_s: Amount
+    burst_bandwidth_per_node_bytes_per_s: Amount  # the busiest node's share, within the stall budget
+    naive_bandwidth_bytes_per_s: Amount  # N·C/T: every GPU writing a full copy C
     naive_explanation: str
-    ops_per_save: int
-    iops_needed: float
+    ops_per_save: Count
+    iops_needed: Amount
 
 
 class CheckpointPlan(BaseModel):
     kind: Literal["ckplan.plan"] = "ckplan.plan"
-    schema_version: int = 1
+    schema_version: int = PLAN_SCHEMA_VERSION
     ckplan_version: str = __version__
     setup: TrainingSetup
-    parameters: int
-    bytes_per_parameter: float  # persisted model and optimizer state per parameter
-    state_bytes: int
-    small_file_bytes: int  # small files and per-file overhead
-    total_bytes: int
+    parameters: Annotated[int, Field(ge=1, le=MAX_PARAMETERS)]
+    bytes_per_parameter: Amount  # persisted model and optimizer state per parameter
+    state_bytes: Count
+    # small files and per-file overhead; not bounded: DeepSpeed ZeRO-3 without mixed precision comes out negative
+    # (its manifest leaves out the fp32 weights that state_bytes counts), and a plan must read back what size wrote
+    small_file_bytes: int
+    total_bytes: Count
     breakdown: list[StateBytes]
     not_saved: list[StateBytes]  # states training holds that this framework does not write
-    file_count: int
-    writers: int
-    nodes_writing: int
-    max_writers_per_node: int
-    bytes_per_rank_max: int
-    bytes_per_node_max: int
-    nodes: list[NodeLoad]
+    file_count: Positive
+    writers: Positive
+    nodes_writing: Positive
+    max_writers_per_node: Positive
+    bytes_per_rank_max: Count
+    bytes_per_node_max: Count
+    nodes: Annotated[list[NodeLoad], Field(min_length=1)]
     operations: Operations
-    manifest: list[ManifestFile]
+    manifest: Annotated[list[ManifestFile], Field(min_length=1)]
     write_path: WritePath = "buffered"  # how the framework's writer reaches the target (layout and its options)
     coordinated_save: bool = False  # the ranks plan and barrier together (DCP): a fixed cost per save
     assumptions: list[str]
@@ -99,6 +119,14 @@ class CheckpointPlan(BaseModel):
     def busiest_node(self) -> NodeLoad:
         """The node writing the most bytes: it bounds a synchronous save."""
         return max(self.nodes, key=lambda n: n.bytes)
+
+    @field_validator("schema_version")
+    @classmethod
+    def _known_schema(cls, version: int) -> int:
+        if version != PLAN_SCHEMA_VERSION:
+            raise ValueError(f"plan schema version {version}; this ckplan reads version {PLAN_SCHEMA_VERSION}: "
+                             "run `ckplan size --json` again")
+        return version
 
     def describe(self, world: bool = True) -> str:
         """One line naming the model, optimizer, precision, framework and (with `world`) the GPUs."""
@@ -123,10 +151,13 @@ def nearest_shape(parameters: float, catalog: dict[str, Architecture]) -> Archit
 
 def build_plan(*, arch: Architecture, parameters: int | None = None, model_name: str | None = None,
                optimizer: str = "adam", precision: str = "bf16-mixed", framework: str = "deepspeed",
-               gpus: int = 8, gpus_per_node: int = 8, tp: int = 1, pp: int = 1, zero: int = 1,
+               gpus: int = 8, gpus_per_node: int | None = None, tp: int = 1, pp: int = 1, zero: int = 1,
                dtype_overrides: dict[str, str] | None = None, step: int = 1000,
                options: dict[str, str] | None = None) -> CheckpointPlan:
-    """Size one save. `arch` gives the shapes; `parameters`, if given, rescales the bytes."""
+    """Size one save. `arch` gives the shapes; `parameters`, if given, rescales the bytes.
+
+    gpus_per_node defaults to DEFAULT_GPUS_PER_NODE, or to gpus when the job is smaller than one such node.
+    """
     if optimizer not in OPTIMIZERS:
         from ckplan.catalog import closest
         raise InputError(f"unknown optimizer {optimizer!r}{closest(optimizer, list(OPTIMIZERS))}")
@@ -139,6 +170,11 @@ def build_plan(*, arch: Architecture, parameters: int | None = None, model_name:
     par = _parallelism(arch, gpus, gpus_per_node, tp, pp, zero)
     layout = LAYOUTS[framework]
     layout.check(par)
+    known = getattr(layout, "options", ())  # the --option names a layout reads; most read none
+    for name in options or {}:
+        if name not in known:
+            takes = f"takes {', '.join(known)}" if known else "takes no --option"
+            raise InputError(f"unknown --option {name!r}: the {framework} layout {takes}")
     write_path = layout.write_path(options or {})
     overrides = dict(dtype_overrides or {})
     ts = model_tensors(arch)
@@ -185,10 +221,14 @@ def build_plan(*, arch: Architecture, parameters: int | None = None, model_name:
         write_path=write_path, coordinated_save=layout.coordinated_save, assumptions=assumptions)
 
 
-def _parallelism(arch: Architecture, gpus: int, gpus_per_node: int, tp: int, pp: int, zero: int) -> Parallelism:
+def _parallelism(arch: Architecture, gpus: int, gpus_per_node: int | None, tp: int, pp: int, zero: int) -> Parallelism:
     for name, value in (("--gpus", gpus), ("--gpus-per-node", gpus_per_node), ("--tp", tp), ("--pp", pp)):
-        if value < 1:
-            raise InputError(f"{name} must be ≥ 1, got {value}")
+        if value is not None:
+            check_range(value, name, 1, MAX_GPUS, limit=f"{MAX_GPUS:,} GPUs")
+    if gpus_per_node is None:
+        gpus_per_node = min(DEFAULT_GPUS_PER_NODE, gpus)
+    elif gpus_per_node > gpus:
+        raise InputError(f"--gpus-per-node {gpus_per_node} exceeds --gpus {gpus}: give the GPUs per node the job uses")
     if zero not in (0, 1, 2, 3):
         raise InputError(f"--zero must be 0, 1, 2 or 3, got {zero}")
     if gpus % (tp * pp):
@@ -199,7 +239,7 @@ def _parallelism(arch: Architecture, gpus: int, gpus_per_node: int, tp: int, pp:
         raise InputError(f"--tp {tp} does not divide {arch.display}'s {arch.heads} attention heads")
     if pp > arch.layers:
         raise InputError(f"--pp {pp} exceeds {arch.display}'s {arch.layers} layers")
-    return Parallelism(gpus=gpus, gpus_per_node=min(gpus_per_node, gpus), tp=tp, pp=pp, zero=zero)
+    return Parallelism(gpus=gpus, gpus_per_node=gpus_per_node, tp=tp, pp=pp, zero=zero)
 
 
 def _assumptions(arch, model_name, params, derived, layout, par, held, saved, options) -> list[str]:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from typing import Iterable, Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from ckplan.errors import InputError
 from ckplan.sizing.architecture import Tensor
@@ -41,7 +41,7 @@ class StateBytes(BaseModel):
     name: str
     kind: Literal["weights", "master", "optimizer"]
     dtype: str
-    bytes: int
+    bytes: int = Field(ge=0)  # bounded so that a hand-edited plan file is refused where it is read
 
 
 def default_dtypes(precision: str) -> dict[str, str | None]:

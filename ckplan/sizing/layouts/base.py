@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-from pydantic import BaseModel, computed_field
+from pydantic import BaseModel, Field, computed_field
 
 from ckplan.sizing.architecture import Tensor
 from ckplan.sizing.states import StateBytes
@@ -54,9 +54,9 @@ def file_format(path: str) -> FileFormat:
 
 class ManifestFile(BaseModel):
     path: str
-    bytes: int
-    rank: int
-    node: int
+    bytes: int = Field(ge=0)  # bounded so that a hand-edited plan file is refused where it is read
+    rank: int = Field(ge=0)
+    node: int = Field(ge=0)
     kind: FileKind
 
     @computed_field  # type: ignore[prop-decorator]

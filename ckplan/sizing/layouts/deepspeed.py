@@ -33,6 +33,7 @@ class DeepSpeedLayout:
     name = "deepspeed"
     description = "DeepSpeed engine.save_checkpoint (global_stepN/, per-rank ZeRO optimizer shards)"
     coordinated_save = False
+    options = ("writer",)
     # checkpoint.writer.type: torch.save through the page cache, or FastPersist with O_DIRECT
     writer_paths: dict[str, WritePath] = {"torch": "buffered", "fast": "direct"}
 

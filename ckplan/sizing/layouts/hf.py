@@ -29,6 +29,7 @@ SAFETENSORS_HEADER_PER_TENSOR_BYTES = 120  # JSON header entry: dtype, shape, da
 class HfLayout(BufferedWriter):
     name = "hf"
     description = "Hugging Face Trainer (safetensors shards, optimizer.pt, rng_state_i.pth)"
+    options = ("hf_shard_size",)  # --option hf_shard_size=50GB: Trainer's max_shard_size
 
     def check(self, par: Parallelism) -> None:
         if par.zero or par.tp > 1 or par.pp > 1:
@@ -40,7 +41,7 @@ class HfLayout(BufferedWriter):
 
     def files(self, inp: LayoutInput) -> list[ManifestFile]:
         par, d = inp.par, f"checkpoint-{inp.step}"
-        shard_limit = parse_bytes(inp.options.get("hf_shard_size", DEFAULT_SHARD_BYTES), "hf_shard_size")
+        shard_limit = parse_bytes(inp.options.get("hf_shard_size", DEFAULT_SHARD_BYTES), "--option hf_shard_size")
         shards: list[list[int]] = [[0, 0]]  # [payload bytes, tensor count]
         weight_kind = "master" if any(s.kind == "master" for s in inp.states(inp.tensors[:1])) else "weights"
         for t in inp.tensors:

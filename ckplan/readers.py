@@ -1,0 +1,111 @@
+"""The one way ckplan reads a file a user names: plans, storage profiles, host lists, logs, tensor samples.
+
+Every refusal is one InputError naming the file and what it was meant to be.
+The file's type is checked with os.stat before it is opened: opening a FIFO
+blocks until a writer appears, /dev/zero never ends, and opening some devices
+has side effects (a tape rewinds).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from ckplan.errors import InputError
+
+# Storage profiles, host lists and TOML files are a few MB at most (a profile's raw fio JSON is the bulk).
+MAX_DOCUMENT_BYTES = 64 * 2**20
+# A plan lists every file of one save, ~180 bytes each: a 65,536-GPU plan is 12-15 MB, and one at the
+# largest world ckplan accepts (1,048,576 GPUs, a file per rank) about 190 MB.
+MAX_PLAN_BYTES = 256 * 2**20
+
+Model = TypeVar("Model", bound=BaseModel)
+
+_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def check_regular_file(path: Path, what: str) -> os.stat_result:
+    """The file's stat, or one line saying why it is not a regular file ckplan can read."""
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        raise InputError(f"cannot read {what} {path}: {exc.strerror}") from None
+    for test, kind in _KINDS:
+        if test(st.st_mode):
+            raise InputError(f"{what} {path} is {kind}, not a regular file")
+    if not stat.S_ISREG(st.st_mode):
+        raise InputError(f"{what} {path} is not a regular file")
+    return st
+
+
+def read_text_file(path: Path, what: str, max_bytes: int = MAX_DOCUMENT_BYTES) -> str:
+    """The whole file as text: a regular file of at most max_bytes, in UTF-8 (a byte-order mark is allowed)."""
+    size = check_regular_file(path, what).st_size
+    if size > max_bytes:
+        raise InputError(f"{what} {path} is too large: {size:,} bytes (at most {max_bytes:,})")
+    try:
+        with open(path, "rb") as f:
+            data = f.read(max_bytes + 1)  # the file may have grown since the stat
+    except OSError as exc:
+        raise InputError(f"cannot read {what} {path}: {exc.strerror}") from None
+    if len(data) > max_bytes:
+        raise InputError(f"{what} {path} is too large: over {max_bytes:,} bytes")
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        raise InputError(f"{what} {path} is UTF-16 text; ckplan reads UTF-8 (convert it, e.g. iconv -f UTF-16 -t UTF-8)")
+    if b"\x00" in data:
+        raise InputError(f"{what} {path} is a binary file, not text")
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{what} {path} is not UTF-8 text: byte 0x{data[exc.start]:02x} at offset {exc.start}") from None
+
+
+def _no_constant(name: str) -> float:
+    # JSON has no NaN or Infinity; Python's json module accepts them, and ckplan never writes them
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def read_json(path: Path, what: str, max_bytes: int = MAX_DOCUMENT_BYTES) -> Any:
+    """The parsed JSON document in a file, or one line saying what is wrong with it."""
+    import json  # here, not at the top: `ckplan size` reads only TOML, and start-up time counts
+
+    text = read_text_file(path, what, max_bytes)
+    if not text.strip():
+        raise InputError(f"{what} {path} is empty")
+    try:
+        return json.loads(text, parse_constant=_no_constant)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{what} {path} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    except ValueError as exc:
+        raise InputError(f"{what} {path} is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise InputError(f"{what} {path} is nested too deeply to be a ckplan file") from None
+
+
+def validation_message(exc: ValidationError) -> str:
+    """The first bad field of a pydantic error, as 'where: what'."""
+    first = exc.errors()[0]
+    where = ".".join(str(p) for p in first["loc"]) or "(top level)"
+    return f"{where}: {first['msg']}"
+
+
+def validate_model(data: Any, model_cls: type[Model], described: str) -> Model:
+    """data as model_cls, or an InputError naming `described` and the first bad field."""
+    try:
+        return model_cls.model_validate(data)
+    except ValidationError as exc:
+        raise InputError(f"{described}: {validation_message(exc)}") from None
+    except RecursionError:  # deeply nested values inside a free-form field
+        raise InputError(f"{described}: nested too deeply") from None
+
+
+def read_json_model(path: Path, model_cls: type[Model], what: str, max_bytes: int = MAX_DOCUMENT_BYTES,
+                    expected: str = "") -> Model:
+    """A JSON file validated as model_cls. `expected` says where a valid file comes from, for the error."""
+    data = read_json(path, what, max_bytes)
+    return validate_model(data, model_cls, f"{path} is not a valid {what}{expected}")

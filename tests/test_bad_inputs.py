@@ -1,0 +1,641 @@
+"""Every bad input is refused in one line: the stated exit code, one stderr line, no traceback, no stdout
+under --json, and nothing written to the working directory.
+
+The CLI runs in-process (ckplan.cli.app.main with sys.argv set) because a subprocess costs ~0.4 s each;
+inputs that could block a process (a FIFO) run as subprocesses with a timeout, so a regression hangs
+one test for seconds instead of the suite for ever.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ckplan.readers import MAX_DOCUMENT_BYTES, MAX_PLAN_BYTES
+from tests.conftest import FIXTURES, run_cli
+
+LOG = FIXTURES / "logs" / "torchtitan.log"
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory) -> dict[str, str]:
+    """Every bad file once, by name, outside any test's working directory."""
+    from ckplan import catalog
+    from ckplan.sizing.plan import build_plan
+
+    d = tmp_path_factory.mktemp("inputs")
+    plan = json.loads(build_plan(arch=catalog.model("llama-3.1-8b"), model_name="llama-3.1-8b").model_dump_json())
+    profile = json.loads(catalog.storage_classes()["nfs"].model_dump_json())
+    files: dict[str, str] = {"dir": str(d), "devzero": "/dev/zero", "urandom": "/dev/urandom", "missing": str(d / "missing.json")}
+
+    def put(name: str, data: bytes | str) -> None:
+        path = d / name
+        path.write_bytes(data if isinstance(data, bytes) else data.encode())
+        files[name] = str(path)
+
+    def variant(doc: dict, edit) -> str:
+        doc = json.loads(json.dumps(doc))
+        edit(doc)
+        return json.dumps(doc)
+
+    put("plan.json", json.dumps(plan))
+    put("profile.json", json.dumps(profile))
+    # what any JSON reader must refuse
+    put("binary.json", bytes(range(256)) * 4)
+    put("utf16.json", json.dumps(plan)[:200].encode("utf-16"))
+    put("badutf8.json", b'{"kind": "ckplan.plan", "model": "\xc3\x28"}')
+    put("latin1.json", '{"name": "café"}'.encode("latin-1"))
+    put("nested.json", "[" * 200_000 + "]" * 200_000)
+    put("nestedobj.json", '{"a": ' * 200_000 + "1" + "}" * 200_000)
+    put("empty.json", "")
+    put("blank.json", " \n\t\n")
+    put("truncated.json", json.dumps(plan)[:500])
+    put("notjson.json", "{not json")
+    put("nan.json", '{"kind": NaN}')
+    put("array.json", "[]")
+    put("string.json", '"plan"')
+    put("null.json", "null")
+    # plans that parse but are not plans ckplan wrote
+    put("plan_v99.json", variant(plan, lambda p: p.update(schema_version=99)))
+    put("plan_negtotal.json", variant(plan, lambda p: p.update(total_bytes=-1)))
+    put("plan_gpus0.json", variant(plan, lambda p: p["setup"].update(gpus=0)))
+    put("plan_gpn.json", variant(plan, lambda p: p["setup"].update(gpus_per_node=16)))
+    put("plan_world.json", variant(plan, lambda p: p["setup"].update(dp=3)))
+    put("plan_nosetup.json", variant(plan, lambda p: p.pop("setup")))
+    put("plan_nomanifest.json", variant(plan, lambda p: p.update(manifest=[])))
+    put("plan_negfile.json", variant(plan, lambda p: p["manifest"][0].update(bytes=-5)))
+    put("plan_kind.json", variant(plan, lambda p: p.update(kind="ckplan.storage")))
+    put("plan_inf.json", json.dumps(plan).replace('"bytes_per_parameter": ', '"bytes_per_parameter": 1e400, "x": '))
+    put("plan_params0.json", variant(plan, lambda p: p.update(parameters=0)))
+    put("plan_zero9.json", variant(plan, lambda p: p["setup"].update(zero=9)))
+    put("plan_types.json", variant(plan, lambda p: p.update(writers="many")))
+    # profiles that parse but are not profiles ckplan wrote
+    put("profile_v99.json", variant(profile, lambda p: p.update(schema_version=99)))
+    put("profile_nobw.json", variant(profile, lambda p: p.pop("bandwidth")))
+    put("profile_kind.json", variant(profile, lambda p: p.update(kind="ckplan.plan")))
+    put("profile_bwtype.json", variant(profile, lambda p: p.update(bandwidth="fast")))
+    put("bad.toml", "name = [")
+    put("deep.toml", "a = " + "[" * 100_000)
+    put("binary.toml", bytes(range(256)))
+    put("hosts_bad.txt", "node01\nnot a host!\n")
+    put("hosts_empty.txt", "# nobody\n\n")
+    put("hosts_dup.txt", "node01\nnode01\n")
+    put("empty.bin", b"")
+    put("binary.log", bytes(range(256)) * 64)
+    put("empty.log", "")
+    put("utf16.log", LOG.read_text().encode("utf-16"))
+    # larger than the read limits, but sparse: the size is refused from stat, before a byte is read
+    for name, size in (("huge_plan.json", MAX_PLAN_BYTES + 1), ("huge_profile.json", MAX_DOCUMENT_BYTES + 1)):
+        with open(d / name, "wb") as f:
+            f.truncate(size)
+        files[name] = str(d / name)
+    target = d / "target"
+    target.mkdir()
+    files["target"] = str(target)
+    os.mkfifo(d / "fifo")
+    files["fifo"] = str(d / "fifo")
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(d / "socket"))  # the file stays after the socket is closed
+    sock.close()
+    files["socket"] = str(d / "socket")
+    return files
+
+
+def _plan_files(*names: str) -> list:
+    return [(f"recommend-plan-{n}", ["recommend", "--plan", f"@{n}"], 2) for n in names]
+
+
+# (test id, argv with @name for a file from `inputs`, exit code); --json is appended for every command but agent
+CASES = [
+    # size: model and optimizer flags
+    ("size-params-empty", ["size", "--params", ""], 2),
+    ("size-params-space", ["size", "--params", " "], 2),
+    ("size-params-huge", ["size", "--params", "1e400"], 2),
+    ("size-params-above-max", ["size", "--params", "2e15"], 2),
+    ("size-params-tiny", ["size", "--params", "1e-3"], 2),
+    ("size-params-zero", ["size", "--params", "0"], 2),
+    ("size-params-negative", ["size", "--params", "-7B"], 2),
+    ("size-params-nan", ["size", "--params", "nan"], 2),
+    ("size-params-inf", ["size", "--params", "inf"], 2),
+    ("size-params-word", ["size", "--params", "seven billion"], 2),
+    ("size-params-unit", ["size", "--params", "7Q"], 2),
+    ("size-params-two-dots", ["size", "--params", "7.0.1B"], 2),
+    ("size-params-and-model", ["size", "--params", "7B", "--model", "llama-2-7b"], 2),
+    ("size-model-empty", ["size", "--model", ""], 2),
+    ("size-model-unknown", ["size", "--model", "gpt-5"], 2),
+    ("size-optimizer", ["size", "--optimizer", "adamx"], 2),
+    ("size-optimizer-empty", ["size", "--optimizer", ""], 2),
+    ("size-precision", ["size", "--precision", "fp8"], 2),
+    ("size-framework", ["size", "--framework", "jax"], 2),
+    ("size-dtype-no-value", ["size", "--dtype", "master"], 2),
+    ("size-dtype-unknown-state", ["size", "--dtype", "momentum=bf16"], 2),
+    ("size-dtype-unknown-dtype", ["size", "--dtype", "master=fp7"], 2),
+    ("size-option-bogus", ["size", "--option", "bogus=1"], 2),
+    ("size-option-hf-bogus", ["size", "--framework", "hf", "--zero", "0", "--option", "bogus=1"], 2),
+    ("size-option-shard-zero", ["size", "--framework", "hf", "--zero", "0", "--option", "hf_shard_size=0"], 2),
+    ("size-option-no-equals", ["size", "--option", "hf_shard_size"], 2),
+    # size: world
+    ("size-gpus-zero", ["size", "--gpus", "0"], 2),
+    ("size-gpus-negative", ["size", "--gpus", "-8"], 2),
+    ("size-gpus-huge", ["size", "--gpus", "99999999999"], 2),
+    ("size-gpus-above-max", ["size", "--gpus", str(2**20 + 8)], 2),
+    ("size-gpus-float", ["size", "--gpus", "8.5"], 2),
+    ("size-gpus-word", ["size", "--gpus", "eight"], 2),
+    ("size-gpus-empty", ["size", "--gpus", ""], 2),
+    ("size-gpn-over-gpus", ["size", "--gpus", "8", "--gpus-per-node", "16"], 2),
+    ("size-gpn-zero", ["size", "--gpus-per-node", "0"], 2),
+    ("size-gpn-huge", ["size", "--gpus", "16", "--gpus-per-node", str(2**40)], 2),
+    ("size-gpn-not-dividing", ["size", "--gpus", "12", "--gpus-per-node", "8"], 2),
+    ("size-tp-zero", ["size", "--tp", "0"], 2),
+    ("size-tp-not-dividing", ["size", "--gpus", "8", "--tp", "3"], 2),
+    ("size-tp-heads", ["size", "--model", "llama-3.1-8b", "--gpus", "64", "--tp", "64"], 2),
+    ("size-pp-layers", ["size", "--model", "llama-3.1-8b", "--gpus", "64", "--pp", "64"], 2),
+    ("size-pp-negative", ["size", "--pp", "-1"], 2),
+    ("size-zero-stage", ["size", "--zero", "4"], 2),
+    ("size-hf-zero", ["size", "--framework", "hf", "--zero", "3"], 2),
+    # size: interval demand
+    ("size-interval-zero", ["size", "--interval", "0"], 2),
+    ("size-interval-huge", ["size", "--interval", "1e400s"], 2),
+    ("size-interval-11y", ["size", "--interval", "4000d"], 2),
+    ("size-interval-unit", ["size", "--interval", "5 fortnights"], 2),
+    ("size-interval-empty", ["size", "--interval", ""], 2),
+    ("size-overhead-150", ["size", "--interval", "5m", "--max-overhead", "150%"], 2),
+    ("size-overhead-zero", ["size", "--interval", "5m", "--max-overhead", "0%"], 2),
+    ("size-overhead-nan", ["size", "--interval", "5m", "--max-overhead", "nan"], 2),
+    ("size-overhead-word", ["size", "--interval", "5m", "--max-overhead", "some"], 2),
+    ("size-unknown-flag", ["size", "--nonsense"], 2),
+    ("size-extra-argument", ["size", "extra"], 2),
+    ("size-flag-without-value", ["size", "--params"], 2),
+    # models, profiles
+    ("models-extra-argument", ["models", "llama"], 2),
+    ("models-unknown-flag", ["models", "--all"], 2),
+    ("profiles-extra-argument", ["profiles", "nfs"], 2),
+    ("profiles-unknown-flag", ["profiles", "--saved"], 2),
+    ("unknown-command", ["sise"], 2),
+    # probe: flags refused before anything is measured (fio is never reached)
+    ("probe-no-path", ["probe"], 2),
+    ("probe-empty-path", ["probe", ""], 2),
+    ("probe-save-empty", ["probe", "@target", "--save", ""], 2),
+    ("probe-save-slash", ["probe", "@target", "--save", "a/b"], 2),
+    ("probe-save-newline", ["probe", "@target", "--save", "a\nb"], 2),
+    ("probe-save-dot", ["probe", "@target", "--save", ".hidden"], 2),
+    ("probe-hosts-empty", ["probe", "@target", "--hosts", ""], 2),
+    ("probe-hosts-commas", ["probe", "@target", "--hosts", ",,"], 2),
+    ("probe-writers-zero", ["probe", "@target", "--writers", "0"], 2),
+    ("probe-writers-huge", ["probe", "@target", "--writers", "99999999"], 2),
+    ("probe-writers-word", ["probe", "@target", "--writers", "many"], 2),
+    ("probe-quick-thorough", ["probe", "@target", "--quick", "--thorough"], 2),
+    ("probe-scale-zero", ["probe", "@target", "--scale", "0"], 2),
+    ("probe-scale-two", ["probe", "@target", "--scale", "2"], 2),
+    ("probe-scale-nan", ["probe", "@target", "--scale", "nan"], 2),
+    ("probe-max-bytes", ["probe", "@target", "--max-bytes", "lots"], 2),
+    ("probe-max-bytes-huge", ["probe", "@target", "--max-bytes", "2EB"], 2),
+    ("probe-out-directory", ["probe", "@target", "--out", "@dir"], 2),
+    ("probe-plan-binary", ["probe", "@target", "--plan", "@binary.json"], 2),
+    ("probe-plan-v99", ["probe", "@target", "--plan", "@plan_v99.json"], 2),
+    ("probe-plan-devzero", ["probe", "@target", "--plan", "@devzero"], 2),
+    ("probe-hosts-file-bad-entry", ["probe", "@target", "--hosts-file", "@hosts_bad.txt"], 2),
+    ("probe-hosts-file-empty", ["probe", "@target", "--hosts-file", "@hosts_empty.txt"], 2),
+    ("probe-hosts-file-duplicate", ["probe", "@target", "--hosts-file", "@hosts_dup.txt"], 2),
+    ("probe-hosts-file-binary", ["probe", "@target", "--hosts-file", "@binary.json"], 2),
+    ("probe-hosts-file-utf16", ["probe", "@target", "--hosts-file", "@utf16.json"], 2),
+    ("probe-hosts-file-directory", ["probe", "@target", "--hosts-file", "@dir"], 2),
+    ("probe-hosts-file-devzero", ["probe", "@target", "--hosts-file", "@devzero"], 2),
+    ("probe-hosts-file-missing", ["probe", "@target", "--hosts-file", "@missing"], 2),
+    ("probe-s3-bad-bucket", ["probe", "s3://a"], 2),
+    ("probe-s3-bad-endpoint", ["probe", "s3://bucket/x", "--endpoint-url", "ftp://x"], 2),
+    ("probe-part-size", ["probe", "s3://bucket/x", "--part-size", "0"], 2),
+    ("probe-timeout", ["probe", "s3://bucket/x", "--timeout", "-1s"], 2),
+    # clean
+    ("clean-empty", ["clean", ""], 2),
+    ("clean-space", ["clean", " "], 2),
+    ("clean-missing", ["clean", "@missing"], 2),
+    ("clean-file", ["clean", "@plan.json"], 2),
+    ("clean-s3-bad-bucket", ["clean", "s3://-x"], 2),
+    # recommend: policy flags
+    ("recommend-plan-and-params", ["recommend", "--plan", "@plan.json", "--params", "7B"], 2),
+    ("recommend-plan-and-gpus", ["recommend", "--plan", "@plan.json", "--gpus", "16"], 2),
+    ("recommend-plan-and-framework", ["recommend", "--plan", "@plan.json", "--framework", "dcp"], 2),
+    ("recommend-node-rate-inf", ["recommend", "--node-failure-rate", "inf"], 2),
+    ("recommend-node-rate-nan", ["recommend", "--node-failure-rate", "nan"], 2),
+    ("recommend-node-rate-negative", ["recommend", "--node-failure-rate", "-1"], 2),
+    ("recommend-job-rate-inf", ["recommend", "--job-failure-rate", "inf"], 2),
+    ("recommend-job-rate-huge", ["recommend", "--job-failure-rate", "1e300"], 2),
+    ("recommend-rates-zero", ["recommend", "--node-failure-rate", "0", "--job-failure-rate", "0"], 2),
+    ("recommend-mtbf-zero", ["recommend", "--mtbf", "0"], 2),
+    ("recommend-mtbf-huge", ["recommend", "--mtbf", "1e400h"], 2),
+    ("recommend-mtbf-nan", ["recommend", "--mtbf", "nan"], 2),
+    ("recommend-restart-huge", ["recommend", "--restart", "1e9h"], 2),
+    ("recommend-restart-negative", ["recommend", "--restart", "-1m"], 2),
+    ("recommend-max-loss-zero", ["recommend", "--max-loss", "0"], 2),
+    ("recommend-max-loss-huge", ["recommend", "--max-loss", "11000d"], 2),
+    ("recommend-overhead-100", ["recommend", "--max-overhead", "100%"], 2),
+    ("recommend-mode", ["recommend", "--mode", "staged"], 2),
+    ("recommend-stall-sync", ["recommend", "--stall-time", "1s"], 2),
+    ("recommend-iteration-zero", ["recommend", "--iteration-time", "0s"], 2),
+    ("recommend-snapshot-huge", ["recommend", "--snapshot-bandwidth", "2PB/s"], 2),
+    ("recommend-snapshot-zero", ["recommend", "--snapshot-bandwidth", "0GB/s"], 2),
+    ("recommend-snapshot-tiny", ["recommend", "--snapshot-bandwidth", "0.1B/s"], 2),
+    ("recommend-host-memory-huge", ["recommend", "--host-memory", "2EiB"], 2),
+    ("recommend-local-disk-unit", ["recommend", "--local-disk", "3 bushels"], 2),
+    ("recommend-changed-zero", ["recommend", "--changed-fraction", "0%"], 2),
+    ("recommend-changed-over", ["recommend", "--changed-fraction", "101%"], 2),
+    ("recommend-save-time-zero", ["recommend", "--save-time", "0s"], 2),
+    ("recommend-save-time-huge", ["recommend", "--save-time", "1e12h"], 2),
+    ("recommend-serializer-unknown", ["recommend", "--serialize-bandwidth", "pickle=1GB/s"], 2),
+    ("recommend-serializer-no-rate", ["recommend", "--serialize-bandwidth", "torch.save"], 2),
+    ("recommend-serializer-huge", ["recommend", "--serialize-bandwidth", "torch.save=9PB/s"], 2),
+    ("recommend-storage-unknown", ["recommend", "--storage", "floppy"], 2),
+    ("recommend-storage-empty", ["recommend", "--storage", ""], 2),
+    # recommend: every kind of bad plan file
+    *_plan_files("binary.json", "utf16.json", "badutf8.json", "latin1.json", "nested.json", "nestedobj.json",
+                 "empty.json", "blank.json", "truncated.json", "notjson.json", "nan.json", "array.json", "string.json",
+                 "null.json", "plan_v99.json", "plan_negtotal.json", "plan_gpus0.json", "plan_gpn.json",
+                 "plan_world.json", "plan_nosetup.json", "plan_nomanifest.json", "plan_negfile.json", "plan_kind.json",
+                 "plan_inf.json", "plan_params0.json", "plan_zero9.json", "plan_types.json", "profile.json",
+                 "huge_plan.json", "devzero", "urandom", "socket", "dir", "missing"),
+    # recommend: every kind of bad storage profile file
+    *[(f"recommend-storage-{n}", ["recommend", "--storage", f"@{n}"], 2) for n in (
+        "binary.json", "utf16.json", "badutf8.json", "nested.json", "nestedobj.json", "empty.json", "truncated.json",
+        "nan.json", "array.json", "profile_v99.json", "profile_nobw.json", "profile_kind.json", "profile_bwtype.json",
+        "plan.json", "huge_profile.json", "bad.toml", "deep.toml", "binary.toml", "urandom", "socket", "dir", "missing")],
+    # report
+    ("report-no-storage", ["report"], 2),
+    ("report-plan-utf16", ["report", "--storage", "nfs", "--plan", "@utf16.json"], 2),
+    ("report-plan-and-model", ["report", "--storage", "nfs", "--plan", "@plan.json", "--model", "llama-2-7b"], 2),
+    ("report-storage-v99", ["report", "--storage", "@profile_v99.json"], 2),
+    ("report-storage-dir", ["report", "--storage", "@dir"], 2),
+    ("report-mtbf", ["report", "--storage", "nfs", "--mtbf", "soon"], 2),
+    ("report-gpus", ["report", "--storage", "nfs", "--gpus", "0"], 2),
+    # validate (each refused before torch is imported or a byte is saved)
+    ("validate-no-plan", ["validate", "@target", "--storage", "nfs"], 2),
+    ("validate-plan-nested", ["validate", "@target", "--plan", "@nested.json", "--storage", "nfs"], 2),
+    ("validate-plan-negtotal", ["validate", "@target", "--plan", "@plan_negtotal.json", "--storage", "nfs"], 2),
+    ("validate-plan-devzero", ["validate", "@target", "--plan", "@devzero", "--storage", "nfs"], 2),
+    ("validate-storage-binary", ["validate", "@target", "--plan", "@plan.json", "--storage", "@binary.json"], 2),
+    ("validate-mode", ["validate", "@target", "--plan", "@plan.json", "--storage", "nfs", "--mode", "later"], 2),
+    ("validate-repeats-word", ["validate", "@target", "--plan", "@plan.json", "--storage", "nfs", "--repeats", "x"], 2),
+    # provision
+    ("provision-gpus-empty", ["provision", "--gpus", ""], 2),
+    ("provision-gpus-word", ["provision", "--gpus", "1024,lots"], 2),
+    ("provision-gpus-zero", ["provision", "--gpus", "0"], 2),
+    ("provision-gpus-huge", ["provision", "--gpus", "8,99999999999"], 2),
+    ("provision-gpn-over", ["provision", "--gpus", "8", "--gpus-per-node", "16"], 2),
+    ("provision-plan", ["provision", "--gpus", "8", "--plan", "@plan.json"], 2),
+    ("provision-keep-zero", ["provision", "--gpus", "8", "--keep", "0"], 2),
+    ("provision-goodput", ["provision", "--gpus", "8", "--target-goodput", "120%"], 2),
+    ("provision-chart-directory", ["provision", "--gpus", "8", "--chart", "@dir"], 2),
+    ("provision-storage-empty-file", ["provision", "--gpus", "8", "--storage", "@empty.json"], 2),
+    ("provision-node-rate-nan", ["provision", "--gpus", "8", "--node-failure-rate", "nan"], 2),
+    ("provision-option", ["provision", "--gpus", "8", "--option", "bogus=1"], 2),
+    # agent (never reaches fio's server: each is refused first)
+    ("agent-port-zero", ["agent", "--port", "0"], 2),
+    ("agent-port-high", ["agent", "--port", "70000"], 2),
+    ("agent-port-word", ["agent", "--port", "http"], 2),
+    ("agent-extra-argument", ["agent", "host"], 2),
+    ("agent-bind-empty", ["agent", "--bind", ""], 2),
+    # diagnose
+    ("diagnose-no-log", ["diagnose"], 2),
+    ("diagnose-log-missing", ["diagnose", "@missing"], 2),
+    ("diagnose-log-directory", ["diagnose", "@dir"], 2),
+    ("diagnose-log-devzero", ["diagnose", "@devzero"], 2),
+    ("diagnose-log-urandom", ["diagnose", "@urandom"], 2),
+    ("diagnose-log-socket", ["diagnose", "@socket"], 2),
+    ("diagnose-log-binary", ["diagnose", "@binary.log"], 2),
+    ("diagnose-log-empty", ["diagnose", "@empty.log"], 2),
+    ("diagnose-log-utf16", ["diagnose", "@utf16.log"], 2),
+    ("diagnose-by", ["diagnose", str(LOG), "--by", "step"], 2),
+    ("diagnose-plan-alone", ["diagnose", str(LOG), "--plan", "@plan.json"], 2),
+    ("diagnose-plan-binary", ["diagnose", str(LOG), "--plan", "@binary.json", "--storage", "nfs"], 2),
+    ("diagnose-storage-nested", ["diagnose", str(LOG), "--plan", "@plan.json", "--storage", "@nested.json"], 2),
+    ("diagnose-pattern-regex", ["diagnose", str(LOG), "--pattern", "(unclosed"], 2),
+    ("diagnose-pattern-groups", ["diagnose", str(LOG), "--pattern", "took ([0-9.]+)s"], 2),
+    ("diagnose-interval", ["diagnose", str(LOG), "--interval", "-5m"], 2),
+    # watch
+    ("watch-missing", ["watch", "@missing", "--duration", "1s"], 2),
+    ("watch-interval-zero", ["watch", "--interval", "0", "--duration", "1s"], 2),
+    ("watch-interval-huge", ["watch", "--interval", "1e400s", "--duration", "1s"], 2),
+    ("watch-duration-word", ["watch", "--duration", "forever"], 2),
+    ("watch-duration-negative", ["watch", "--duration", "-1s"], 2),
+    ("watch-record-directory", ["watch", "--record", "@dir", "--duration", "1s"], 2),
+    # compress-test
+    ("compress-file-missing", ["compress-test", "--file", "@missing"], 2),
+    ("compress-file-directory", ["compress-test", "--file", "@dir"], 2),
+    ("compress-file-devzero", ["compress-test", "--file", "@devzero"], 2),
+    ("compress-file-urandom", ["compress-test", "--file", "@urandom"], 2),
+    ("compress-file-socket", ["compress-test", "--file", "@socket"], 2),
+    ("compress-file-empty", ["compress-test", "--file", "@empty.bin"], 2),
+    ("compress-extra-argument", ["compress-test", "x"], 2),
+]
+
+
+COMMANDS = {"size", "models", "probe", "clean", "profiles", "recommend", "report", "validate", "provision", "agent",
+            "diagnose", "watch", "compress-test"}
+
+
+def _argv(argv: list[str], files: dict[str, str]) -> list[str]:
+    """@name replaced by the input file's path, and --json added where the command takes it."""
+    args = [files[a[1:]] if a.startswith("@") else a for a in argv]
+    return args if args[0] == "agent" or args[0] not in COMMANDS else args + ["--json"]
+
+
+@pytest.fixture
+def run(tmp_path, monkeypatch, capsys):
+    """Run ckplan in-process in a fresh, empty working directory; return (exit code, stdout, stderr)."""
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.setenv("NO_COLOR", "1")
+    monkeypatch.delenv("CKPLAN_DEBUG", raising=False)
+    sigterm = signal.getsignal(signal.SIGTERM)
+
+    def go(*argv: str) -> tuple[int, str, str]:
+        monkeypatch.setattr(sys, "argv", ["ckplan", *argv])
+        from ckplan.cli.app import main
+        try:
+            with pytest.raises(SystemExit) as exit_:
+                main()
+        finally:
+            signal.signal(signal.SIGTERM, sigterm)  # probe and validate install a handler
+        out, err = capsys.readouterr()
+        return exit_.value.code, out, err
+
+    yield go
+    assert sorted(os.listdir(cwd)) == [], "a refused command wrote to the working directory"
+    assert not (tmp_path / "config").exists(), "a refused command saved a profile"
+
+
+def _check(code: int, out: str, err: str, expected: int, json_out: bool = True) -> str:
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == expected, (code, err)
+    assert len(lines) == 1, err
+    assert "Traceback" not in err
+    assert lines[0].startswith("ckplan: error: "), lines[0]
+    if json_out:
+        assert out == "", out
+    return lines[0]
+
+
+@pytest.mark.parametrize("argv,code", [pytest.param(a, c, id=i) for i, a, c in CASES])
+def test_bad_input_is_one_line(run, inputs, argv, code):
+    args = _argv(argv, inputs)
+    _check(*run(*args), code, json_out="--json" in args)
+
+
+def test_cases_are_distinct_and_cover_every_command():
+    assert len({i for i, _, _ in CASES}) == len(CASES) and len({tuple(a) for _, a, _ in CASES}) == len(CASES)
+    assert {a[0] for _, a, _ in CASES} >= COMMANDS
+    assert len(CASES) >= 150
+
+
+# Messages: each names the flag or the file, and says what is wrong in the user's terms.
+@pytest.mark.parametrize("argv,fragment", [
+    (["size", "--params", "1e400"], "--params is too large: '1e400' (at most 1e15)"),
+    (["size", "--params", "1e-3"], "--params must be ≥ 1: '1e-3'"),
+    (["size", "--params", ""], "not a valid --params: ''"),
+    (["size", "--gpus", str(2**20 + 8)], "--gpus is too large: '1048584' (at most 1,048,576 GPUs)"),
+    (["size", "--gpus", "8", "--gpus-per-node", "16"], "--gpus-per-node 16 exceeds --gpus 8"),
+    (["size", "--option", "bogus=1"], "unknown --option 'bogus': the deepspeed layout takes no --option"),
+    (["size", "--framework", "hf", "--zero", "0", "--option", "bogus=1"], "the hf layout takes hf_shard_size"),
+    (["recommend", "--node-failure-rate", "inf"], "--node-failure-rate is too large: 'inf'"),
+    (["recommend", "--node-failure-rate", "nan"], "--node-failure-rate is not a number: 'nan'"),
+    (["recommend", "--restart", "1e9h"], "--restart is too large: '1e9h' (at most 10 years)"),
+    (["recommend", "--snapshot-bandwidth", "2PB/s"], "--snapshot-bandwidth is too large: '2PB/s' (at most 1 PB/s)"),
+    (["recommend", "--host-memory", "2EiB"], "--host-memory is too large: '2EiB' (at most 1 EB)"),
+    (["recommend", "--plan", "@plan.json", "--params", "7B"], "give --plan or the plan flags, not both (got --plan and --params)"),
+    (["recommend", "--plan", "@plan_v99.json"], "plan schema version 99; this ckplan reads version 1"),
+    (["recommend", "--plan", "@plan_negtotal.json"], "total_bytes: Input should be greater than or equal to 0"),
+    (["recommend", "--plan", "@plan_gpus0.json"], "setup.gpus: Input should be greater than or equal to 1"),
+    (["recommend", "--plan", "@nested.json"], "nested too deeply"),
+    (["recommend", "--plan", "@utf16.json"], "is UTF-16 text"),
+    (["recommend", "--plan", "@badutf8.json"], "is not UTF-8 text: byte 0xc3 at offset 34"),
+    (["recommend", "--plan", "@binary.json"], "is a binary file"),
+    (["recommend", "--plan", "@devzero"], "plan /dev/zero is a character device, not a regular file"),
+    (["recommend", "--plan", "@dir"], "is a directory, not a regular file"),
+    (["recommend", "--plan", "@huge_plan.json"], f"is too large: {MAX_PLAN_BYTES + 1:,} bytes (at most {MAX_PLAN_BYTES:,})"),
+    (["recommend", "--plan", "@nan.json"], "NaN is not a JSON number"),
+    (["recommend", "--storage", "@profile_v99.json"], "has schema version 99"),
+    (["recommend", "--storage", "@profile_nobw.json"], "is not a valid storage profile: bandwidth: Field required"),
+    (["clean", ""], "clean needs a directory or s3://bucket/prefix, got an empty path"),
+    (["provision", "--gpus", "8", "--chart", "@dir"], "--chart"),
+    (["probe", "@target", "--save", "a\nb"], "--save takes a plain name"),
+    (["probe", "@target", "--hosts", ""], "--hosts names no hosts"),
+    (["probe", "@target", "--writers", "0"], "--writers must be ≥ 1: '0'"),
+    (["diagnose", "@devzero"], "log /dev/zero is a character device"),
+    (["recommend", "--storage", "@socket"], "is a socket, not a regular file"),
+    (["compress-test", "--file", "@dir"], "--file"),
+])
+def test_message_names_the_flag_or_file(run, inputs, argv, fragment):
+    line = _check(*run(*_argv(argv, inputs)), 2)
+    assert fragment in line, line
+
+
+@pytest.mark.parametrize("argv", [
+    ["recommend", "--plan", "@fifo"], ["recommend", "--storage", "@fifo"], ["diagnose", "@fifo"],
+    ["compress-test", "--file", "@fifo"], ["probe", "@target", "--hosts-file", "@fifo"],
+], ids=["plan", "storage", "log", "compress-file", "hosts-file"])
+def test_fifo_is_refused_without_blocking(inputs, tmp_path, argv):
+    """A FIFO with no writer blocks whoever opens it: refused from its stat, within the timeout."""
+    proc = run_cli(*_argv(argv, inputs), timeout=20, cwd=tmp_path, env={"XDG_CONFIG_HOME": str(tmp_path / "config")})
+    assert "is a FIFO, not a regular file" in _check(proc.returncode, proc.stdout, proc.stderr, 2)
+    assert os.listdir(tmp_path) == []
+
+
+# Environment problems: exit 3, with what to install.
+def test_fio_missing_is_an_environment_problem(run, inputs, tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
+    line = _check(*run("probe", inputs["target"], "--quick", "--json"), 3)
+    assert "fio is not installed" in line
+    assert "fio is not installed" in _check(*run("agent", "--port", "8799"), 3, json_out=False)
+
+
+@pytest.mark.parametrize("argv,hidden,fragment", [
+    (["compress-test"], "numpy", "needs numpy: pip install 'ckplan[compress]'"),
+    (["compress-test", "--file", "@plan.json"], "zstandard", "needs zstandard and lz4: pip install 'ckplan[compress]'"),
+    (["provision", "--gpus", "8", "--chart", "chart.png"], "matplotlib", "--chart needs matplotlib: pip install 'ckplan[report]'"),
+    (["report", "--storage", "nfs"], "matplotlib", "needs matplotlib: pip install 'ckplan[report]'"),
+    (["probe", "s3://bucket/prefix"], "boto3", "S3 probing needs boto3: pip install 'ckplan[s3]'"),
+    (["clean", "s3://bucket/prefix"], "boto3", "needs boto3"),
+], ids=["compress-numpy", "compress-zstandard", "provision-chart", "report", "probe-s3", "clean-s3"])
+def test_missing_extra_is_an_environment_problem(run, inputs, monkeypatch, argv, hidden, fragment):
+    monkeypatch.setitem(sys.modules, hidden, None)  # what `import` sees when the package is not installed
+    line = _check(*run(*_argv(argv, inputs)), 3)
+    assert fragment in line, line
+
+
+@pytest.mark.parametrize("command", ["probe", "clean"])
+def test_unreachable_s3_endpoint_is_an_environment_problem(run, tmp_path, monkeypatch, command):
+    from tests.s3server import credentials_env, free_port
+
+    for key, value in credentials_env(tmp_path / "aws").items():  # not the user's ~/.aws
+        monkeypatch.setenv(key, value)
+    line = _check(*run(command, "s3://bucket/prefix", "--endpoint-url", f"http://127.0.0.1:{free_port()}", "--timeout", "2s",
+                       "--json"), 3)
+    assert "cannot connect to the S3 endpoint" in line, line
+
+
+# The last line of defence: anything else is one line and exit 1, and --debug shows the traceback.
+class _Bug(Exception):
+    pass
+
+
+def _broken(*args, **kwargs):
+    raise _Bug("first line\nsecond line")
+
+
+def test_internal_error_is_one_line_exit_1(run, monkeypatch):
+    monkeypatch.setattr("ckplan.planning.recommend.compare", _broken)
+    code, out, err = run("recommend", "--json")
+    assert code == 1 and out == "" and "Traceback" not in err
+    assert err.splitlines() == ["ckplan: internal error: _Bug: first line (rerun with --debug for the traceback)"]
+
+
+@pytest.mark.parametrize("how", ["flag", "env"])
+def test_debug_reraises(run, monkeypatch, how):
+    monkeypatch.setattr("ckplan.planning.recommend.compare", _broken)
+    if how == "env":
+        monkeypatch.setenv("CKPLAN_DEBUG", "1")
+    monkeypatch.setattr(sys, "argv", ["ckplan", *(["--debug"] if how == "flag" else []), "recommend"])
+    from ckplan.cli.app import main
+    with pytest.raises(_Bug):
+        main()
+
+
+def test_measurement_failed_exits_4(run, monkeypatch):
+    from ckplan.errors import MeasurementFailed
+
+    def fails(*args, **kwargs):
+        raise MeasurementFailed("the target filled up mid-run (ENOSPC)")
+
+    monkeypatch.setattr("ckplan.planning.recommend.compare", fails)
+    assert "filled up" in _check(*run("recommend", "--json"), 4)
+
+
+def test_input_error_subclasses_keep_exit_2(run, monkeypatch):
+    from ckplan.probe.fio import FioError
+
+    def fails(*args, **kwargs):
+        raise FioError("fio exited 1")
+
+    monkeypatch.setattr("ckplan.planning.recommend.compare", fails)
+    assert "fio exited 1" in _check(*run("recommend", "--json"), 2)
+
+
+# What stays accepted: the limits are inclusive and the defaults unchanged.
+def test_valid_edges_still_run(run, inputs):
+    for argv in (["size", "--params", "1e15", "--json"], ["size", "--gpus", "4", "--json"],
+                 ["size", "--gpus", "16", "--gpus-per-node", "16", "--json"], ["recommend", "--plan", inputs["plan.json"], "--json"],
+                 ["recommend", "--storage", inputs["profile.json"], "--json"],
+                 ["recommend", "--mtbf", "1e-9s", "--storage", "nfs", "--json"]):
+        code, out, err = run(*argv)
+        assert code == 0, (argv, err)
+        json.loads(out)
+    assert json.loads(run("size", "--gpus", "4", "--json")[1])["setup"]["gpus_per_node"] == 4
+
+
+def test_every_plan_size_writes_reads_back(run, tmp_path):
+    """Plan files are validated where read, but never more strictly than what `size --json` writes."""
+    from ckplan import catalog
+    from ckplan.sizing.plan import build_plan
+
+    # DeepSpeed ZeRO-3 without mixed precision has a negative small_file_bytes: it must still read back
+    for kw in ({"framework": "deepspeed", "zero": 3, "precision": "fp32", "optimizer": "sgd"},
+               {"framework": "hf", "zero": 0, "gpus": 1}, {"framework": "megatron", "gpus": 24, "gpus_per_node": 8, "tp": 2}):
+        path = tmp_path / "plan.json"
+        path.write_text(build_plan(arch=catalog.model("llama-3.1-8b"), model_name="llama-3.1-8b", **kw).model_dump_json())
+        code, out, err = run("recommend", "--plan", str(path), "--storage", "nfs", "--json")
+        assert code == 0, (kw, err)
+
+
+def test_tiny_mtbf_is_all_waste_not_an_overflow(run):
+    code, out, err = run("recommend", "--mtbf", "1e-9s", "--storage", "nfs", "--json")
+    assert code == 0, err
+    assert json.loads(out)["expected_waste_fraction"] == 1.0
+
+
+def test_save_time_without_storage_gives_one_recommendation(run):
+    code, out, err = run("recommend", "--save-time", "5m", "--json")
+    assert code == 0, err
+    recs = json.loads(out)["recommendations"]
+    assert len(recs) == 1 and recs[0]["storage"] == "measured (--save-time)" and recs[0]["save_seconds"] == 300
+
+
+# Properties: whatever the option values, ckplan answers (0) or refuses in one line (2); never a traceback.
+_text = st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=12)
+_number = st.one_of(st.floats(allow_nan=True, allow_infinity=True).map(repr), st.integers(-10**20, 10**20).map(str))
+_value = st.one_of(_text, _number, st.sampled_from(["7B", "1e15", "1e16", "5m", "5%", "0", "-1", "1e400", "nan", "", " "]))
+_small_world = st.one_of(st.integers(-3, 64), st.integers(2**20 + 1, 2**70))  # valid worlds stay small: big plans are slow
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(params=_value, interval=_value, overhead=_value, gpus=_small_world, gpn=st.one_of(st.none(), _small_world))
+def test_size_options_property(run, params, interval, overhead, gpus, gpn):
+    argv = ["size", "--params", params, "--interval", interval, "--max-overhead", overhead, "--gpus", str(gpus), "--json"]
+    code, out, err = run(*argv + (["--gpus-per-node", str(gpn)] if gpn is not None else []))
+    assert code in (0, 2), err
+    if code:
+        _check(code, out, err, 2)
+    else:
+        json.loads(out)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(mtbf=_value, restart=_value, node_rate=_number, max_loss=_value, snapshot=_value)
+def test_recommend_options_property(run, mtbf, restart, node_rate, max_loss, snapshot):
+    code, out, err = run("recommend", "--storage", "nfs", "--mtbf", mtbf, "--restart", restart, "--node-failure-rate",
+                         node_rate, "--max-loss", max_loss, "--snapshot-bandwidth", snapshot, "--mode", "async", "--json")
+    assert code in (0, 2), err
+    if code:
+        _check(code, out, err, 2)
+
+
+_json = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+                     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+                     max_leaves=12)
+
+
+_DROP = object()
+
+
+def _mutate(doc, path: list, value):
+    """doc with the value at `path` (keys or indexes, taken modulo what is there) replaced or removed."""
+    node = doc
+    for step in path[:-1]:
+        if isinstance(node, dict) and node:
+            node = node[sorted(node)[step % len(node)]]
+        elif isinstance(node, list) and node:
+            node = node[step % len(node)]
+    if isinstance(node, dict) and node:
+        key = sorted(node)[path[-1] % len(node)]
+        if value is _DROP:
+            del node[key]
+        else:
+            node[key] = value
+    elif isinstance(node, list) and node:
+        node[path[-1] % len(node)] = None if value is _DROP else value
+    return doc
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(which=st.sampled_from(["plan", "profile"]), path=st.lists(st.integers(0, 50), min_size=1, max_size=4),
+       value=st.one_of(st.just(_DROP), _json), raw=st.one_of(st.none(), _json))
+def test_malformed_json_files_property(run, inputs, tmp_path_factory, which, path, value, raw):
+    """A plan or profile ckplan wrote, with one value replaced or removed, or any JSON document instead."""
+    source = json.loads(Path(inputs[f"{which}.json"]).read_text())
+    doc = raw if raw is not None else _mutate(source, path, value)
+    target = tmp_path_factory.mktemp("doc") / f"{which}.json"
+    target.write_text(json.dumps(doc))
+    flag = "--plan" if which == "plan" else "--storage"
+    code, out, err = run("recommend", flag, str(target), *(["--storage", "nfs"] if which == "plan" else []), "--json")
+    assert code in (0, 2), err
+    if code:
+        _check(code, out, err, 2)
