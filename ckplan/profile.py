@@ -133,6 +133,9 @@ class StorageProfile(BaseModel):
     # (object stores: the client's streams), what torch.save, DCP and safetensors get
     buffered_bandwidth: list[BandwidthPoint] = Field(min_length=1)
     direct_bandwidth: list[BandwidthPoint] = Field(default_factory=list)  # O_DIRECT writes; empty where not measured
+    # one writer copying into the page cache, no flush: the CPU part of a buffered write, which adds to the
+    # writer's serialisation, while the flush to the device runs in the kernel's writeback beside it
+    page_cache_write: BandwidthPoint | None = None
     aggregate_bandwidth: list[BandwidthPoint] = Field(default_factory=list)  # against hosts writing at once
     aggregate_limit_bytes_per_s: float | None = None  # what the whole shared system sustains, if known
     best_write_bytes_per_s: float

@@ -33,7 +33,7 @@ def main() -> None:
                                       capture_output=True, text=True, check=True).stdout)
     print(f"4 hosts ({hosts}), {args.writers} writers each, default preset, {p['measurement']['duration_s']:.0f} s\n")
     print("Slowest host's bandwidth with all 4 hosts writing:\n\n| writers per host | median | min … max |\n|---|---|---|")
-    for b in p["bandwidth"]:
+    for b in p["buffered_bandwidth"]:
         print(f"| {b['writers']} | {b['bytes_per_s'] / 1e6:.0f} MB/s | {b['spread']['min'] / 1e6:.0f} … {b['spread']['max'] / 1e6:.0f} |")
     print(f"\n{p['notes'][0]}\n")
     print("Scaling over hosts:\n\n| hosts | all clients | per host |\n|---|---|---|")

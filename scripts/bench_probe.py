@@ -89,7 +89,7 @@ def repeatability(target: Path) -> None:
     best, files, inside_bw, inside_files = [], [], [], []
     for _ in range(PROBES):
         _, p = ckplan("probe", str(target))
-        top = max(p["bandwidth"], key=lambda b: b["bytes_per_s"])
+        top = max(p["buffered_bandwidth"], key=lambda b: b["bytes_per_s"])
         best.append(p["best_write_bytes_per_s"])
         files.append(p["small_files"]["files_per_s"])
         inside_bw.append(Spread(**top["spread"]).relative_range)

@@ -46,7 +46,7 @@ def main() -> None:
                               "--writers", "4", "--json"], capture_output=True, text=True, check=True)
         p = json.loads(out.stdout)
         print("Probe, default preset, 4 writers\n\n| streams | median | min … max |\n|---|---|---|")
-        for b in p["bandwidth"]:
+        for b in p["buffered_bandwidth"]:
             sp = b["spread"]
             print(f"| {b['writers']} | {b['bytes_per_s'] / 1e6:.0f} MB/s | {sp['min'] / 1e6:.0f} … {sp['max'] / 1e6:.0f} MB/s |")
         lat, small = p["fsync_latency"], p["small_files"]

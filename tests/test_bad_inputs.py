@@ -79,9 +79,9 @@ def inputs(tmp_path_factory) -> dict[str, str]:
     put("plan_types.json", variant(plan, lambda p: p.update(writers="many")))
     # profiles that parse but are not profiles ckplan wrote
     put("profile_v99.json", variant(profile, lambda p: p.update(schema_version=99)))
-    put("profile_nobw.json", variant(profile, lambda p: p.pop("bandwidth")))
+    put("profile_nobw.json", variant(profile, lambda p: p.pop("buffered_bandwidth")))
     put("profile_kind.json", variant(profile, lambda p: p.update(kind="ckplan.plan")))
-    put("profile_bwtype.json", variant(profile, lambda p: p.update(bandwidth="fast")))
+    put("profile_bwtype.json", variant(profile, lambda p: p.update(buffered_bandwidth="fast")))
     put("bad.toml", "name = [")
     put("deep.toml", "a = " + "[" * 100_000)
     put("binary.toml", bytes(range(256)))
@@ -404,7 +404,7 @@ def test_cases_are_distinct_and_cover_every_command():
     (["size", "--params", ""], "not a valid --params: ''"),
     (["size", "--gpus", str(2**20 + 8)], "--gpus is too large: '1048584' (at most 1,048,576 GPUs)"),
     (["size", "--gpus", "8", "--gpus-per-node", "16"], "--gpus-per-node 16 exceeds --gpus 8"),
-    (["size", "--option", "bogus=1"], "unknown --option 'bogus': the deepspeed layout takes no --option"),
+    (["size", "--option", "bogus=1"], "unknown --option 'bogus': the deepspeed layout takes writer"),
     (["size", "--framework", "hf", "--zero", "0", "--option", "bogus=1"], "the hf layout takes hf_shard_size"),
     (["recommend", "--node-failure-rate", "inf"], "--node-failure-rate is too large: 'inf'"),
     (["recommend", "--node-failure-rate", "nan"], "--node-failure-rate is not a number: 'nan'"),
@@ -424,7 +424,7 @@ def test_cases_are_distinct_and_cover_every_command():
     (["recommend", "--plan", "@huge_plan.json"], f"is too large: {MAX_PLAN_BYTES + 1:,} bytes (at most {MAX_PLAN_BYTES:,})"),
     (["recommend", "--plan", "@nan.json"], "NaN is not a JSON number"),
     (["recommend", "--storage", "@profile_v99.json"], "has schema version 99"),
-    (["recommend", "--storage", "@profile_nobw.json"], "is not a valid storage profile: bandwidth: Field required"),
+    (["recommend", "--storage", "@profile_nobw.json"], "is not a valid storage profile: buffered_bandwidth: Field required"),
     (["clean", ""], "clean needs a directory or s3://bucket/prefix, got an empty path"),
     (["provision", "--gpus", "8", "--chart", "@dir"], "--chart"),
     (["probe", "@target", "--save", "a\nb"], "--save takes a plain name"),

@@ -37,11 +37,11 @@ def test_three_hosts_bandwidth_scaling_and_replay(tmp_path):
     assert proc.returncode == 0, proc.stderr
     p = json.loads(proc.stdout)
     assert p["hosts"] == 3 and p["storage_class"] == "multi-host"
-    assert [b["writers"] for b in p["bandwidth"]] == [1, 2]
+    assert [b["writers"] for b in p["buffered_bandwidth"]] == [1, 2]
     assert [a["hosts"] for a in p["aggregate_bandwidth"]] == [1, 2, 3]
     # the aggregate of all hosts exceeds any one host's share, and one host's figure is a real write rate
-    assert p["aggregate_bandwidth"][-1]["bytes_per_s"] >= p["bandwidth"][-1]["bytes_per_s"]
-    assert all(b["bytes_per_s"] > 10e6 for b in p["bandwidth"] + p["aggregate_bandwidth"])
+    assert p["aggregate_bandwidth"][-1]["bytes_per_s"] >= p["buffered_bandwidth"][-1]["bytes_per_s"]
+    assert all(b["bytes_per_s"] > 10e6 for b in p["buffered_bandwidth"] + p["aggregate_bandwidth"])
     assert "straggler" in p["notes"][0] and all(addr in p["notes"][0] for addr, _ in servers)
     r = p["replay"]
     assert r["files"] == json.loads(plan.read_text())["file_count"] and r["seconds"] > 0

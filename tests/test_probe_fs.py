@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from ckplan.planning.policy import DEFAULT_SERIALIZE_BYTES_PER_S
+
 from tests.conftest import assert_one_line_error, ckplan_exe, run_cli, run_json
 from tests.mounts import loop_fs, mounted, needs_root, sshfs_loopback
 
@@ -24,24 +26,35 @@ def scratch_dirs(path: Path) -> list[Path]:
 
 
 def quick(path: Path, *extra: str) -> dict:
-    profile = run_json("probe", str(path), "--quick", "--writers", "2", *extra)
+    """A quick probe without the serialiser calibration (tests/test_calibrate.py covers it): ~12 s less each."""
+    profile = run_json("probe", str(path), "--quick", "--writers", "2", "--no-calibrate", *extra)
     assert scratch_dirs(path) == [], "the probe left its scratch directory behind"
     return profile
 
 
 def check_figures(p: dict) -> None:
-    assert [b["writers"] for b in p["bandwidth"]] == [1, 2]
-    assert all(b["bytes_per_s"] > 10e6 for b in p["bandwidth"])  # any real target here beats 10 MB/s
-    assert p["best_write_bytes_per_s"] == max(b["bytes_per_s"] for b in p["bandwidth"])
+    paths = ["buffered", "direct"] if p["direct_io"] else ["buffered"]
+    curves = {path: p[f"{path}_bandwidth"] for path in paths}
+    assert p["direct_bandwidth"] == [] or p["direct_io"]
+    for curve in curves.values():
+        assert [b["writers"] for b in curve] == [1, 2]
+        assert all(b["bytes_per_s"] > 10e6 for b in curve)  # any real target here beats 10 MB/s
+    assert p["best_write_bytes_per_s"] == max(b["bytes_per_s"] for b in p["buffered_bandwidth"])
     # a small file costs at least one create, write, fsync and close; no target here does more than 1M of those a second
     assert 10 < p["small_files"]["files_per_s"] < 1e6
     assert p["small_files"]["ops_per_s"] >= 4 * p["small_files"]["files_per_s"]
     lat = p["fsync_latency"]
     assert 0 < lat["p50_s"] <= lat["p99_s"] <= p["fsync_latency"]["p999_s"] < 5
     assert p["raw_fio"] and all("fio version" in doc for doc in p["raw_fio"])
-    # one warm-up run at the most writers, kept for audit, then each point once (--quick has one repeat)
-    assert [doc["jobs"][0]["jobname"] for doc in p["raw_fio"][:3]] == ["warm-up-2", "bw-1", "bw-2"]
-    assert [b["bytes_per_s"] for b in p["bandwidth"]] == [doc["jobs"][0]["write"]["bw_bytes"] for doc in p["raw_fio"][1:3]]
+    # one buffered warm-up run at the most writers, kept for audit, then each point of each path once (--quick: one repeat)
+    runs = 1 + 2 * len(paths)
+    names = [doc["jobs"][0]["jobname"] for doc in p["raw_fio"][:runs]]
+    assert names == ["warm-up-buffered-2"] + [f"bw-{path}-{w}" for path in paths for w in (1, 2)]
+    # each path's fio jobs ran with that path's O_DIRECT setting, and each curve holds its own runs' figures
+    for i, path in enumerate(paths):
+        docs = p["raw_fio"][1 + 2 * i:3 + 2 * i]
+        assert [d["jobs"][0]["job options"]["direct"] for d in docs] == ["1" if path == "direct" else "0"] * 2
+        assert [b["bytes_per_s"] for b in curves[path]] == [d["jobs"][0]["write"]["bw_bytes"] for d in docs]
     # small files: calibration, warm-up, measured run; never more than 1,024 files per writer in a directory
     small = [int(d["jobs"][0]["job options"]["nrfiles"]) for d in p["raw_fio"] if d["jobs"][0]["jobname"] == "smallfiles"]
     assert len(small) == 3 and small[0] <= 32 and all(8 <= n <= 1024 for n in small)
@@ -78,6 +91,29 @@ def test_replay_of_a_plan(tmp_path):
     # device's write cache before fsync, which fio's longer runs do not.
     assert r["seconds"] >= r["bytes"] / p["best_write_bytes_per_s"] / 2
     assert r["full_scale_seconds"] == pytest.approx(r["seconds"] * 100, rel=0.02)
+    # torch is installed here: a buffered plan is replayed through its framework's saver (torch.save for deepspeed)
+    assert (r["method"], r["write_path"]) == ("framework saver", "buffered")
+
+
+def test_direct_io_plan_is_replayed_with_o_direct_and_its_serialiser_added(tmp_path):
+    """A FastPersist plan (DeepSpeed writer=fast) takes the direct path: raw bytes with O_DIRECT, the busiest
+    writer's torch.save time added at full size from the named default (no calibration in this probe)."""
+    plan = tmp_path / "plan.json"
+    plan.write_text(run_cli("size", "--params", "1e9", "--gpus", "2", "--gpus-per-node", "2", "--option", "writer=fast",
+                            "--json", check=True).stdout)
+    plan_data = json.loads(plan.read_text())
+    assert plan_data["write_path"] == "direct"
+    target = tmp_path / "target"
+    target.mkdir()
+    p = quick(target, "--plan", str(plan), "--scale", "0.01")
+    r = p["replay"]
+    assert (r["method"], r["write_path"]) == ("raw bytes", "direct")
+    busiest = max(sum(f["bytes"] for f in plan_data["manifest"] if f["rank"] == rank and f["format"] == "torch.save")
+                  for rank in (0, 1))
+    assert r["serialize_seconds"] == pytest.approx(busiest / DEFAULT_SERIALIZE_BYTES_PER_S["torch.save"], rel=1e-6)
+    assert r["full_scale_seconds"] == pytest.approx(r["seconds"] * 100 + r["serialize_seconds"], rel=0.02)
+    # the quick preset: one warm-up, then one counted run
+    assert r["spread"]["repeats"] == 1
 
 
 def test_paths_with_spaces_colons_and_commas(tmp_path):
@@ -96,11 +132,11 @@ def test_paths_fio_cannot_take_are_refused_before_writing(tmp_path, name):
 
 
 def test_two_probes_at_once_do_not_collide(tmp_path):
-    cmd = ckplan_exe() + ["probe", str(tmp_path), "--quick", "--writers", "1", "--json"]
+    cmd = ckplan_exe() + ["probe", str(tmp_path), "--quick", "--writers", "1", "--no-calibrate", "--json"]
     procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
     outs = [p.communicate(timeout=120) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], [o[1] for o in outs]
-    assert all(json.loads(o[0])["bandwidth"] for o in outs)
+    assert all(json.loads(o[0])["buffered_bandwidth"] for o in outs)
     assert scratch_dirs(tmp_path) == []
 
 
@@ -122,7 +158,7 @@ def test_block_device_refused():
 
 def test_fio_missing_says_how_to_install(tmp_path):
     env = {"PATH": str(Path(sys.executable).parent)}
-    assert_one_line_error(run_cli("probe", str(tmp_path), env=env), "apt-get install fio")
+    assert_one_line_error(run_cli("probe", str(tmp_path), env=env), "apt-get install fio", code=3)  # environment
 
 
 def test_replay_too_big_suggests_scale(tmp_path):
@@ -132,7 +168,7 @@ def test_replay_too_big_suggests_scale(tmp_path):
 
 
 def _start_probe(path: Path, *extra: str) -> subprocess.Popen:
-    proc = subprocess.Popen(ckplan_exe() + ["probe", str(path), "--writers", "2", *extra], stdout=subprocess.PIPE,
+    proc = subprocess.Popen(ckplan_exe() + ["probe", str(path), "--writers", "2", "--no-calibrate", *extra], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 30
     while not scratch_dirs(path):
@@ -164,7 +200,7 @@ def test_kill_9_then_clean(tmp_path):
         if subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True).returncode:
             break
         time.sleep(0.1)
-    warned = run_json("probe", str(tmp_path), "--quick", "--writers", "1")
+    warned = run_json("probe", str(tmp_path), "--quick", "--writers", "1", "--no-calibrate")
     assert any("ckplan clean" in n for n in warned["notes"])
     result = run_json("clean", str(tmp_path))
     assert result["removed"] == [str(left[0])]

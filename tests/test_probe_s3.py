@@ -44,8 +44,8 @@ def test_probe_measures_and_leaves_nothing(endpoint, tmp_path):
     assert proc.returncode == 0, proc.stderr
     p = json.loads(proc.stdout)
     assert (p["fs_type"], p["storage_class"], p["shared"]) == ("s3", "s3", True)
-    assert [b["writers"] for b in p["bandwidth"]] == [1, 2]
-    assert all(b["bytes_per_s"] > 1e6 for b in p["bandwidth"])
+    assert [b["writers"] for b in p["buffered_bandwidth"]] == [1, 2]
+    assert all(b["bytes_per_s"] > 1e6 for b in p["buffered_bandwidth"])
     assert p["small_files"]["files_per_s"] > 1
     lat = p["fsync_latency"]
     assert 0 < lat["p50_s"] <= lat["p99_s"] <= lat["p999_s"] < 10

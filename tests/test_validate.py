@@ -14,7 +14,7 @@ torch = pytest.importorskip("torch", reason="the torch extra is not installed (p
 def disk_profile(tmp_path_factory):
     d = tmp_path_factory.mktemp("profile")
     out = d / "disk.json"
-    run_cli("probe", str(d), "--quick", "--writers", "2", "--out", str(out), check=True)
+    run_cli("probe", str(d), "--quick", "--writers", "2", "--no-calibrate", "--out", str(out), check=True)
     return out
 
 
@@ -37,6 +37,11 @@ def test_validate_real_save(tmp_path, disk_profile, layout):
     assert 0 < v["measured"]["min"] <= v["measured_seconds"] <= v["measured"]["max"] < 60
     assert v["predicted_seconds"] > 0
     assert v["error_percent"] == pytest.approx((v["predicted_seconds"] - v["measured_seconds"]) / v["measured_seconds"] * 100)
+    m = v["measured"]
+    assert v["measured_range_percent"] == pytest.approx((m["max"] - m["min"]) / m["median"] * 100)
+    assert v["within_measured_range"] == (m["min"] <= v["predicted_seconds"] <= m["max"])
+    if v["within_measured_range"]:
+        assert "inside the measured spread" in v["diagnosis"]
     assert v["diagnosis"]
     assert os.listdir(target) == [], "validate left files behind"
 
@@ -46,9 +51,22 @@ def test_validate_async_dcp(tmp_path, disk_profile):
     v = run_json("validate", str(tmp_path), "--plan", str(plan), "--storage", str(disk_profile), "--scale", "0.0005",
                  "--repeats", "2", "--mode", "async")
     assert 0 < v["measured_stall_seconds"] <= v["measured_seconds"]
+    # blocking part and persist are compared apart; the snapshot term is said to be unchecked without a GPU
+    stall = v["predicted_stall_seconds"]
+    assert v["stall_error_percent"] == pytest.approx((stall - v["measured_stall_seconds"]) / v["measured_stall_seconds"] * 100)
+    assert any("without a GPU" in n for n in v["notes"])
 
 
-@pytest.mark.parametrize("extra,fragment", [(["--mode", "async"], "dcp"), (["--scale", "0"], "--scale"), (["--repeats", "0"], "--repeats")])
+def test_validate_async_torch_save_snapshot_then_background_save(tmp_path, disk_profile):
+    """Without async_save (DeepSpeed here): the state is cloned (blocking), then saved from a background thread."""
+    plan = plan_file(tmp_path, "--framework", "deepspeed", "--zero", "3")
+    v = run_json("validate", str(tmp_path), "--plan", str(plan), "--storage", str(disk_profile), "--scale", "0.0005",
+                 "--repeats", "2", "--mode", "async")
+    assert 0 < v["measured_stall_seconds"] < v["measured_seconds"]
+    assert any("background thread" in n for n in v["notes"])
+
+
+@pytest.mark.parametrize("extra,fragment", [(["--scale", "0"], "--scale"), (["--repeats", "0"], "--repeats")])
 def test_validate_bad_input(tmp_path, disk_profile, extra, fragment):
     plan = plan_file(tmp_path, "--framework", "deepspeed")
     assert_one_line_error(run_cli("validate", str(tmp_path), "--plan", str(plan), "--storage", str(disk_profile), *extra), fragment)

@@ -26,6 +26,9 @@ DEFAULT_SMALL_FILE_RANGE = (4 * 1024, 256 * 1024)  # RNG states (~15 KB) up to i
 # 5,000 files, 14.5k with 36,000), so a count sized by time alone would make the rate depend on how fast the
 # calibration ran; a save's directory rarely holds more files than this per rank.
 SMALL_FILES_PER_WRITER_CAP = 1024
+# one writer's page-cache copy sample: well under the kernel's dirty limits (10% of memory starts writeback),
+# so it measures the copy and not the device
+PAGE_CACHE_SAMPLE_BYTES = 256 * MiB
 MIN_RUNTIME_S = 1.0  # shortest runtime cap of a bandwidth run, however tight the budget
 UNSIZED_DEFAULT_BYTES = 2**30  # what the probe may write on a filesystem that reports no size, unless --max-bytes
 
@@ -117,7 +120,7 @@ def run_probe(job: ProbeJob, progress: Progress | None = None) -> StorageProfile
         if not direct:
             notes.append("the target refused O_DIRECT (EINVAL): only the buffered write path was measured; "
                          "direct-I/O writers are predicted on it")
-        curves, runtime_s = _bandwidth(scratch.path, settings, job.writers, job.bytes_per_writer, direct, progress, raw)
+        curves, page_cache, runtime_s = _bandwidth(scratch.path, settings, job.writers, job.bytes_per_writer, direct, progress, raw)
         small = _small_files(scratch.path, settings, job.writers, job.budget_bytes, job.plan, progress, raw)
         fsync_lat, sync_write_lat = _latency(scratch.path, settings, progress, raw)
         if job.calibrate:
@@ -135,7 +138,7 @@ def run_probe(job: ProbeJob, progress: Progress | None = None) -> StorageProfile
         name=job.name or f"{socket.gethostname()}:{path}", target=str(path.resolve()), fs_type=mount.fs_type,
         storage_class=mount.storage_class, mount_point=mount.mount_point, mount_options=mount.options,
         shared=mount.storage_class in target.SHARED_CLASSES, direct_io=direct, buffered_bandwidth=bandwidth,
-        direct_bandwidth=curves.get("direct", []), best_write_bytes_per_s=best, small_files=small,
+        direct_bandwidth=curves.get("direct", []), page_cache_write=page_cache, best_write_bytes_per_s=best, small_files=small,
         fsync_latency=fsync_lat, sync_write_latency=sync_write_lat, replay=replayed, calibration=calibration,
         notes=notes + noise_notes(bandwidth, small, replayed, direct=curves.get("direct")), raw_fio=raw,
         measurement=Measurement(tool=fio.fio_version(), date=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
@@ -156,8 +159,9 @@ def _direct_io_works(scratch: Path) -> bool:
     return True
 
 
-def _bandwidth(scratch, settings, max_writers, per_writer, direct, progress, raw) -> tuple[dict[str, list[BandwidthPoint]], float]:
-    """Large sequential writes at 1, 2, 4 … writers on each write path; returns the curves and each run's runtime cap.
+def _bandwidth(scratch, settings, max_writers, per_writer, direct, progress, raw):
+    """Large sequential writes at 1, 2, 4 … writers on each write path, and one writer's copy into the page
+    cache without a flush; returns the curves, the page-cache rate and each run's runtime cap.
 
     Both paths are measured because savers take different ones: torch.save, DCP and safetensors write
     through the page cache and fsync at the end (buffered), FastPersist writes with O_DIRECT (direct), and
@@ -177,10 +181,13 @@ def _bandwidth(scratch, settings, max_writers, per_writer, direct, progress, raw
 
     def run(path: str, w: int, label: str, runtime: float, name: str = "bw") -> float:
         progress.phase(f"bandwidth, {path}: {w} writer(s), {label}", runtime)
+        flush = {"end_fsync": 1, "runtime": f"{runtime}s", "size": per_writer}
+        if path == "page-cache":  # a sample that fits in the dirty limits, never flushed: unlinked while dirty
+            flush = {"size": min(per_writer, PAGE_CACHE_SAMPLE_BYTES)}
         job = fio.FioJob(f"{name}-{path}-{w}", {
-            "directory": fio.escape_path(scratch), "rw": "write", "bs": "1M", "size": per_writer,
-            "numjobs": w, "ioengine": "psync", "direct": int(path == "direct"), "end_fsync": 1, "fallocate": "none",
-            "runtime": f"{runtime}s", "group_reporting": 1, "unlink": 1})
+            "directory": fio.escape_path(scratch), "rw": "write", "bs": "1M", **flush,
+            "numjobs": w, "ioengine": "psync", "direct": int(path == "direct"), "fallocate": "none",
+            "group_reporting": 1, "unlink": 1})
         doc = fio.run_fio([job], scratch, f"the bandwidth phase ({path}, {w} writers)", on_status=progress.update)
         raw.append(doc)
         return float(doc["jobs"][0]["write"]["bw_bytes"])
@@ -191,13 +198,16 @@ def _bandwidth(scratch, settings, max_writers, per_writer, direct, progress, raw
     runs = settings.repeats * len(counts) * len(paths)
     runtime_s = round(max(MIN_RUNTIME_S, (settings.bandwidth_budget_s - spent) / runs - max(0.0, spent - settings.warm_up_s)), 1)
     values: dict[tuple[str, int], list[float]] = {(path, w): [] for path in paths for w in counts}
+    copies: list[float] = []
     for r in range(settings.repeats):
         for path in paths:
             for w in counts:
                 values[path, w].append(run(path, w, f"run {r + 1}/{settings.repeats}", runtime_s))
+        copies.append(run("page-cache", 1, f"no flush, run {r + 1}/{settings.repeats}", 0))
     curves = {path: [BandwidthPoint(writers=w, bytes_per_s=Spread.of(values[path, w]).median, spread=Spread.of(values[path, w]))
                      for w in counts] for path in paths}
-    return curves, runtime_s
+    page_cache = BandwidthPoint(writers=1, bytes_per_s=Spread.of(copies).median, spread=Spread.of(copies))
+    return curves, page_cache, runtime_s
 
 
 def _small_file_range(plan) -> tuple[int, int]:

@@ -28,7 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ckplan.errors import InputError
+from ckplan.errors import EnvironmentProblem, InputError
 from ckplan.profile import Calibration, Spread
 
 MiB = 2**20
@@ -115,10 +115,10 @@ def measure_dcp_fixed(ranks: int, repeats: int) -> Spread:
 
 def calibrate(preset: str = "default", dcp_ranks: int = 2, progress=None) -> Calibration:
     """Measure this machine's serialisers and DCP's fixed cost; needs PyTorch."""
-    if not torch_available():
-        raise InputError("calibration needs PyTorch: pip install 'ckplan[torch]' (the CPU build, torch==2.13.0)")
     if dcp_ranks < 1:
         raise InputError(f"--ranks must be ≥ 1, got {dcp_ranks}")
+    if not torch_available():
+        raise EnvironmentProblem("calibration needs PyTorch: pip install 'ckplan[torch]' (the CPU build, torch==2.13.0)")
     from importlib.metadata import PackageNotFoundError, version
 
     started = time.monotonic()

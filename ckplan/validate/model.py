@@ -36,8 +36,12 @@ class Validation(BaseModel):
     measured: Spread
     measured_stall_seconds: float | None = None  # async: the blocking part
     error_percent: float  # (predicted − measured) ÷ measured × 100
+    measured_range_percent: float  # (max − min) ÷ median × 100 of the measured saves: this target's own noise now
+    within_measured_range: bool  # the prediction lies between the fastest and the slowest measured save
+    stall_error_percent: float | None = None  # async: (predicted stall − measured blocking) ÷ measured blocking × 100
     effective_bytes_per_s: float
     diagnosis: str
+    notes: list[str] = []
 
 
 def scaled_prediction(plan: CheckpointPlan, profile: StorageProfile, scale: float) -> tuple[int, list, SaveTime]:
@@ -50,11 +54,18 @@ def scaled_prediction(plan: CheckpointPlan, profile: StorageProfile, scale: floa
     return node, files, prediction
 
 
-def diagnose(prediction: SaveTime, measured_s: float, nbytes: int, files: int) -> str:
-    """Which term of the model was off, when the error is large."""
+def diagnose(prediction: SaveTime, measured: Spread, nbytes: int, files: int) -> str:
+    """Whether the error is inside the target's own noise, and which term of the model was off when it is not."""
+    measured_s = measured.median
     error = (prediction.seconds - measured_s) / measured_s * 100
+    if measured.min <= prediction.seconds <= measured.max and measured.repeats > 1:
+        return (f"{error:+.0f}% lies inside the measured spread ({measured.min:.3g}…{measured.max:.3g} s, "
+                f"{measured.relative_range:.0%} of the median): the saves themselves vary this much here")
     if abs(error) <= LARGE_ERROR_PERCENT:
         return f"within ±{LARGE_ERROR_PERCENT:.0f}%: the model holds on this target"
+    if prediction.source == "replay":
+        return (f"the replay: the profile's replay of this plan took {prediction.seconds:.3g} s at full size and these saves "
+                f"{measured_s:.3g} s; the target changed between the probe and now, or the replay ran cold — probe again")
     fixed = prediction.metadata_seconds + prediction.fsync_tail_seconds
     left = measured_s - fixed
     if left <= 0:

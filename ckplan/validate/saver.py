@@ -3,6 +3,8 @@
 - deepspeed, megatron-legacy, lightning: torch.save of per-rank state dicts, one call per file;
 - dcp, megatron: torch.distributed.checkpoint.save, every rank in a gloo process group;
 - hf: safetensors shards (safetensors.torch.save_file) plus torch.save of optimizer.pt and RNG states.
+Async: DCP's async_save; for the others, a snapshot (clone) of the state, then the save from a
+background thread, as frameworks without async_save do it.
 Every file is fsynced before the rank reports done (DCP does it itself), so the
 time is to durability. The parent times from the barrier release to the last rank's end.
 """
@@ -105,6 +107,15 @@ def worker(rank: int, world: int, files: list[dict], framework: str, root: str, 
                 future.result()
             else:
                 dcp.save(flat, storage_writer=writer)
+        elif mode == "async":
+            # where the framework has no async_save: snapshot the state (a copy in host memory, which is the
+            # blocking part), then torch.save the snapshot from a background thread
+            import threading
+            snapshot = {path: {k: t.clone() for k, t in tensors.items()} for path, tensors in state.items()}
+            blocking = time.perf_counter() - start
+            persist = threading.Thread(target=save_files, args=(directory, snapshot, framework))
+            persist.start()
+            persist.join()
         else:
             save_files(directory, state, framework)
         end = time.perf_counter()
