@@ -298,9 +298,14 @@ def _assumptions(plan: CheckpointPlan, profile: StorageProfile, policy: Policy, 
         out.append(f"save time: the profile's replay of this exact plan ({m.write_path} writes), extrapolated by bytes "
                    "to full size")
     elif m:
-        out.append(f"save time = fixed cost of a collective save + max(busiest writer: serialise + its bytes ÷ one-stream "
-                   f"bandwidth; busiest node: its bytes ÷ node bandwidth at its writer count; all bytes ÷ aggregate) + "
-                   f"files ÷ small-file rate + fsync p99, on the {m.write_path} write path's curve")
+        if m.write_path == "buffered" and profile.page_cache_write:
+            terms = ("busiest writer: serialise + copy its bytes into the page cache; the flush, beside it: its bytes ÷ "
+                     "one-stream bandwidth, the busiest node's bytes ÷ node bandwidth, all bytes ÷ aggregate")
+        else:
+            terms = ("busiest writer: serialise + its bytes ÷ one-stream bandwidth; busiest node: its bytes ÷ node "
+                     "bandwidth at its writer count; all bytes ÷ aggregate")
+        out.append(f"save time = fixed cost of a collective save + max({terms}) + files ÷ small-file rate + fsync p99, "
+                   f"on the {m.write_path} write path's curve")
     if m and m.machine is not None:
         out.append(m.machine.describe() + " (--serialize-bandwidth; `ckplan calibrate`)")
     if m:
