@@ -32,6 +32,10 @@ class Spread(BaseModel):
         median = ordered[n // 2] if n % 2 else (ordered[n // 2 - 1] + ordered[n // 2]) / 2
         return cls(median=median, min=ordered[0], max=ordered[-1], repeats=n)
 
+    def contains(self, value: float) -> bool:
+        """The value lies between the fastest and the slowest of two or more repeats: inside their own noise."""
+        return self.repeats > 1 and self.min <= value <= self.max
+
     @property
     def relative_range(self) -> float:
         return (self.max - self.min) / self.median if self.median else 0.0

@@ -63,10 +63,12 @@ def main() -> None:
     print("| target | layout | measured (median, min…max, spread) | model-only | error | replay-informed | error | judged |")
     print("|---|---|---|---|---|---|---|---|")
     misses, judged = 0, 0
+    durations: list[str] = []
     for t_index, target in enumerate(args.targets):
         base = work / f"base-{t_index}.json"
         ckplan("probe", target, "--writers", "2", "--out", str(base))
         base_profile = StorageProfile.model_validate_json(base.read_text())
+        durations.append(f"{target} default probe without a plan: {base_profile.measurement.duration_s:.1f} s")
         layouts = list(LAYOUTS.items())
         if t_index % 2:
             layouts.reverse()
@@ -90,6 +92,7 @@ def main() -> None:
                 v = saves()
             plan = CheckpointPlan.model_validate_json(plan_file.read_text())
             replay_profile = StorageProfile.model_validate_json(replay_file.read_text())
+            durations.append(f"{target} default probe with the {label} plan: {replay_profile.measurement.duration_s:.1f} s")
             model_s = scaled_prediction(plan, base_profile, 1.0)[2].seconds
             replay_pred = scaled_prediction(plan, replay_profile, 1.0)[2]
             assert replay_pred.source == "replay", "the plan's probe holds a replay of the same plan"
@@ -105,6 +108,7 @@ def main() -> None:
             print(f"| {target} | {label} | {med:.2f} s ({m['min']:.2f}…{m['max']:.2f}, {spread:.0%}) | {model_s:.2f} s | "
                   f"{e_model:+.1f}% | {replay_pred.seconds:.2f} s | {e_replay:+.1f}% | {verdict} |", flush=True)
     shutil.rmtree(work, ignore_errors=True)
+    print("\nProbe durations (calibration and replay included):\n" + "\n".join(f"- {d}" for d in durations))
     print(f"\n{judged} row(s) judged on error (spread < {NOISY:.0%}); {misses} row(s) missed a target "
           f"(model-only ±{MODEL_TARGET:.0f}%, replay-informed ±{REPLAY_TARGET:.0f}%, both inside the measured range)")
 

@@ -157,6 +157,7 @@ def calibrate(
 
     if quick and thorough:
         raise InputError("give --quick or --thorough, not both")
+    _output_file(out, "--out")
     from ckplan.render.profile import live_progress
     from ckplan.validate.calibrate import ESTIMATE_S
     preset = "quick" if quick else "thorough" if thorough else "default"

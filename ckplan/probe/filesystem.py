@@ -165,8 +165,8 @@ def _bandwidth(scratch, settings, max_writers, per_writer, direct, progress, raw
 
     Both paths are measured because savers take different ones: torch.save, DCP and safetensors write
     through the page cache and fsync at the end (buffered), FastPersist writes with O_DIRECT (direct), and
-    the two sustain different rates (on this development VM's disk, 2 writers: direct 1.49-1.59 GB/s,
-    buffered 0.79-1.77 GB/s). Every buffered run ends with an fsync (end_fsync=1), inside fio's runtime.
+    the two sustain different rates (issue 13's alternating fio runs on the development VM's disk, 2 writers:
+    direct 1.49-1.59 GB/s, buffered 0.79-1.77 GB/s). Every buffered run ends with an fsync (end_fsync=1), inside fio's runtime.
 
     One unrecorded warm-up run on the buffered path at the most writers comes first: the first writes after
     idle run slow for reasons that are not the storage's sustained rate (a VM faulting its memory back in
@@ -296,25 +296,25 @@ def _replay(scratch, plan, files, scale, settings, direct_ok, calibration, progr
     most of the save, and raw bytes leave it out. Otherwise, and for direct-I/O writers (whose saver is
     not here to run), ckplan's own writer writes raw bytes through the plan's write path and the busiest
     writer's serialiser time is added from the calibration (or the named defaults). The first run is not
-    counted: it was the slowest every time (3.45 s against 1.46-1.65 s for the next three of the same two
-    1.2 GB files on the development VM's disk).
+    counted: it was the slowest every time (issue 13: 3.45 s against 1.46-1.65 s for the next three of the same
+    two 1.2 GB files on the development VM's disk).
     """
-    from ckplan.planning.savetime import machine_figures, writer_loads
+    from ckplan.planning.savetime import machine_figures, plan_fingerprint, writer_loads
     from ckplan.validate.calibrate import torch_available
 
     total = sum(f.bytes for f in files)
     writers = len({f.writer for f in files})
-    full_bytes = sum(f.bytes for f in replay.node_share(plan.manifest)[1])
+    node, share = replay.node_share(plan.manifest)
+    full_bytes = sum(f.bytes for f in share)
     path = plan.write_path if direct_ok else "buffered"
     machine = machine_figures(calibration)
     fixed = machine.coordination_seconds.value if plan.coordinated_save else 0.0
-    repeats = max(settings.repeats, 3) if settings.name != "quick" else settings.repeats
+    repeats = settings.repeats
     if path == "buffered" and torch_available():
         from ckplan.validate.saver import files_by_rank, run_saves
         method = "framework saver"
         progress.phase(f"replay: {len(files)} files, {writers} writers, scale {scale:g}, {plan.setup.framework}'s saver, "
                        f"warm-up + {repeats} runs", 0)
-        node, share = replay.node_share(plan.manifest)
         root = scratch / "replay"
         try:
             walls, _ = run_saves(root, files_by_rank(share, scale), plan.setup.framework, repeats + 1, "sync")
@@ -343,12 +343,11 @@ def _replay(scratch, plan, files, scale, settings, direct_ok, calibration, progr
                 shutil.rmtree(root, ignore_errors=True)
             if r:
                 times.append(seconds)
-        node = replay.node_share(plan.manifest)[0]
         serialize = max(ser for _, ser in writer_loads(plan, node, machine.rates()).values())
     spread = Spread.of(times)
     scaled_part = max(0.0, spread.median - (fixed if method == "framework saver" else 0.0))
     return Replay(method=method, write_path=path, seconds=spread.median, bytes=total, files=len(files), writers=writers,
-                  scale=scale, plan_fingerprint=replay.fingerprint([(f.path, f.bytes, f.rank) for f in plan.manifest]),
+                  scale=scale, plan_fingerprint=plan_fingerprint(plan),
                   full_scale_seconds=fixed + scaled_part * full_bytes / total + serialize, fixed_seconds=fixed,
                   serialize_seconds=serialize, spread=spread)
 

@@ -58,7 +58,7 @@ def diagnose(prediction: SaveTime, measured: Spread, nbytes: int, files: int) ->
     """Whether the error is inside the target's own noise, and which term of the model was off when it is not."""
     measured_s = measured.median
     error = (prediction.seconds - measured_s) / measured_s * 100
-    if measured.min <= prediction.seconds <= measured.max and measured.repeats > 1:
+    if measured.contains(prediction.seconds):
         return (f"{error:+.0f}% lies inside the measured spread ({measured.min:.3g}…{measured.max:.3g} s, "
                 f"{measured.relative_range:.0%} of the median): the saves themselves vary this much here")
     if abs(error) <= LARGE_ERROR_PERCENT:

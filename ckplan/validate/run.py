@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ckplan.errors import InputError
+from ckplan.errors import EnvironmentProblem, InputError
 from ckplan.probe import target
 from ckplan.profile import Spread, StorageProfile
 from ckplan.sizing.plan import CheckpointPlan
@@ -17,14 +17,13 @@ SAVERS = {"deepspeed": "torch.save per rank file", "lightning": "torch.save of o
 
 def validate(path: Path, plan: CheckpointPlan, profile: StorageProfile, *, scale: float = 1.0, repeats: int = 3,
              mode: str = "sync", max_bytes: int | None = None) -> Validation:
-    try:
-        import torch  # noqa: F401
-    except ImportError:
-        raise InputError("validate needs PyTorch: pip install 'ckplan[torch]' (the CPU build, torch==2.13.0)") from None
     if repeats < 1:
         raise InputError("--repeats must be ≥ 1")
     if not 0 < scale <= 1:
         raise InputError(f"--scale must be in (0, 1], got {scale}")
+    from ckplan.validate.calibrate import torch_available
+    if not torch_available():  # the saves import torch in their own processes; this one never needs it
+        raise EnvironmentProblem("validate needs PyTorch: pip install 'ckplan[torch]' (the CPU build, torch==2.13.0)")
     path = path.expanduser()
     target.check_target(path)
     node, files, prediction = scaled_prediction(plan, profile, scale)
@@ -67,6 +66,6 @@ def validate(path: Path, plan: CheckpointPlan, profile: StorageProfile, *, scale
         measured_seconds=measured.median, measured=measured,
         measured_stall_seconds=Spread.of(blocking).median if blocking else None, error_percent=error,
         measured_range_percent=measured.relative_range * 100,
-        within_measured_range=measured.min <= prediction.seconds <= measured.max, stall_error_percent=stall_error,
+        within_measured_range=measured.contains(prediction.seconds), stall_error_percent=stall_error,
         effective_bytes_per_s=total / measured.median, diagnosis=diagnose(prediction, measured, total, len(scaled)),
         notes=notes)
