@@ -17,6 +17,8 @@ from ckplan.readers import validation_message
 from ckplan.sizing.architecture import Architecture
 
 if TYPE_CHECKING:
+    from ckplan.planning.compression import CompressionDefault
+    from ckplan.planning.policy import PlanningData
     from ckplan.profile import StorageProfile
 
 
@@ -70,7 +72,7 @@ def model(name: str) -> Architecture:
 
 
 @lru_cache(maxsize=1)
-def storage_classes() -> dict[str, "StorageProfile"]:
+def storage_classes() -> dict[str, StorageProfile]:
     from ckplan.profile import StorageProfile
 
     out = {}
@@ -81,3 +83,22 @@ def storage_classes() -> dict[str, "StorageProfile"]:
             raise InputError(f"malformed storage profile {path.name}: {validation_message(exc)}") from None
         out[profile.name] = profile
     return out
+
+
+@lru_cache(maxsize=1)
+def compression_default() -> CompressionDefault:
+    from ckplan.planning.compression import CompressionDefault
+
+    data = load_toml(profiles_dir() / "compression.toml", "compression table")
+    try:
+        return CompressionDefault.model_validate(data["default"])
+    except (KeyError, ValidationError) as exc:
+        raise InputError(f"malformed compression table: {exc}") from None
+
+
+def planning_data() -> PlanningData:
+    """The packaged figures the planner reads: built-in storage classes (tiers, faster targets) and the codec."""
+    from ckplan.planning.policy import PlanningData
+
+    return PlanningData(storage_classes=storage_classes(), codec=compression_default())
+

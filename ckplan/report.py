@@ -11,6 +11,7 @@ from pydantic import BaseModel
 from ckplan.errors import InputError
 from ckplan.planning import interval
 from ckplan.planning.recommend import Recommendation
+from ckplan.planning.scenario import restart_with_persist
 from ckplan.profile import StorageProfile
 from ckplan.render.document import Bullets, Document, Heading, Image, Para, TableBlock, to_html, to_markdown
 from ckplan.sizing.plan import CheckpointPlan
@@ -29,7 +30,7 @@ _d = fmt_duration
 
 def waste_curve(rec: Recommendation) -> tuple[list[float], list[float]]:
     """Expected waste against the interval, exactly from Daly's model, as the recommendation evaluates it."""
-    restart = rec.restart_s + max(rec.save_seconds - rec.stall_seconds, 0)
+    restart = restart_with_persist(rec.restart_s, rec.save_seconds, rec.stall_seconds)
     lo = max(min(rec.shortest_safe_interval_s, rec.optimal_interval_s) / 10, 1.0)
     hi = max(rec.optimal_interval_s, rec.max_loss_s, rec.shortest_safe_interval_s) * 3
     xs = [lo * (hi / lo) ** (i / 199) for i in range(200)]

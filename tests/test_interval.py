@@ -84,29 +84,29 @@ def scaled(profile, factor):
 @given(factor=st.floats(1.0, 100.0), slower=st.floats(0.01, 1.0), mode=st.sampled_from(["sync", "async"]))
 def test_faster_storage_never_lengthens_shortest_safe_interval(factor, slower, mode):
     policy = Policy(mode=mode)
-    base = recommend(PLAN, scaled(LUSTRE, slower), policy, what_ifs=False)
-    fast = recommend(PLAN, scaled(LUSTRE, slower * factor), policy, what_ifs=False)
+    base = recommend(PLAN, scaled(LUSTRE, slower), policy)
+    fast = recommend(PLAN, scaled(LUSTRE, slower * factor), policy)
     assert fast.shortest_safe_interval_s <= base.shortest_safe_interval_s * (1 + 1e-9)
 
 
 @settings(max_examples=60, deadline=None)
 @given(rate=st.floats(0.1, 50.0), more=st.floats(1.0, 20.0), mode=st.sampled_from(["sync", "async"]))
 def test_higher_failure_rate_never_lengthens_optimum(rate, more, mode):
-    low = recommend(PLAN, LUSTRE, Policy(mode=mode, node_failures_per_1000_days=rate), what_ifs=False)
-    high = recommend(PLAN, LUSTRE, Policy(mode=mode, node_failures_per_1000_days=rate * more), what_ifs=False)
+    low = recommend(PLAN, LUSTRE, Policy(mode=mode, node_failures_per_1000_days=rate))
+    high = recommend(PLAN, LUSTRE, Policy(mode=mode, node_failures_per_1000_days=rate * more))
     assert high.optimal_interval_s <= low.optimal_interval_s * (1 + 1e-9)
     assert high.mtbf_s <= low.mtbf_s
 
 
 def test_recommendation_is_clamped_and_verdicts():
-    ok = recommend(PLAN, LUSTRE, Policy(max_loss_s=4 * HOUR), what_ifs=False)
+    ok = recommend(PLAN, LUSTRE, Policy(max_loss_s=4 * HOUR))
     assert ok.verdict == "ok" and ok.recommended_interval_s == pytest.approx(ok.optimal_interval_s)
-    clamp = recommend(PLAN, LUSTRE, Policy(max_loss_s=15 * MIN), what_ifs=False)
+    clamp = recommend(PLAN, LUSTRE, Policy(max_loss_s=15 * MIN))
     assert clamp.shortest_safe_interval_s < clamp.optimal_interval_s
     assert clamp.recommended_interval_s == pytest.approx(15 * MIN - clamp.save_seconds)
     # DCP writes raw tensor bytes (no serialiser term), so bandwidth alone can fix it
     dcp = build_plan(arch=catalog.model("llama-3.1-8b"), model_name="llama-3.1-8b", framework="dcp", gpus=16, zero=3)
-    bad = recommend(dcp, catalog.storage_classes()["s3"], Policy(max_loss_s=5 * MIN), what_ifs=False)
+    bad = recommend(dcp, catalog.storage_classes()["s3"], Policy(max_loss_s=5 * MIN))
     assert bad.verdict == "infeasible" and bad.needed["aggregate_bandwidth_bytes_per_s"] > 0
     # the needed bandwidth, given to the model, meets the window
     s3 = catalog.storage_classes()["s3"]
@@ -114,20 +114,20 @@ def test_recommendation_is_clamped_and_verdicts():
     factor = max(bad.needed["aggregate_bandwidth_bytes_per_s"] / (node_bw * dcp.nodes_writing),
                  bad.needed["node_bandwidth_bytes_per_s"] / node_bw)
     fixed = recommend(dcp, scaled(s3, factor * 1.01).model_copy(update={"aggregate_limit_bytes_per_s": None}),
-                      Policy(max_loss_s=5 * MIN), what_ifs=False)
+                      Policy(max_loss_s=5 * MIN))
     assert fixed.verdict != "infeasible"
 
 
 def test_async_binds_on_persist_and_snapshot_too_big():
-    rec = recommend(PLAN, catalog.storage_classes()["nfs"], Policy(mode="async", max_overhead=0.2), what_ifs=False)
+    rec = recommend(PLAN, catalog.storage_classes()["nfs"], Policy(mode="async", max_overhead=0.2))
     assert rec.stall_seconds == pytest.approx(PLAN.bytes_per_rank_max / 20e9)
     assert rec.binding_constraint == "one persist in flight" and rec.shortest_safe_interval_s == pytest.approx(rec.save_seconds)
-    tiny = recommend(PLAN, LUSTRE, Policy(mode="async", host_memory_bytes=1e9), what_ifs=False)
+    tiny = recommend(PLAN, LUSTRE, Policy(mode="async", host_memory_bytes=1e9))
     assert tiny.verdict == "infeasible" and "host memory" in tiny.verdict_reason
 
 
 def test_save_time_shortcut_and_what_ifs():
-    rec = recommend(PLAN, LUSTRE, Policy(save_time_s=300))
+    rec = recommend(PLAN, LUSTRE, Policy(save_time_s=300), catalog.planning_data())
     assert rec.save_seconds == 300 and rec.save_model is None
     names = [w.mitigation for w in rec.what_if]
     assert names[0] == "async save" and any(n.startswith("best combination") for n in names)

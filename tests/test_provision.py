@@ -10,6 +10,8 @@ from ckplan.planning.recommend import recommend
 from ckplan.sizing.plan import build_plan
 from tests.conftest import assert_one_line_error, run_cli, run_json
 
+DATA = catalog.planning_data()
+
 ARCH = catalog.model("llama-3.1-70b")
 
 
@@ -21,12 +23,12 @@ def plan(gpus, framework="megatron"):
 def test_recommend_meets_the_target_with_the_provisioned_storage(mode, goodput):
     policy = Policy(mode="async" if mode == "async" else "sync")
     p = plan(1024)
-    row = provision_one(p, policy, mode, goodput, keep=2)
+    row = provision_one(p, policy, mode, goodput, keep=2, data=DATA)
     assert row.feasible
     # give recommend exactly the provisioned figures: it must meet the targets, within rounding
     storage = provisioned_profile(row.node_bandwidth_bytes_per_s * 1.001, row.burst_bandwidth_bytes_per_s * 1.001,
                                   row.files_per_s * 1.001, row.files_per_s * 1.001)
-    rec = recommend(p, storage, policy, what_ifs=False)
+    rec = recommend(p, storage, policy)
     assert rec.verdict != "infeasible"
     assert rec.save_seconds == pytest.approx(row.save_seconds, rel=0.01)
     assert rec.stall_seconds / rec.recommended_interval_s <= policy.max_overhead * 1.001
@@ -35,7 +37,7 @@ def test_recommend_meets_the_target_with_the_provisioned_storage(mode, goodput):
     # and 20% less bandwidth misses a target
     short = provisioned_profile(row.node_bandwidth_bytes_per_s * 0.8, row.burst_bandwidth_bytes_per_s * 0.8,
                                 row.files_per_s, row.files_per_s)
-    worse = recommend(p, short, policy, what_ifs=False)
+    worse = recommend(p, short, policy)
     missed = (worse.verdict == "infeasible" or (goodput is not None and worse.ettr < goodput)
               or worse.stall_seconds / policy.max_overhead > min(worse.optimal_interval_s, worse.max_loss_s - worse.save_seconds))
     assert missed
@@ -49,8 +51,8 @@ def test_more_gpus_never_need_less_bandwidth(small, factor, rate, mode):
     leaves less of the persist time for writing (a real effect), so the serialisers are made free here."""
     free = {fmt: float("inf") for fmt in ("torch.save", "dcp", "safetensors")}
     policy = Policy(node_failures_per_1000_days=rate, mode="async" if mode == "async" else "sync", serialize_bytes_per_s=free)
-    a = provision_one(plan(small), policy, mode, None, 2)
-    b = provision_one(plan(small * factor), policy, mode, None, 2)
+    a = provision_one(plan(small), policy, mode, None, 2, DATA)
+    b = provision_one(plan(small * factor), policy, mode, None, 2, DATA)
     if a.feasible and b.feasible:
         assert b.burst_bandwidth_bytes_per_s >= a.burst_bandwidth_bytes_per_s * (1 - 1e-6)
     assert a.feasible or not b.feasible
@@ -60,20 +62,20 @@ def test_more_gpus_never_need_less_bandwidth(small, factor, rate, mode):
 @given(overhead=st.floats(0.01, 0.1), laxer=st.floats(1.0, 3.0), goodput=st.floats(0.5, 0.9))
 def test_laxer_target_never_needs_more(overhead, laxer, goodput):
     p = plan(4096)
-    strict = provision_one(p, Policy(max_overhead=overhead), "sync", goodput, 2)
-    lax = provision_one(p, Policy(max_overhead=min(overhead * laxer, 0.5)), "sync", goodput * 0.95, 2)
+    strict = provision_one(p, Policy(max_overhead=overhead), "sync", goodput, 2, DATA)
+    lax = provision_one(p, Policy(max_overhead=min(overhead * laxer, 0.5)), "sync", goodput * 0.95, 2, DATA)
     if strict.feasible:
         assert lax.feasible and lax.burst_bandwidth_bytes_per_s <= strict.burst_bandwidth_bytes_per_s * (1 + 1e-6)
 
 
 def test_restart_cost_makes_a_goodput_target_impossible():
-    row = provision_one(plan(65536), Policy(restart_s=3600), "sync", 0.99, 2)
+    row = provision_one(plan(65536), Policy(restart_s=3600), "sync", 0.99, 2, DATA)
     assert not row.feasible and "restart cost" in row.dominant_term
 
 
 def test_capacity_and_staging():
     p = plan(1024)
-    row = provision_one(p, Policy(mode="async"), "async", None, keep=3)
+    row = provision_one(p, Policy(mode="async"), "async", None, keep=3, data=DATA)
     assert row.capacity_bytes == 4 * p.total_bytes
     assert row.staging_bytes_per_node == max(n.bytes for n in p.nodes)
 
@@ -94,3 +96,20 @@ def test_cli_sweep_json_chart_and_headroom(tmp_path):
                                            (["--keep", "0"], "--keep"), (["--target-goodput", "120%"], "between")])
 def test_provision_bad_input(args, fragment):
     assert_one_line_error(run_cli("provision", *args), fragment)
+
+
+def test_headroom_uses_the_measured_curve_over_hosts():
+    """Issue 16's example: measured 5 GB/s on 1 host and 100 GB/s on 256; a 70B plan on 128 nodes.
+
+    The storage gives 5 + (128 − 1)/(256 − 1) × 95 = 52.31 GB/s to 128 nodes at once (the save-time model's
+    aggregate), not 5 GB/s × 128 = 640 GB/s.
+    """
+    from ckplan.profile_store import resolve
+    hosts = resolve("tests/golden/profile-lustre-hosts.json")
+    p = build_plan(arch=catalog.model("llama-3.1-70b"), model_name="llama-3.1-70b", optimizer="adam", precision="bf16-mixed", framework="megatron",
+                   gpus=1024, gpus_per_node=8, tp=8, pp=4, zero=1)
+    assert p.nodes_writing == 128
+    row = provision_one(p, Policy(), "sync", None, 2, DATA, hosts)
+    have = 5e9 + 127 / 255 * 95e9
+    assert row.headroom * row.burst_bandwidth_bytes_per_s == pytest.approx(have, rel=1e-9)
+    assert have == pytest.approx(52.31e9, rel=1e-3)

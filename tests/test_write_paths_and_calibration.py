@@ -129,10 +129,10 @@ def test_dcp_fixed_cost_is_added_once_per_save():
 
 def test_recommend_labels_each_machine_figure():
     p = plan("dcp")
-    rec = recommend(p, profile(calibration=calibration()), Policy(), what_ifs=False)
+    rec = recommend(p, profile(calibration=calibration()), Policy())
     line = next(a for a in rec.assumptions if a.startswith("serialisers per writer core"))
     assert "dcp 4 GB/s (measured here)" in line and "DCP fixed cost per save 0.25 s (measured here)" in line
-    rec = recommend(p, profile(), Policy(), what_ifs=False)
+    rec = recommend(p, profile(), Policy())
     line = next(a for a in rec.assumptions if a.startswith("serialisers per writer core"))
     assert "(default)" in line and "measured here" not in line
 

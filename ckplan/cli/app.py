@@ -276,14 +276,16 @@ def recommend(
     save_time: SaveTime = None, stall_time: StallTime = None, serialize_bandwidth: Serialize = None, json: o.Json = False,
 ) -> None:
     """The shortest safe and the best checkpoint interval for a plan on a storage target, with what-ifs."""
+    from ckplan import catalog
     from ckplan.planning.recommend import compare, recommend as run
 
     plan, policy = _plan_and_policy(locals())
     if storage is None:
-        _emit(compare(plan, policy), json, "ckplan.render.recommend", "render_comparison")
+        _emit(compare(plan, policy, list(catalog.storage_classes().values())), json, "ckplan.render.recommend", "render_comparison")
         return
     from ckplan import profile_store
-    _emit(run(plan, profile_store.resolve(storage), policy), json, "ckplan.render.recommend", "render_recommendation")
+    _emit(run(plan, profile_store.resolve(storage), policy, catalog.planning_data()), json, "ckplan.render.recommend",
+          "render_recommendation")
 
 
 @app.command()
@@ -301,13 +303,13 @@ def report(
     save_time: SaveTime = None, stall_time: StallTime = None, serialize_bandwidth: Serialize = None, json: o.Json = False,
 ) -> None:
     """Write a capacity-review report (Markdown, HTML, PNG charts) for a plan on a storage target."""
-    from ckplan import profile_store
+    from ckplan import catalog, profile_store
     from ckplan.planning.recommend import recommend as run
     from ckplan.report import write_report
 
     plan, policy = _plan_and_policy(locals())
     profile = profile_store.resolve(storage)
-    _emit(write_report(plan, profile, run(plan, profile, policy), out), json, "ckplan.render.recommend", "render_report_files")
+    _emit(write_report(plan, profile, run(plan, profile, policy, catalog.planning_data()), out), json, "ckplan.render.recommend", "render_report_files")
 
 
 @app.command()
@@ -351,7 +353,7 @@ def provision(
     host_memory: HostMem = "2TiB", serialize_bandwidth: Serialize = None, json: o.Json = False,
 ) -> None:
     """The write bandwidth, file rate and capacity a cluster needs for a goodput or overhead target."""
-    from ckplan import profile_store
+    from ckplan import catalog, profile_store
     from ckplan.planning.provision import provision_sweep
     from ckplan.units import parse_fraction
 
@@ -371,7 +373,7 @@ def provision(
              for g in sizes]
     goodput = parse_fraction(target_goodput, "--target-goodput") if target_goodput else None
     profile = profile_store.resolve(storage) if storage else None
-    sweep = provision_sweep(plans, policy, mode, goodput, keep, profile)
+    sweep = provision_sweep(plans, policy, mode, goodput, keep, catalog.planning_data(), profile)
     if chart:
         from ckplan.render.provision import provision_chart
         provision_chart([sweep], chart)
@@ -401,7 +403,7 @@ def diagnose(
     if plan_file is not None:
         from ckplan import profile_store
         from ckplan.planning.policy import Policy
-        from ckplan.planning.recommend import sync_scenario
+        from ckplan.planning.scenario import sync_scenario
         predicted = sync_scenario(o.load_plan(plan_file), profile_store.resolve(storage), Policy()).save_seconds
     saves, read = extract(logs, pattern)
     result = run(saves, [str(p) for p in logs], read, "wall time" if by == "time" else "save number",

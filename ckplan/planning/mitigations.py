@@ -1,7 +1,8 @@
 """What-ifs: each mitigation applied alone, then the best combination.
 
 Each mitigation changes one thing about a save and is evaluated with the same
-constraints and Daly model as the plan itself (recommend.evaluate).
+constraints and Daly model as the plan itself (scenario.evaluate). The staging
+tiers, the faster classes and the codec come in as `PlanningData`.
 """
 
 from __future__ import annotations
@@ -9,35 +10,44 @@ from __future__ import annotations
 import itertools
 import math
 
-from ckplan import catalog
-from ckplan.planning.compression import CompressionDefault, compression_default
-from ckplan.planning.policy import Policy
-from ckplan.planning.recommend import Scenario, WhatIf, async_scenario, evaluate, staged_scenario, sync_scenario
+from pydantic import BaseModel, Field
+
+from ckplan.planning.compression import CompressionDefault
+from ckplan.planning.policy import PlanningData, Policy
+from ckplan.planning.scenario import Scenario, async_scenario, evaluate, staged_scenario, sync_scenario
 from ckplan.profile import StorageProfile
 from ckplan.sizing.plan import CheckpointPlan
 
 SHM_SHARE_OF_HOST_MEMORY = 0.5  # tmpfs defaults to half of RAM
 
 
+class WhatIf(BaseModel):
+    mitigation: str
+    save_seconds: float
+    stall_seconds: float
+    shortest_safe_interval_s: float
+    recommended_interval_s: float
+    verdict: str
+    expected_waste_fraction: float
+    notes: list[str] = Field(default_factory=list)
+
+
 def _compressed(plan: CheckpointPlan, codec: CompressionDefault) -> dict:
-    busiest = max(plan.nodes, key=lambda n: n.bytes)
-    return {"total_bytes": plan.total_bytes / codec.ratio, "node_bytes": busiest.bytes / codec.ratio}
+    return {"total_bytes": plan.total_bytes / codec.ratio, "node_bytes": plan.busiest_node.bytes / codec.ratio}
 
 
 def _merged(plan: CheckpointPlan) -> dict:
-    busiest = max(plan.nodes, key=lambda n: n.bytes)
-    return {"node_files": busiest.writers, "total_files": plan.writers}
+    return {"node_files": plan.busiest_node.writers, "total_files": plan.writers}
 
 
 def _changed(plan: CheckpointPlan, fraction: float) -> dict:
-    busiest = max(plan.nodes, key=lambda n: n.bytes)
-    return {"total_bytes": plan.total_bytes * fraction, "node_bytes": busiest.bytes * fraction}
+    return {"total_bytes": plan.total_bytes * fraction, "node_bytes": plan.busiest_node.bytes * fraction}
 
 
 STAGES = {"async": "async save", "tmpfs": "/dev/shm staging", "local-nvme": "local NVMe staging"}
 
 
-def build(plan: CheckpointPlan, profile: StorageProfile, policy: Policy, *, how: str | None = None,
+def build(plan: CheckpointPlan, profile: StorageProfile, policy: Policy, data: PlanningData, *, how: str | None = None,
           compress: bool = False, merge: bool = False, incremental: bool = False,
           storage: StorageProfile | None = None, name: str) -> Scenario:
     """One scenario with the chosen mitigations applied together.
@@ -48,7 +58,7 @@ def build(plan: CheckpointPlan, profile: StorageProfile, policy: Policy, *, how:
     """
     overrides: dict = {}
     notes: list[str] = []
-    codec = compression_default()
+    codec = data.codec
     if compress:
         overrides.update(_compressed(plan, codec))
         notes.append(f"{codec.codec} at {codec.ratio:.2f}× and {codec.bytes_per_s_per_core / 1e6:.0f} MB/s per core "
@@ -62,7 +72,7 @@ def build(plan: CheckpointPlan, profile: StorageProfile, policy: Policy, *, how:
         notes.append("one file per writer")
     target = storage or profile
     if how in ("tmpfs", "local-nvme"):
-        tier = catalog.storage_classes()[how]
+        tier = data.tier(how)
         capacity = policy.host_memory_bytes * SHM_SHARE_OF_HOST_MEMORY if how == "tmpfs" else policy.local_disk_bytes
         s = staged_scenario(plan, target, tier, policy, capacity, name, **overrides)
     elif how == "async" or (how is None and policy.mode == "async"):
@@ -80,30 +90,30 @@ def build(plan: CheckpointPlan, profile: StorageProfile, policy: Policy, *, how:
     return s.model_copy(update={"notes": s.notes + notes})
 
 
-def _faster_class(plan: CheckpointPlan, profile: StorageProfile, policy: Policy) -> StorageProfile | None:
+def _faster_class(plan: CheckpointPlan, profile: StorageProfile, policy: Policy, data: PlanningData) -> StorageProfile | None:
     """The fastest shared built-in class that saves faster than the current target, if any."""
     current = sync_scenario(plan, profile, policy).save_seconds
-    timed = [(sync_scenario(plan, p, policy).save_seconds, p) for p in catalog.storage_classes().values()
+    timed = [(sync_scenario(plan, p, policy).save_seconds, p) for p in data.storage_classes.values()
              if p.shared and p.name != profile.name]
     best = min(timed, key=lambda t: t[0], default=None)
     return best[1] if best is not None and best[0] < current else None
 
 
-def what_ifs(plan: CheckpointPlan, profile: StorageProfile, policy: Policy, mtbf: float) -> list[WhatIf]:
+def what_ifs(plan: CheckpointPlan, profile: StorageProfile, policy: Policy, mtbf: float, data: PlanningData) -> list[WhatIf]:
     # what-ifs change the save, so they use the model even when the plan's save time was given
     modelled = policy.model_copy(update={"save_time_s": None, "stall_time_s": None})
     scenarios = [
-        build(plan, profile, modelled, how="async", name="async save"),
-        build(plan, profile, modelled, how="tmpfs", name="/dev/shm staging, drain to target"),
-        build(plan, profile, modelled, how="local-nvme", name="local NVMe staging, drain to target"),
-        build(plan, profile, modelled, compress=True, name="compression"),
-        build(plan, profile, modelled, merge=True, name="merge shards (one file per writer)"),
-        build(plan, profile, modelled, incremental=True, name=f"incremental ({policy.changed_fraction:.0%} changed)"),
+        build(plan, profile, modelled, data, how="async", name="async save"),
+        build(plan, profile, modelled, data, how="tmpfs", name="/dev/shm staging, drain to target"),
+        build(plan, profile, modelled, data, how="local-nvme", name="local NVMe staging, drain to target"),
+        build(plan, profile, modelled, data, compress=True, name="compression"),
+        build(plan, profile, modelled, data, merge=True, name="merge shards (one file per writer)"),
+        build(plan, profile, modelled, data, incremental=True, name=f"incremental ({policy.changed_fraction:.0%} changed)"),
     ]
-    faster = _faster_class(plan, profile, modelled)
+    faster = _faster_class(plan, profile, modelled, data)
     if faster is not None:
-        scenarios.append(build(plan, profile, modelled, storage=faster, name=f"faster storage: {faster.name}"))
-    scenarios.append(_best_combination(plan, profile, modelled, mtbf))
+        scenarios.append(build(plan, profile, modelled, data, storage=faster, name=f"faster storage: {faster.name}"))
+    scenarios.append(_best_combination(plan, profile, modelled, mtbf, data))
     out = []
     for s in scenarios:
         ev, _ = evaluate(s, mtbf, policy)
@@ -113,14 +123,14 @@ def what_ifs(plan: CheckpointPlan, profile: StorageProfile, policy: Policy, mtbf
     return out
 
 
-def _best_combination(plan: CheckpointPlan, profile: StorageProfile, policy: Policy, mtbf: float) -> Scenario:
+def _best_combination(plan: CheckpointPlan, profile: StorageProfile, policy: Policy, mtbf: float, data: PlanningData) -> Scenario:
     candidates = []
     for how, compress, merge in itertools.product((None, *STAGES), (False, True), (False, True)):
         parts = [STAGES[how]] if how else []
         parts += ["compression"] * compress + ["merged shards"] * merge
         if not parts:
             continue
-        s = build(plan, profile, policy, how=how, compress=compress, merge=merge,
+        s = build(plan, profile, policy, data, how=how, compress=compress, merge=merge,
                   name="best combination: " + " + ".join(parts))
         ev, _ = evaluate(s, mtbf, policy)
         # waste rounded to 0.01%: a mitigation must earn its place in the combination

@@ -9,6 +9,9 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from ckplan.planning.compression import CompressionDefault
+from ckplan.profile import StorageProfile
+
 # Failure model (shared reference intervals.md): ~5 interruptions per 1,000 node-days
 # (Llama 3 405B: ~3.8; Meta research clusters, HPCA 2025: ~6.5) plus a job-level term for
 # software and other non-hardware causes, which dominate small jobs (HPCA 2025: 7.9 h MTTF
@@ -51,3 +54,14 @@ class Policy(BaseModel):
     serialize_bytes_per_s: dict[str, float] = Field(default_factory=dict)
     save_time_s: float | None = None  # measured save (persist) time, skipping the model
     stall_time_s: float | None = None  # measured blocking time of an async save
+
+
+class PlanningData(BaseModel):
+    """Packaged figures the planner reads, passed in from the edge (`catalog.planning_data()`), never loaded inside:
+    the built-in storage classes (staging tiers, faster shared targets) and the compression codec's measured figures."""
+
+    storage_classes: dict[str, StorageProfile]
+    codec: CompressionDefault
+
+    def tier(self, name: str) -> StorageProfile:
+        return self.storage_classes[name]

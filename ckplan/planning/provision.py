@@ -6,11 +6,12 @@ optimum for the job's MTBF keeps the stall within the overhead budget.
 This is recommend's model solved for a different unknown. For a trial persist
 time S, a scenario (sync: stall = S; async: stall = the host snapshot; staged:
 stall = the local write, persist = local + S) is evaluated by
-recommend.evaluate exactly as `recommend` would; larger S never helps, so the
-largest S that meets every target is found by bisection. The bandwidth and
-file rate that give S come from inverting the save-time model (savetime.py):
-the busiest writer's serialisation is subtracted first, and a stated share of S
-(METADATA_SHARE) is left for per-file costs.
+scenario.evaluate exactly as `recommend` would; larger S never helps, so the
+largest S that meets every target is found by bisection. The bandwidth that
+gives S comes from the save-time model's own inversion
+(savetime.required_bandwidth): the busiest writer's serialisation and the
+collective save's fixed cost come first, and a stated share of S
+(METADATA_SHARE) is left for per-file costs, which sets the file rate.
 """
 
 from __future__ import annotations
@@ -20,11 +21,11 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from ckplan import catalog
 from ckplan.errors import InputError
-from ckplan.planning.policy import Policy
-from ckplan.planning.recommend import Scenario, evaluate, job_mtbf, recommend, snapshot_seconds
-from ckplan.planning.savetime import machine_figures, predict_save, writer_loads
+from ckplan.planning.policy import PlanningData, Policy
+from ckplan.planning.savetime import aggregate_bandwidth, machine_figures, predict_save, required_bandwidth, writer_loads
+from ckplan.planning.scenario import (OVERHEAD, Scenario, async_scenario, evaluate, job_mtbf_with_source, snapshot_seconds,
+                                      sync_scenario)
 from ckplan.profile import BandwidthPoint, Latency, Measurement, SmallFiles, StorageProfile
 from ckplan.sizing.plan import CheckpointPlan
 
@@ -77,9 +78,8 @@ def _meets(s: Scenario, mtbf: float, policy: Policy, goodput: float | None) -> t
     Daly optimum itself (or at the loss window's bound, if that is shorter), not at a stretched interval.
     A background persist may stretch the interval (one persist in flight); the loss window still binds."""
     ev, _ = evaluate(s, mtbf, policy)
-    budget_interval = s.stall_seconds / policy.max_overhead
-    follows_reliability = budget_interval <= min(ev.optimal_interval_s, ev.longest_interval_s) * (1 + 1e-9)
-    ok = ev.verdict != "infeasible" and follows_reliability and (goodput is None or ev.ettr >= goodput)
+    budget_ok = OVERHEAD.interval(s, policy) <= min(ev.optimal_interval_s, ev.longest_interval_s) * (1 + 1e-9)
+    ok = ev.verdict != "infeasible" and budget_ok and (goodput is None or ev.ettr >= goodput)
     return ok, ev
 
 
@@ -97,21 +97,21 @@ def provisioned_profile(node_bw: float, aggregate_bw: float, files_per_s_node: f
 
 
 def provision_one(plan: CheckpointPlan, policy: Policy, mode: str, goodput: float | None, keep: int,
-                  storage: StorageProfile | None = None) -> Provision:
-    mtbf, _ = job_mtbf(plan, policy)
-    busiest = max(plan.nodes, key=lambda n: n.bytes)
+                  data: PlanningData, storage: StorageProfile | None = None) -> Provision:
+    mtbf, _ = job_mtbf_with_source(plan, policy)
+    busiest = plan.busiest_node
     machine = machine_figures(storage.calibration if storage else None, policy.serialize_bytes_per_s)
     # the busiest writer's serialiser and a collective save's fixed cost: time no storage can shorten
     serialize = max(s for _, s in writer_loads(plan, busiest.node, machine.rates()).values())
-    serialize += machine.coordination_seconds.value if plan.coordinated_save else 0.0
+    coordination = machine.coordination_seconds.value if plan.coordinated_save else 0.0
     local = 0.0
     if mode == "staged":
-        local = predict_save(plan, catalog.storage_classes()["local-nvme"], given_serializers=policy.serialize_bytes_per_s).seconds
+        local = predict_save(plan, data.tier("local-nvme"), given_serializers=policy.serialize_bytes_per_s).seconds
     capacity = (keep + 1) * plan.total_bytes  # the newest save is written before the oldest is deleted
     staging = busiest.bytes if mode in ("async", "staged") else 0
     base = dict(gpus=plan.setup.gpus, nodes=plan.setup.nodes, checkpoint_bytes=plan.total_bytes,
                 files_per_save=plan.file_count, mtbf_s=mtbf, capacity_bytes=capacity, staging_bytes_per_node=staging)
-    floor = serialize / (1 - METADATA_SHARE) + 1e-6  # no storage can finish faster than the serialiser
+    floor = (serialize + coordination) / (1 - METADATA_SHARE) + 1e-6  # no storage can finish faster than the serialiser
     ok, _ = _meets(_scenario(plan, policy, mode, floor, local), mtbf, policy, goodput)
     if not ok:
         return Provision(feasible=False, dominant_term=_dominant(plan, policy, mode, mtbf, goodput, floor, local), **base)
@@ -123,27 +123,27 @@ def provision_one(plan: CheckpointPlan, policy: Policy, mode: str, goodput: floa
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if _meets(_scenario(plan, policy, mode, mid, local), mtbf, policy, goodput)[0] else (lo, mid)
     persist = lo
-    write_time = persist * (1 - METADATA_SHARE) - serialize
-    burst, node_bw = plan.total_bytes / write_time, busiest.bytes / write_time
+    needed = required_bandwidth(plan, persist, fixed_seconds=persist * METADATA_SHARE + coordination,
+                                writer_cpu_seconds=serialize, overlap=False)
+    assert needed is not None  # persist ≥ floor leaves time for the bytes
+    burst, node_bw = needed
     files = plan.file_count / (persist * METADATA_SHARE)
     profile = provisioned_profile(node_bw, burst, busiest.files / (persist * METADATA_SHARE), files)
-    policy_fixed = policy.model_copy(update={"mode": "async" if mode == "async" else "sync"})
-    check = recommend(plan, profile, policy_fixed, what_ifs=False)
+    # the provisioned storage, checked by the forward model: the same scenario recommend would build on it
+    check = (async_scenario(plan, profile, policy) if mode == "async" else sync_scenario(plan, profile, policy))
     if mode == "staged":
-        check_s = _scenario(plan, policy, mode, check.save_seconds, local)
-        ev, _ = evaluate(check_s, mtbf, policy)
-        interval_s, ettr, waste, stall = ev.recommended_interval_s, ev.ettr, ev.expected_waste_fraction, check_s.stall_seconds
-    else:
-        interval_s, ettr, waste, stall = check.recommended_interval_s, check.ettr, check.expected_waste_fraction, check.stall_seconds
+        check = _scenario(plan, policy, mode, check.save_seconds, local)
+    ev, _ = evaluate(check, mtbf, policy)
     headroom = None
     if storage is not None:
-        writers = busiest.writers
-        have = min(storage.bandwidth_at(writers, plan.write_path) * plan.nodes_writing, storage.aggregate_limit_bytes_per_s or math.inf)
+        # what the measured storage gives the plan's nodes at once: the model's own aggregate (curve over hosts,
+        # the shared system's limit), not the per-node figure times the nodes
+        have = aggregate_bandwidth(storage, storage.bandwidth_at(busiest.writers, plan.write_path), plan.nodes_writing)
         headroom = have / burst
-    return Provision(feasible=True, save_seconds=persist, stall_seconds=stall, interval_s=interval_s,
-                     burst_bandwidth_bytes_per_s=burst, sustained_bandwidth_bytes_per_s=plan.total_bytes / interval_s,
-                     node_bandwidth_bytes_per_s=node_bw, files_per_s=files, expected_ettr=ettr,
-                     expected_waste_fraction=waste, headroom=headroom, **base)
+    return Provision(feasible=True, save_seconds=persist, stall_seconds=check.stall_seconds, interval_s=ev.recommended_interval_s,
+                     burst_bandwidth_bytes_per_s=burst, sustained_bandwidth_bytes_per_s=plan.total_bytes / ev.recommended_interval_s,
+                     node_bandwidth_bytes_per_s=node_bw, files_per_s=files, expected_ettr=ev.ettr,
+                     expected_waste_fraction=ev.expected_waste_fraction, headroom=headroom, **base)
 
 
 def _dominant(plan, policy, mode, mtbf, goodput, floor, local) -> str:
@@ -154,7 +154,7 @@ def _dominant(plan, policy, mode, mtbf, goodput, floor, local) -> str:
     if goodput is not None and restart_only < goodput:
         return (f"restart cost: {policy.restart_s:.0f} s per failure at a {mtbf / 3600:.2f} h MTBF caps ETTR at "
                 f"{restart_only:.1%} before any save; faster storage cannot fix that")
-    if s.stall_seconds / policy.max_overhead > policy.max_loss_s - s.save_seconds:
+    if OVERHEAD.interval(s, policy) > policy.max_loss_s - s.save_seconds:
         what = "the host snapshot" if mode == "async" else "the local staging write" if mode == "staged" else "the busiest writer's serialisation"
         return (f"loss window: {what} ({s.stall_seconds:.3g} s) needs τ ≥ {s.stall_seconds / policy.max_overhead:.3g} s "
                 f"for the overhead budget, longer than the {policy.max_loss_s:.0f} s window allows")
@@ -164,7 +164,7 @@ def _dominant(plan, policy, mode, mtbf, goodput, floor, local) -> str:
 
 
 def provision_sweep(plans: list[CheckpointPlan], policy: Policy, mode: str, goodput: float | None, keep: int,
-                    storage: StorageProfile | None = None) -> ProvisionSweep:
+                    data: PlanningData, storage: StorageProfile | None = None) -> ProvisionSweep:
     if mode not in ("sync", "async", "staged"):
         raise InputError(f"--mode must be sync, async or staged, got {mode!r}")
     if keep < 1:
@@ -174,7 +174,7 @@ def provision_sweep(plans: list[CheckpointPlan], policy: Policy, mode: str, good
     targets = {"max_overhead": policy.max_overhead, "max_loss_s": policy.max_loss_s}
     if goodput is not None:
         targets["target_goodput"] = goodput
-    rows = [provision_one(p, policy, mode, goodput, keep, storage) for p in plans]
+    rows = [provision_one(p, policy, mode, goodput, keep, data, storage) for p in plans]
     assumptions = [f"persist time split: {1 - METADATA_SHARE:.0%} for bytes, {METADATA_SHARE:.0%} for per-file creates and fsyncs",
                    f"capacity = (keep + 1) × one checkpoint: the newest is written before the oldest is deleted",
                    f"failures: {policy.node_failures_per_1000_days:g} per 1,000 node-days + {policy.job_failures_per_day:g} per job-day; restart {policy.restart_s:g} s",

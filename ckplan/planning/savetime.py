@@ -188,26 +188,37 @@ def predict_save(plan: CheckpointPlan, profile: StorageProfile, *, total_bytes: 
                     machine=machine if framework_costs else None, notes=notes)
 
 
-def required_bandwidth(plan: CheckpointPlan, profile: StorageProfile, save_seconds: float,
-                       given_serializers: dict[str, float] | None = None) -> tuple[float, float] | None:
-    """The model solved for bandwidth: (aggregate, per-node) bytes/s that finish a save in `save_seconds`.
+def required_bandwidth(plan: CheckpointPlan, save_seconds: float, *, fixed_seconds: float, writer_cpu_seconds: float,
+                       overlap: bool) -> tuple[float, float] | None:
+    """The model solved for bandwidth: (aggregate, busiest node's) bytes/s that finish a save in `save_seconds`.
 
-    None when the per-file, fsync, coordination and serialisation terms alone already exceed the time:
-    no bandwidth helps.
+    `fixed_seconds` is what no bandwidth shortens (per-file, fsync, coordination terms); `writer_cpu_seconds` the
+    busiest writer's CPU part (serialise, plus the page-cache copy where it overlaps the flush). With `overlap` (the
+    buffered path with a page-cache figure) the flush gets the whole time left, if the CPU part fits in it;
+    otherwise the CPU part comes first. None when no bandwidth is enough.
     """
+    left = save_seconds - fixed_seconds
+    if overlap:
+        if writer_cpu_seconds >= left:
+            return None
+    else:
+        left -= writer_cpu_seconds
+    if left <= 0:
+        return None
+    return plan.total_bytes / left, plan.busiest_node.bytes / left
+
+
+def required_bandwidth_on(plan: CheckpointPlan, profile: StorageProfile, save_seconds: float,
+                          given_serializers: dict[str, float] | None = None) -> tuple[float, float] | None:
+    """required_bandwidth with the fixed terms and the writers' CPU part that `profile` gives this plan."""
     fixed = predict_save(plan, profile, given_serializers=given_serializers)
     rates = machine_figures(profile.calibration, given_serializers).rates()
     loads = writer_loads(plan, plan.busiest_node.node, rates).values()
-    left = save_seconds - fixed.metadata_seconds - fixed.fsync_tail_seconds - fixed.coordination_seconds
-    if fixed.write_path == "buffered" and profile.page_cache_write:
-        # the flush overlaps the writers' CPU work: it gets the whole time, if the CPU part fits in it
-        if max(ser + b / profile.page_cache_write.bytes_per_s for b, ser in loads) >= left:
-            return None
-    else:
-        left -= max(ser for _, ser in loads)
-    if left <= 0:
-        return None
-    return plan.total_bytes / left, max(n.bytes for n in plan.nodes) / left
+    overlap = fixed.write_path == "buffered" and profile.page_cache_write is not None
+    copy = profile.page_cache_write.bytes_per_s if overlap and profile.page_cache_write else math.inf
+    return required_bandwidth(plan, save_seconds, overlap=overlap,
+                              fixed_seconds=fixed.metadata_seconds + fixed.fsync_tail_seconds + fixed.coordination_seconds,
+                              writer_cpu_seconds=max(ser + b / copy for b, ser in loads))
 
 
 def required_file_rate(plan: CheckpointPlan, seconds: float) -> float:

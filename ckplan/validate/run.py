@@ -47,7 +47,7 @@ def validate(path: Path, plan: CheckpointPlan, profile: StorageProfile, *, scale
     notes: list[str] = []
     stall_error = None
     if mode == "async":
-        from ckplan.planning.recommend import snapshot_seconds
+        from ckplan.planning.scenario import snapshot_seconds
         from ckplan.planning.policy import Policy
         stall_pred = snapshot_seconds(plan, Policy()) * scale
         if blocking:
