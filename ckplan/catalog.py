@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
-from ckplan.errors import InputError
+from ckplan.errors import InputError, did_you_mean
 from ckplan.readers import validation_message
 from ckplan.sizing.architecture import Architecture
 
@@ -57,17 +57,10 @@ def models() -> dict[str, Architecture]:
     return out
 
 
-def closest(name: str, choices: list[str]) -> str:
-    import difflib
-
-    near = difflib.get_close_matches(name.lower(), choices, n=3, cutoff=0.4)
-    return f"; did you mean {', '.join(near)}?" if near else f"; known: {', '.join(choices)}"
-
-
 def model(name: str) -> Architecture:
     catalog = models()
     if name.lower() not in catalog:
-        raise InputError(f"unknown model {name!r}{closest(name, sorted(catalog))}")
+        raise InputError(f"unknown model {name!r}{did_you_mean(name, sorted(catalog))}")
     return catalog[name.lower()]
 
 

@@ -27,3 +27,11 @@ class MeasurementFailed(RuntimeError):
 def missing_extra(what: str, package: str, extra: str) -> EnvironmentProblem:
     """The error for an optional dependency that is not installed, with the pip command that installs it."""
     return EnvironmentProblem(f"{what} needs {package}: pip install 'ckplan[{extra}]'")
+
+
+def did_you_mean(name: str, choices: list[str]) -> str:
+    """'; did you mean a, b?' for the near misses of `name` among `choices`, else the list of known choices."""
+    import difflib
+
+    near = difflib.get_close_matches(name.lower(), choices, n=3, cutoff=0.4)
+    return f"; did you mean {', '.join(near)}?" if near else f"; known: {', '.join(choices)}"

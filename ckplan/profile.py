@@ -161,11 +161,19 @@ class StorageProfile(BaseModel):
 
     def bandwidth_at(self, writers: int, path: WritePath = "buffered") -> float:
         """Per-host bandwidth at this many writers: interpolated on the measured curve, flat beyond it."""
-        points = sorted(self.curve(path)[0], key=lambda p: p.writers)
-        if writers <= points[0].writers:
-            return points[0].bytes_per_s * writers / points[0].writers
-        for lo, hi in zip(points, points[1:]):
-            if writers <= hi.writers:
-                frac = (writers - lo.writers) / (hi.writers - lo.writers)
-                return lo.bytes_per_s + frac * (hi.bytes_per_s - lo.bytes_per_s)
-        return max(p.bytes_per_s for p in points)
+        points = self.curve(path)[0]
+        inside = interpolate([(p.writers, p.bytes_per_s) for p in points], writers)
+        return inside if inside is not None else max(p.bytes_per_s for p in points)
+
+
+def interpolate(points: list[tuple[float, float]], x: float) -> float | None:
+    """A measured curve at x: proportional below its first point (fewer writers or hosts share less), linear
+    between points, and None beyond the last, where each caller states its own rule (flat for writers on one
+    host, the per-host share for more hosts)."""
+    points = sorted(points)
+    if x <= points[0][0]:
+        return points[0][1] * x / points[0][0]
+    for (x0, y0), (x1, y1) in zip(points, points[1:]):
+        if x <= x1:
+            return y0 + (x - x0) / (x1 - x0) * (y1 - y0)
+    return None

@@ -67,4 +67,4 @@ def resolve(spec: str) -> StorageProfile:
     if spec in builtin:
         return builtin[spec]
     names = sorted(set(saved()) | set(builtin))
-    raise InputError(f"unknown storage {spec!r}{catalog.closest(spec, names)}")
+    raise InputError(f"unknown storage {spec!r}{did_you_mean(spec, names)}")

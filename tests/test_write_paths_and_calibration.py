@@ -149,9 +149,8 @@ def test_recommend_cli_shows_measured_here_from_a_profile_file(tmp_path):
 
 def test_replay_of_the_same_plan_and_path_overrides_the_model():
     p = plan("deepspeed")
-    from ckplan.planning.savetime import plan_fingerprint
     r = Replay(method="framework saver", write_path="buffered", seconds=3.0, bytes=1, files=1, writers=2, scale=1.0,
-               plan_fingerprint=plan_fingerprint(p), full_scale_seconds=3.0, spread=Spread.of([2.9, 3.0, 3.4]))
+               plan_fingerprint=p.fingerprint, full_scale_seconds=3.0, spread=Spread.of([2.9, 3.0, 3.4]))
     prof = profile().model_copy(update={"replay": r})
     assert predict_save(p, prof).seconds == 3.0
     # the same manifest written with O_DIRECT is another save: the replay does not apply

@@ -40,7 +40,7 @@ from typing import Literal
 from pydantic import BaseModel
 
 from ckplan.planning.policy import DEFAULT_DCP_FIXED_S, DEFAULT_SERIALIZE_BYTES_PER_S
-from ckplan.profile import Calibration, StorageProfile
+from ckplan.profile import Calibration, StorageProfile, interpolate
 from ckplan.sizing.layouts.base import WritePath
 from ckplan.sizing.plan import CheckpointPlan
 
@@ -97,11 +97,6 @@ class SaveTime(BaseModel):
     notes: list[str] = []
 
 
-def plan_fingerprint(plan: CheckpointPlan) -> str:
-    from ckplan.probe.replay import fingerprint
-    return fingerprint([(f.path, f.bytes, f.rank) for f in plan.manifest])
-
-
 def aggregate_bandwidth(profile: StorageProfile, node_bw: float, nodes: int) -> float:
     """Bandwidth of `nodes` hosts writing at once.
 
@@ -111,15 +106,13 @@ def aggregate_bandwidth(profile: StorageProfile, node_bw: float, nodes: int) -> 
     nodes, capped by the limit.
     """
     limit = profile.aggregate_limit_bytes_per_s if profile.shared and profile.aggregate_limit_bytes_per_s else math.inf
-    points = sorted(profile.aggregate_bandwidth, key=lambda p: p.hosts)
-    if not points:
+    if not profile.aggregate_bandwidth:
         return min(node_bw * nodes, limit)
-    if nodes <= points[0].hosts:
-        return points[0].bytes_per_s * nodes / points[0].hosts
-    for lo, hi in zip(points, points[1:]):
-        if nodes <= hi.hosts:
-            return lo.bytes_per_s + (nodes - lo.hosts) / (hi.hosts - lo.hosts) * (hi.bytes_per_s - lo.bytes_per_s)
-    return min(points[-1].bytes_per_s * nodes / points[-1].hosts, limit)
+    inside = interpolate([(p.hosts, p.bytes_per_s) for p in profile.aggregate_bandwidth], nodes)
+    if inside is not None:
+        return inside
+    last = max(profile.aggregate_bandwidth, key=lambda p: p.hosts)
+    return min(last.bytes_per_s * nodes / last.hosts, limit)
 
 
 def writer_loads(plan: CheckpointPlan, node: int, serialize_bytes_per_s: dict[str, float]) -> dict[int, tuple[float, float]]:
@@ -154,7 +147,7 @@ def predict_save(plan: CheckpointPlan, profile: StorageProfile, *, total_bytes: 
     agg_bw = aggregate_bandwidth(profile, node_bw, nodes)
     default_shape = total_bytes == plan.total_bytes and node_files == busiest.files and framework_costs
     replay = profile.replay
-    if replay and default_shape and replay.plan_fingerprint == plan_fingerprint(plan) and replay.write_path == plan.write_path:
+    if replay and default_shape and replay.plan_fingerprint == plan.fingerprint and replay.write_path == plan.write_path:
         r = replay.full_scale_seconds
         return SaveTime(seconds=r, bandwidth_seconds=r, serialize_seconds=replay.serialize_seconds,
                         coordination_seconds=replay.fixed_seconds, metadata_seconds=0, fsync_tail_seconds=0,

@@ -318,7 +318,6 @@ def _replay(job, run, timeout, progress, raw) -> Replay:
     """Host k writes node k's share: one fio job per rank, writing that rank's files one after another,
     each fsynced on close. fio draws each file's size within the rank's smallest…largest file, so a rank
     with files of mixed sizes is approximated; the bytes written are reported as fio counted them."""
-    from ckplan.probe.replay import fingerprint
 
     nodes = sorted({f.node for f in job.plan.manifest})[: len(job.hosts)]
     hosts = job.hosts[: len(nodes)]
@@ -342,5 +341,5 @@ def _replay(job, run, timeout, progress, raw) -> Replay:
     files = sum(int(j.options["nrfiles"]) for jobs in jobs_by_host.values() for j in jobs)
     full = sum(f.bytes for f in job.plan.manifest if f.node in nodes)
     return Replay(seconds=seconds, bytes=written, files=files, writers=max(len(j) for j in jobs_by_host.values()),
-                  scale=job.scale, plan_fingerprint=fingerprint([(f.path, f.bytes, f.rank) for f in job.plan.manifest]),
+                  scale=job.scale, plan_fingerprint=job.plan.fingerprint,
                   full_scale_seconds=seconds * full / written)

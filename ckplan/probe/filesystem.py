@@ -299,7 +299,7 @@ def _replay(scratch, plan, files, scale, settings, direct_ok, calibration, progr
     counted: it was the slowest every time (issue 13: 3.45 s against 1.46-1.65 s for the next three of the same
     two 1.2 GB files on the development VM's disk).
     """
-    from ckplan.planning.savetime import machine_figures, plan_fingerprint, writer_loads
+    from ckplan.planning.savetime import machine_figures, writer_loads
     from ckplan.validate.calibrate import torch_available
 
     total = sum(f.bytes for f in files)
@@ -347,7 +347,7 @@ def _replay(scratch, plan, files, scale, settings, direct_ok, calibration, progr
     spread = Spread.of(times)
     scaled_part = max(0.0, spread.median - (fixed if method == "framework saver" else 0.0))
     return Replay(method=method, write_path=path, seconds=spread.median, bytes=total, files=len(files), writers=writers,
-                  scale=scale, plan_fingerprint=plan_fingerprint(plan),
+                  scale=scale, plan_fingerprint=plan.fingerprint,
                   full_scale_seconds=fixed + scaled_part * full_bytes / total + serialize, fixed_seconds=fixed,
                   serialize_seconds=serialize, spread=spread)
 

@@ -9,7 +9,6 @@ careful torch.save wrappers.
 
 from __future__ import annotations
 
-import hashlib
 import mmap
 import os
 import threading
@@ -31,14 +30,6 @@ class FileToWrite:
     path: str  # relative to the save directory
     bytes: int
     writer: int
-
-
-def fingerprint(manifest: list[tuple[str, int, int]]) -> str:
-    """Identifies a plan's manifest, so a profile's replay is reused only for the same plan."""
-    digest = hashlib.sha256()
-    for path, size, rank in manifest:
-        digest.update(f"{path}\0{size}\0{rank}\n".encode())
-    return digest.hexdigest()[:16]
 
 
 def node_share(manifest, node: int | None = None) -> tuple[int, list]:

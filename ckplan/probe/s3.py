@@ -380,7 +380,7 @@ def _replay(job, writer, scratch, pool, phase) -> Replay:
     total = sum(f.bytes for f in files)
     full = sum(f.bytes for f in replay.node_share(job.plan.manifest)[1])
     return Replay(seconds=spread.median, bytes=total, files=len(files), writers=len(by_writer), scale=job.scale,
-                  plan_fingerprint=replay.fingerprint([(f.path, f.bytes, f.rank) for f in job.plan.manifest]),
+                  plan_fingerprint=job.plan.fingerprint,
                   full_scale_seconds=spread.median * full / total, spread=spread)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections import defaultdict
 from typing import Annotated, Literal
@@ -9,7 +10,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, Field, field_validator, model_validator
 
 from ckplan import __version__
-from ckplan.errors import InputError
+from ckplan.errors import InputError, did_you_mean
 from ckplan.sizing.architecture import Architecture, parameter_count, tensors as model_tensors
 from ckplan.sizing.layouts import LAYOUTS
 from ckplan.sizing.layouts.base import LayoutInput, ManifestFile, Parallelism, WritePath
@@ -116,6 +117,14 @@ class CheckpointPlan(BaseModel):
     interval: IntervalDemand | None = None
 
     @property
+    def fingerprint(self) -> str:
+        """Identifies the manifest (paths, sizes, ranks), so a profile's replay is reused only for the same plan."""
+        digest = hashlib.sha256()
+        for f in self.manifest:
+            digest.update(f"{f.path}\0{f.bytes}\0{f.rank}\n".encode())
+        return digest.hexdigest()[:16]
+
+    @property
     def busiest_node(self) -> NodeLoad:
         """The node writing the most bytes: it bounds a synchronous save."""
         return max(self.nodes, key=lambda n: n.bytes)
@@ -159,14 +168,11 @@ def build_plan(*, arch: Architecture, parameters: int | None = None, model_name:
     gpus_per_node defaults to DEFAULT_GPUS_PER_NODE, or to gpus when the job is smaller than one such node.
     """
     if optimizer not in OPTIMIZERS:
-        from ckplan.catalog import closest
-        raise InputError(f"unknown optimizer {optimizer!r}{closest(optimizer, list(OPTIMIZERS))}")
+        raise InputError(f"unknown optimizer {optimizer!r}{did_you_mean(optimizer, list(OPTIMIZERS))}")
     if precision not in PRECISIONS:
-        from ckplan.catalog import closest
-        raise InputError(f"unknown precision {precision!r}{closest(precision, list(PRECISIONS))}")
+        raise InputError(f"unknown precision {precision!r}{did_you_mean(precision, list(PRECISIONS))}")
     if framework not in LAYOUTS:
-        from ckplan.catalog import closest
-        raise InputError(f"unknown framework {framework!r}{closest(framework, sorted(LAYOUTS))}")
+        raise InputError(f"unknown framework {framework!r}{did_you_mean(framework, sorted(LAYOUTS))}")
     par = _parallelism(arch, gpus, gpus_per_node, tp, pp, zero)
     layout = LAYOUTS[framework]
     layout.check(par)
