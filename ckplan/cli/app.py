@@ -207,14 +207,15 @@ def _policy(*, max_loss: str = "1h", max_overhead: str = "5%", mode: str = "sync
             stall_time: str | None = None, serialize_bandwidth: list[str] | None = None, **_ignored):
     """The policy flags, parsed. Extra keyword arguments (the plan flags of a command's locals()) are ignored."""
     from ckplan.planning.policy import Policy
-    from ckplan.units import MAX_FAILURES_PER_DAY, check_range, parse_bytes, parse_duration, parse_fraction, parse_rate
+    from ckplan.units import (MAX_FAILURES_PER_1000_NODE_DAYS, MAX_FAILURES_PER_DAY, check_range, parse_bytes,
+                              parse_duration, parse_fraction, parse_rate)
 
     if mode not in ("sync", "async"):
         raise InputError(f"--mode must be sync or async, got {mode!r}")
     if stall_time is not None and mode != "async":
         raise InputError("--stall-time applies to --mode async only")
-    check_range(node_failure_rate, "--node-failure-rate", 0, MAX_FAILURES_PER_DAY * 1000,
-                limit=f"{MAX_FAILURES_PER_DAY * 1000:,} per 1,000 node-days, one a second")
+    check_range(node_failure_rate, "--node-failure-rate", 0, MAX_FAILURES_PER_1000_NODE_DAYS,
+                limit=f"{MAX_FAILURES_PER_1000_NODE_DAYS:,} per 1,000 node-days, one a second")
     check_range(job_failure_rate, "--job-failure-rate", 0, MAX_FAILURES_PER_DAY, limit=f"{MAX_FAILURES_PER_DAY:,} a day, one a second")
     from ckplan.planning.policy import DEFAULT_SERIALIZE_BYTES_PER_S
 
