@@ -9,7 +9,6 @@ into its byte planes (sign/exponent bytes together), which helps zstd on floats.
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 

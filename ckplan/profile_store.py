@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 from ckplan import catalog
-from ckplan.errors import InputError
+from ckplan.errors import InputError, did_you_mean
 from ckplan.profile import SCHEMA_VERSION, StorageProfile
 
 

@@ -8,7 +8,6 @@ under 1 s. Prints one line per figure; exits 1 if a target is missed.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import statistics

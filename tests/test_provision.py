@@ -5,7 +5,7 @@ from hypothesis import given, settings, strategies as st
 
 from ckplan import catalog
 from ckplan.planning.policy import Policy
-from ckplan.planning.provision import provision_one, provision_sweep, provisioned_profile
+from ckplan.planning.provision import provision_one, provisioned_profile
 from ckplan.planning.recommend import recommend
 from ckplan.sizing.plan import build_plan
 from tests.conftest import assert_one_line_error, run_cli, run_json

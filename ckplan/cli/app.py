@@ -9,12 +9,15 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
 from ckplan.cli import options as o
 from ckplan.errors import EnvironmentProblem, InputError, MeasurementFailed
+
+if TYPE_CHECKING:
+    from ckplan.planning.policy import Policy
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Plan checkpoint intervals and the storage they need.")
@@ -31,10 +34,9 @@ def _global_options(
 
 
 @app.command()
+@o.plan_options(plan_file=False)
 def size(
-    params: o.Params = None, model: o.Model = None, optimizer: o.Optimizer = "adam", precision: o.Precision = "bf16-mixed",
-    framework: o.Framework = "deepspeed", gpus: o.Gpus = 8, gpus_per_node: o.GpusPerNode = None, tp: o.Tp = 1, pp: o.Pp = 1,
-    zero: o.Zero = 1, dtype: o.Dtype = None, option: o.Option = None,
+    spec: o.PlanSpec,
     interval: Annotated[Optional[str], typer.Option(help="Save interval, e.g. 5m: adds the bandwidth and IOPS it needs.")] = None,
     max_overhead: Annotated[str, typer.Option("--max-overhead", help="Share of the interval a save may block, e.g. 5%.")] = "5%",
     full_manifest: Annotated[bool, typer.Option("--full-manifest", help="List every file.")] = False,
@@ -46,7 +48,7 @@ def size(
 
     interval_s = parse_duration(interval, "--interval") if interval is not None else None
     overhead = parse_fraction(max_overhead, "--max-overhead")
-    plan = o.build_plan_from_flags(params, model, optimizer, precision, framework, gpus, gpus_per_node, tp, pp, zero, dtype, option)
+    plan = spec.plan()
     if interval_s is not None:
         plan = plan.model_copy(update={"interval": interval_demand(plan, interval_s, overhead)})
     if json:
@@ -200,87 +202,18 @@ def profiles(json: o.Json = False) -> None:
     _emit(ProfileList.collect(), json, "ckplan.render.profile", "render_profiles")
 
 
-def _policy(*, max_loss: str = "1h", max_overhead: str = "5%", mode: str = "sync", mtbf: str | None = None,
-            node_failure_rate: float = 5.0, job_failure_rate: float = 1.0, restart: str = "10m",
-            iteration_time: str | None = None, snapshot_bandwidth: str = "20GB/s", host_memory: str = "2TiB",
-            local_disk: str = "30.72TB", changed_fraction: str = "100%", save_time: str | None = None,
-            stall_time: str | None = None, serialize_bandwidth: list[str] | None = None, **_ignored):
-    """The policy flags, parsed. Extra keyword arguments (the plan flags of a command's locals()) are ignored."""
-    from ckplan.planning.policy import Policy
-    from ckplan.units import (MAX_FAILURES_PER_1000_NODE_DAYS, MAX_FAILURES_PER_DAY, check_range, parse_bytes,
-                              parse_duration, parse_fraction, parse_rate)
-
-    if mode not in ("sync", "async"):
-        raise InputError(f"--mode must be sync or async, got {mode!r}")
-    if stall_time is not None and mode != "async":
-        raise InputError("--stall-time applies to --mode async only")
-    check_range(node_failure_rate, "--node-failure-rate", 0, MAX_FAILURES_PER_1000_NODE_DAYS,
-                limit=f"{MAX_FAILURES_PER_1000_NODE_DAYS:,} per 1,000 node-days, one a second")
-    check_range(job_failure_rate, "--job-failure-rate", 0, MAX_FAILURES_PER_DAY, limit=f"{MAX_FAILURES_PER_DAY:,} a day, one a second")
-    from ckplan.planning.policy import DEFAULT_SERIALIZE_BYTES_PER_S
-
-    serializers = {}
-    for fmt, rate in o.pairs(serialize_bandwidth, "--serialize-bandwidth").items():
-        if fmt not in DEFAULT_SERIALIZE_BYTES_PER_S:
-            raise InputError(f"--serialize-bandwidth takes {' or '.join(f'{k}=RATE' for k in DEFAULT_SERIALIZE_BYTES_PER_S)}, "
-                             f"got {fmt!r}")
-        serializers[fmt] = parse_rate(rate, "--serialize-bandwidth")
-    return Policy(
-        serialize_bytes_per_s=serializers, mode=mode, max_loss_s=parse_duration(max_loss, "--max-loss"),
-        max_overhead=parse_fraction(max_overhead, "--max-overhead"),
-        mtbf_s=parse_duration(mtbf, "--mtbf") if mtbf is not None else None,
-        node_failures_per_1000_days=node_failure_rate, job_failures_per_day=job_failure_rate,
-        restart_s=parse_duration(restart, "--restart", allow_zero=True),
-        iteration_s=parse_duration(iteration_time, "--iteration-time") if iteration_time else None,
-        snapshot_bytes_per_s=parse_rate(snapshot_bandwidth, "--snapshot-bandwidth"),
-        host_memory_bytes=parse_bytes(host_memory, "--host-memory"), local_disk_bytes=parse_bytes(local_disk, "--local-disk"),
-        changed_fraction=parse_fraction(changed_fraction, "--changed-fraction", allow_one=True),
-        save_time_s=parse_duration(save_time, "--save-time") if save_time else None,
-        stall_time_s=parse_duration(stall_time, "--stall-time") if stall_time else None)
-
-
-def _plan_and_policy(args: dict):
-    """The plan (flags or --plan) and the policy, from a command's locals()."""
-    plan = o.resolve_plan(args["ctx"], args["plan_file"], args["params"], args["model"], args["optimizer"], args["precision"],
-                          args["framework"], args["gpus"], args["gpus_per_node"], args["tp"], args["pp"], args["zero"],
-                          args["dtype"], args["option"])
-    return plan, _policy(**args)
-
-
-MaxLoss = Annotated[str, typer.Option("--max-loss", help="Most work a crash may destroy, e.g. 1h.", rich_help_panel="Policy")]
-MaxOverhead = Annotated[str, typer.Option("--max-overhead", help="Share of time saves may block, e.g. 5%.", rich_help_panel="Policy")]
-Mode = Annotated[str, typer.Option(help="sync or async (snapshot to host memory, persist in the background).", rich_help_panel="Policy")]
-Mtbf = Annotated[Optional[str], typer.Option(help="Job mean time between interruptions, e.g. 8h (overrides the rates).", rich_help_panel="Failures")]
-NodeRate = Annotated[float, typer.Option("--node-failure-rate", help="Interruptions per 1,000 node-days.", rich_help_panel="Failures")]
-JobRate = Annotated[float, typer.Option("--job-failure-rate", help="Job-level interruptions per day (software, network).", rich_help_panel="Failures")]
-Restart = Annotated[str, typer.Option(help="Restart cost: detect, reschedule, load, warm up.", rich_help_panel="Failures")]
-IterTime = Annotated[Optional[str], typer.Option("--iteration-time", help="Seconds per training step, to give the interval in steps.", rich_help_panel="Policy")]
-Snapshot = Annotated[str, typer.Option("--snapshot-bandwidth", help="Async: device→host copy per GPU.", rich_help_panel="Assumptions")]
-HostMem = Annotated[str, typer.Option("--host-memory", help="Host memory per node (async snapshot, /dev/shm staging).", rich_help_panel="Assumptions")]
-LocalDisk = Annotated[str, typer.Option("--local-disk", help="Local NVMe capacity per node (staging).", rich_help_panel="Assumptions")]
-Changed = Annotated[str, typer.Option("--changed-fraction", help="Incremental what-if: share of bytes that change per save.", rich_help_panel="Assumptions")]
-SaveTime = Annotated[Optional[str], typer.Option("--save-time", help="A measured save time: skips the save-time model.", rich_help_panel="Measured")]
-Serialize = Annotated[Optional[list[str]], typer.Option("--serialize-bandwidth", help="Serialiser speed per writer core, e.g. torch.save=2GB/s.", rich_help_panel="Assumptions")]
-StallTime = Annotated[Optional[str], typer.Option("--stall-time", help="A measured async blocking time.", rich_help_panel="Measured")]
 Storage = Annotated[Optional[str], typer.Option("--storage", help="Saved profile name, profile file, or built-in class (local-nvme, nfs, lustre, gpfs, s3, tmpfs).")]
 
 
 @app.command()
-def recommend(
-    ctx: typer.Context, plan_file: o.PlanFile = None, params: o.Params = None, model: o.Model = None, optimizer: o.Optimizer = "adam",
-    precision: o.Precision = "bf16-mixed", framework: o.Framework = "deepspeed", gpus: o.Gpus = 8,
-    gpus_per_node: o.GpusPerNode = None, tp: o.Tp = 1, pp: o.Pp = 1, zero: o.Zero = 1, dtype: o.Dtype = None,
-    option: o.Option = None, storage: Storage = None, max_loss: MaxLoss = "1h", max_overhead: MaxOverhead = "5%",
-    mode: Mode = "sync", mtbf: Mtbf = None, node_failure_rate: NodeRate = 5.0, job_failure_rate: JobRate = 1.0,
-    restart: Restart = "10m", iteration_time: IterTime = None, snapshot_bandwidth: Snapshot = "20GB/s",
-    host_memory: HostMem = "2TiB", local_disk: LocalDisk = "30.72TB", changed_fraction: Changed = "100%",
-    save_time: SaveTime = None, stall_time: StallTime = None, serialize_bandwidth: Serialize = None, json: o.Json = False,
-) -> None:
+@o.plan_options()
+@o.policy_options()
+def recommend(spec: o.PlanSpec, policy: Policy, storage: Storage = None, json: o.Json = False) -> None:
     """The shortest safe and the best checkpoint interval for a plan on a storage target, with what-ifs."""
     from ckplan import catalog
     from ckplan.planning.recommend import compare, recommend as run
 
-    plan, policy = _plan_and_policy(locals())
+    plan = spec.plan()
     if storage is None:
         _emit(compare(plan, policy, list(catalog.storage_classes().values())), json, "ckplan.render.recommend", "render_comparison")
         return
@@ -290,25 +223,20 @@ def recommend(
 
 
 @app.command()
+@o.plan_options()
+@o.policy_options()
 def report(
-    ctx: typer.Context,
+    spec: o.PlanSpec, policy: Policy,
     storage: Annotated[str, typer.Option("--storage", help="Saved profile name, profile file, or built-in class.")],
     out: Annotated[Path, typer.Option("--out", help="Directory for report.md, report.html and the PNG charts.")] = Path("ckplan-report"),
-    plan_file: o.PlanFile = None, params: o.Params = None, model: o.Model = None, optimizer: o.Optimizer = "adam",
-    precision: o.Precision = "bf16-mixed", framework: o.Framework = "deepspeed", gpus: o.Gpus = 8,
-    gpus_per_node: o.GpusPerNode = None, tp: o.Tp = 1, pp: o.Pp = 1, zero: o.Zero = 1, dtype: o.Dtype = None,
-    option: o.Option = None, max_loss: MaxLoss = "1h", max_overhead: MaxOverhead = "5%",
-    mode: Mode = "sync", mtbf: Mtbf = None, node_failure_rate: NodeRate = 5.0, job_failure_rate: JobRate = 1.0,
-    restart: Restart = "10m", iteration_time: IterTime = None, snapshot_bandwidth: Snapshot = "20GB/s",
-    host_memory: HostMem = "2TiB", local_disk: LocalDisk = "30.72TB", changed_fraction: Changed = "100%",
-    save_time: SaveTime = None, stall_time: StallTime = None, serialize_bandwidth: Serialize = None, json: o.Json = False,
+    json: o.Json = False,
 ) -> None:
     """Write a capacity-review report (Markdown, HTML, PNG charts) for a plan on a storage target."""
     from ckplan import catalog, profile_store
     from ckplan.planning.recommend import recommend as run
     from ckplan.report import write_report
 
-    plan, policy = _plan_and_policy(locals())
+    plan = spec.plan()
     profile = profile_store.resolve(storage)
     _emit(write_report(plan, profile, run(plan, profile, policy, catalog.planning_data()), out), json, "ckplan.render.recommend", "render_report_files")
 
@@ -339,19 +267,17 @@ def validate(
 
 
 @app.command()
+@o.plan_options(plan_file=False, exclude=("gpus",), framework="megatron", tp=8)
+@o.policy_options(exclude=("mode", "iteration_time", "local_disk", "changed_fraction", "save_time", "stall_time"))
 def provision(
+    spec: o.PlanSpec, policy: Policy,
     gpus: Annotated[str, typer.Option("--gpus", help="Cluster size, or a sweep: 1024,4096,16384,65536.")] = "1024,4096,16384,65536",
     mode: Annotated[str, typer.Option(help="sync, async or staged (local NVMe, then drain).")] = "sync",
     target_goodput: Annotated[Optional[str], typer.Option("--target-goodput", help="Expected ETTR to reach, e.g. 90%.")] = None,
     keep: Annotated[int, typer.Option(help="Checkpoints kept on the target.")] = 2,
     storage: Annotated[Optional[str], typer.Option("--storage", help="Check an existing profile against the need (headroom).")] = None,
     chart: Annotated[Optional[Path], typer.Option("--chart", help="Write a PNG chart of bandwidth against GPUs.")] = None,
-    plan_file: o.PlanFile = None, params: o.Params = None, model: o.Model = None, optimizer: o.Optimizer = "adam",
-    precision: o.Precision = "bf16-mixed", framework: o.Framework = "megatron", gpus_per_node: o.GpusPerNode = None,
-    tp: o.Tp = 8, pp: o.Pp = 1, zero: o.Zero = 1, dtype: o.Dtype = None, option: o.Option = None,
-    max_loss: MaxLoss = "1h", max_overhead: MaxOverhead = "5%", mtbf: Mtbf = None, node_failure_rate: NodeRate = 5.0,
-    job_failure_rate: JobRate = 1.0, restart: Restart = "10m", snapshot_bandwidth: Snapshot = "20GB/s",
-    host_memory: HostMem = "2TiB", serialize_bandwidth: Serialize = None, json: o.Json = False,
+    json: o.Json = False,
 ) -> None:
     """The write bandwidth, file rate and capacity a cluster needs for a goodput or overhead target."""
     from ckplan import catalog, profile_store
@@ -365,13 +291,8 @@ def provision(
             sizes.append(int(item))
         except ValueError:
             raise InputError(f"--gpus takes whole numbers separated by commas, got {item!r}") from None
-    policy = _policy(max_loss=max_loss, max_overhead=max_overhead, mode="async" if mode == "async" else "sync", mtbf=mtbf,
-                     node_failure_rate=node_failure_rate, job_failure_rate=job_failure_rate, restart=restart,
-                     snapshot_bandwidth=snapshot_bandwidth, host_memory=host_memory, serialize_bandwidth=serialize_bandwidth)
-    if plan_file is not None:
-        raise InputError("provision sizes the plan at each cluster size: give the plan flags, not --plan")
-    plans = [o.build_plan_from_flags(params, model, optimizer, precision, framework, g, gpus_per_node, tp, pp, zero, dtype, option)
-             for g in sizes]
+    policy = policy.model_copy(update={"mode": "async" if mode == "async" else "sync"})
+    plans = [spec.plan(gpus=g) for g in sizes]
     goodput = parse_fraction(target_goodput, "--target-goodput") if target_goodput else None
     profile = profile_store.resolve(storage) if storage else None
     sweep = provision_sweep(plans, policy, mode, goodput, keep, catalog.planning_data(), profile)

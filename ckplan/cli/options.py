@@ -1,30 +1,32 @@
-"""Options shared by every command that takes a training plan, and how they become a plan."""
+"""Option groups: the flags that describe a plan and the flags of a policy, each declared once, parsed once.
+
+A command decorated with `@plan_options(...)` receives `spec: PlanSpec`, and with `@policy_options(...)` receives
+`policy: Policy`; typer sees the group's flags in the command's signature as if they were written there. The
+flags default to "not given" (None): a plan's defaults are `build_plan`'s own and a policy's are `Policy`'s,
+from policy.py, shown in `--help` from there, so no default is restated in a signature.
+"""
 
 from __future__ import annotations
 
+import functools
+import inspect
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Callable, Optional
 
 import typer
+from pydantic import BaseModel, Field
 
 from ckplan.errors import InputError
 
+if TYPE_CHECKING:
+    from ckplan.planning.policy import Policy
+    from ckplan.sizing.plan import CheckpointPlan
+
 DEFAULT_PARAMS = "7e9"
 
-Params = Annotated[Optional[str], typer.Option("--params", help="Parameter count: 7e9, 7B, 70b, 1.5T.", rich_help_panel="Plan")]
-Model = Annotated[Optional[str], typer.Option("--model", help="A catalog model (see `ckplan models`).", rich_help_panel="Plan")]
-Optimizer = Annotated[str, typer.Option(help="adam, adamw, sgd, sgd-momentum, lion, adafactor, adam-8bit, muon, none.", rich_help_panel="Plan")]
-Precision = Annotated[str, typer.Option(help="bf16-mixed, fp16-mixed, fp32, bf16.", rich_help_panel="Plan")]
-Framework = Annotated[str, typer.Option(help="deepspeed, dcp, megatron, hf, lightning.", rich_help_panel="Plan")]
-Gpus = Annotated[int, typer.Option(help="World size.", rich_help_panel="Plan")]
-GpusPerNode = Annotated[Optional[int], typer.Option("--gpus-per-node", help="GPUs per node  [default: 8, or --gpus if fewer]", show_default=False, rich_help_panel="Plan")]
-Tp = Annotated[int, typer.Option("--tp", help="Tensor-parallel size.", rich_help_panel="Plan")]
-Pp = Annotated[int, typer.Option("--pp", help="Pipeline-parallel size.", rich_help_panel="Plan")]
-Zero = Annotated[int, typer.Option("--zero", help="ZeRO stage 0-3 (3 = FSDP full sharding).", rich_help_panel="Plan")]
-Dtype = Annotated[Optional[list[str]], typer.Option("--dtype", help="Override a state's dtype: master=none, exp_avg_sq=bf16, optimizer=bf16.", rich_help_panel="Plan")]
-Option = Annotated[Optional[list[str]], typer.Option("--option", help="Layout option, e.g. hf_shard_size=50GB.", rich_help_panel="Plan")]
-PlanFile = Annotated[Optional[Path], typer.Option("--plan", help="A plan from `ckplan size --json` instead of the flags.", rich_help_panel="Plan")]
 Json = Annotated[bool, typer.Option("--json", help="Print the result as JSON (the same model the table shows).")]
+PlanFile = Annotated[Optional[Path], typer.Option("--plan", help="A plan from `ckplan size --json`.")]
 
 
 def pairs(items: list[str] | None, flag: str) -> dict[str, str]:
@@ -37,51 +39,231 @@ def pairs(items: list[str] | None, flag: str) -> dict[str, str]:
     return out
 
 
-# The flags that describe a plan, by parameter name; a command given --plan takes none of them.
-PLAN_FLAGS = {"params": "--params", "model": "--model", "optimizer": "--optimizer", "precision": "--precision",
-              "framework": "--framework", "gpus": "--gpus", "gpus_per_node": "--gpus-per-node", "tp": "--tp", "pp": "--pp",
-              "zero": "--zero", "dtype": "--dtype", "option": "--option"}
-
-
-def given(ctx: typer.Context, name: str) -> bool:
-    """Whether the user set this parameter of the running command, rather than leaving its default.
-
-    The source is compared by name: typer 0.29 vendors click, so its ParameterSource is not click's.
-    """
-    source = ctx.get_parameter_source(name)
-    return source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP")
-
-
-def build_plan_from_flags(params, model, optimizer, precision, framework, gpus, gpus_per_node, tp, pp, zero, dtype, option):
-    from ckplan import catalog
-    from ckplan.sizing.plan import build_plan, nearest_shape
-    from ckplan.units import parse_count
-
-    if params is not None and model is not None:
-        raise InputError("give --params or --model, not both")
-    if model is not None:
-        arch, parameters = catalog.model(model), None
-    else:  # an empty --params is refused by parse_count, not replaced by the default
-        parameters = int(parse_count(DEFAULT_PARAMS if params is None else params, "--params"))
-        arch = nearest_shape(parameters, catalog.models())
-    return build_plan(arch=arch, parameters=parameters, model_name=arch.name if model else None,
-                      optimizer=optimizer.lower(), precision=precision.lower(), framework=framework.lower(),
-                      gpus=gpus, gpus_per_node=gpus_per_node, tp=tp, pp=pp, zero=zero,
-                      dtype_overrides=pairs(dtype, "--dtype"), options=pairs(option, "--option"))
-
-
-def load_plan(path: Path):
+def load_plan(path: Path) -> CheckpointPlan:
     from ckplan.readers import MAX_PLAN_BYTES, read_json_model
     from ckplan.sizing.plan import CheckpointPlan
 
     return read_json_model(path, CheckpointPlan, "plan", MAX_PLAN_BYTES, expected=" (a plan comes from `ckplan size --json`)")
 
 
-def resolve_plan(ctx: typer.Context, plan_file, params, model, optimizer, precision, framework, gpus, gpus_per_node, tp, pp,
-                 zero, dtype, option):
-    if plan_file is not None:
-        both = [flag for name, flag in PLAN_FLAGS.items() if given(ctx, name)]
-        if both:
-            raise InputError(f"give --plan or the plan flags, not both (got --plan and {', '.join(both)})")
-        return load_plan(plan_file)
-    return build_plan_from_flags(params, model, optimizer, precision, framework, gpus, gpus_per_node, tp, pp, zero, dtype, option)
+@dataclass(frozen=True)
+class Flag:
+    """One flag of a group: its parameter name, the flag, its type, help text and the default shown in --help."""
+
+    name: str
+    flag: str
+    type: Any
+    help: str
+    shown_default: str | None = None
+    panel: str = "Plan"
+
+    def parameter(self) -> inspect.Parameter:
+        option = typer.Option(self.flag, help=self.help, rich_help_panel=self.panel,
+                              show_default=self.shown_default if self.shown_default is not None else False)
+        return inspect.Parameter(self.name, inspect.Parameter.KEYWORD_ONLY, default=None,
+                                 annotation=Annotated[Optional[self.type], option])
+
+
+def _with_group(inject: str, flags: list[Flag], build: Callable[[dict[str, Any]], Any]) -> Callable:
+    """Replace the command's `inject` parameter by `flags` in what typer sees; call it with build(the flags' values)."""
+    def decorate(func: Callable) -> Callable:
+        # the command's own parameters, their annotations evaluated where the command was written (typer reads
+        # __signature__ as it is); the injected one is left out unevaluated: its type need not exist at run time
+        namespace = inspect.unwrap(func).__globals__
+        own = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY,
+                         annotation=eval(p.annotation, namespace) if isinstance(p.annotation, str) else p.annotation)
+               for p in inspect.signature(func).parameters.values() if p.name != inject]
+        names = {f.name for f in flags}
+
+        @functools.wraps(func)
+        def command(**kwargs: Any) -> Any:
+            kwargs[inject] = build({n: kwargs.pop(n) for n in names})
+            return func(**kwargs)
+
+        signature = inspect.Signature(own + [f.parameter() for f in flags])
+        command.__signature__ = signature  # type: ignore[attr-defined]
+        command.__annotations__ = {p.name: p.annotation for p in signature.parameters.values()}
+        return command
+    return decorate
+
+
+# --- the plan group -------------------------------------------------------------------------------------------
+
+def _build_defaults() -> dict[str, Any]:
+    from ckplan.sizing.plan import build_plan
+
+    return {name: p.default for name, p in inspect.signature(build_plan).parameters.items()}
+
+
+class PlanSpec(BaseModel):
+    """A plan as the user gave it: a plan file, or the plan flags (None = not given: build_plan's default)."""
+
+    plan_file: Path | None = None
+    params: str | None = None
+    model: str | None = None
+    optimizer: str | None = None
+    precision: str | None = None
+    framework: str | None = None
+    gpus: int | None = None
+    gpus_per_node: int | None = None
+    tp: int | None = None
+    pp: int | None = None
+    zero: int | None = None
+    dtype: list[str] = Field(default_factory=list)
+    option: list[str] = Field(default_factory=list)
+
+    def given_flags(self) -> list[str]:
+        return [PLAN_FLAG_NAMES[n] for n in PLAN_FLAG_NAMES if getattr(self, n) not in (None, [])]
+
+    def plan(self, gpus: int | None = None) -> CheckpointPlan:
+        """The plan: read from the file, or built from the flags (at `gpus`, for a sweep)."""
+        if self.plan_file is not None:
+            if self.given_flags():
+                raise InputError(f"give --plan or the plan flags, not both (got --plan and {', '.join(self.given_flags())})")
+            return load_plan(self.plan_file)
+        from ckplan import catalog
+        from ckplan.sizing.plan import build_plan, nearest_shape
+        from ckplan.units import parse_count
+
+        if self.params is not None and self.model is not None:
+            raise InputError("give --params or --model, not both")
+        if self.model is not None:
+            arch, parameters = catalog.model(self.model), None
+        else:  # an empty --params is refused by parse_count, not replaced by the default
+            parameters = int(parse_count(DEFAULT_PARAMS if self.params is None else self.params, "--params"))
+            arch = nearest_shape(parameters, catalog.models())
+        chosen = {k: v for k, v in dict(optimizer=self.optimizer, precision=self.precision, framework=self.framework,
+                                        gpus=gpus if gpus is not None else self.gpus, gpus_per_node=self.gpus_per_node,
+                                        tp=self.tp, pp=self.pp, zero=self.zero).items() if v is not None}
+        chosen.update({k: v.lower() for k, v in chosen.items() if isinstance(v, str)})
+        return build_plan(arch=arch, parameters=parameters, model_name=arch.name if self.model else None,
+                          dtype_overrides=pairs(self.dtype, "--dtype"), options=pairs(self.option, "--option"), **chosen)
+
+
+PLAN_FLAG_NAMES = {"params": "--params", "model": "--model", "optimizer": "--optimizer", "precision": "--precision",
+                   "framework": "--framework", "gpus": "--gpus", "gpus_per_node": "--gpus-per-node", "tp": "--tp",
+                   "pp": "--pp", "zero": "--zero", "dtype": "--dtype", "option": "--option"}
+
+
+def _plan_flags(defaults: dict[str, Any], exclude: tuple[str, ...]) -> list[Flag]:
+    from ckplan.sizing.layouts import LAYOUTS
+    from ckplan.sizing.states import OPTIMIZERS, PRECISIONS
+
+    d = {**_build_defaults(), **defaults}
+    flags = [
+        Flag("params", "--params", str, "Parameter count: 7e9, 7B, 70b, 1.5T.", DEFAULT_PARAMS),
+        Flag("model", "--model", str, "A catalog model (see `ckplan models`)."),
+        Flag("optimizer", "--optimizer", str, ", ".join(OPTIMIZERS) + ".", d["optimizer"]),
+        Flag("precision", "--precision", str, ", ".join(PRECISIONS) + ".", d["precision"]),
+        Flag("framework", "--framework", str, ", ".join(LAYOUTS) + ".", d["framework"]),
+        Flag("gpus", "--gpus", int, "World size.", str(d["gpus"])),
+        Flag("gpus_per_node", "--gpus-per-node", int, "GPUs per node  [default: 8, or --gpus if fewer]"),
+        Flag("tp", "--tp", int, "Tensor-parallel size.", str(d["tp"])),
+        Flag("pp", "--pp", int, "Pipeline-parallel size.", str(d["pp"])),
+        Flag("zero", "--zero", int, "ZeRO stage 0-3 (3 = FSDP full sharding).", str(d["zero"])),
+        Flag("dtype", "--dtype", list[str], "Override a state's dtype: master=none, exp_avg_sq=bf16, optimizer=bf16."),
+        Flag("option", "--option", list[str], "Layout option, e.g. hf_shard_size=50GB."),
+    ]
+    return [f for f in flags if f.name not in exclude]
+
+
+def plan_options(*, plan_file: bool = True, exclude: tuple[str, ...] = (), **defaults: Any) -> Callable:
+    """Give the command `spec: PlanSpec` from the plan flags (and --plan, with `plan_file`). `defaults` replace
+    build_plan's for this command (provision plans a large cluster: Megatron, tp 8)."""
+    flags = _plan_flags(defaults, exclude)
+    if plan_file:
+        flags.insert(0, Flag("plan_file", "--plan", Path, "A plan from `ckplan size --json` instead of the flags."))
+
+    def build(values: dict[str, Any]) -> PlanSpec:
+        given = {k: v for k, v in values.items() if v is not None}
+        chosen = {k: v for k, v in defaults.items() if k not in given and not given.get("plan_file")}
+        return PlanSpec(**chosen, **given)
+    return _with_group("spec", flags, build)
+
+
+# --- the policy group -----------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class PolicyFlag(Flag):
+    field: str = ""  # the Policy field it sets
+    parse: Callable[[Any, str], Any] = lambda value, flag: value
+
+
+def _policy_flags() -> list[PolicyFlag]:
+    from ckplan.planning import policy as p
+    from ckplan.units import (MAX_FAILURES_PER_1000_NODE_DAYS, MAX_FAILURES_PER_DAY, check_range, fmt_bytes,
+                              fmt_duration, fmt_percent, fmt_rate, parse_bytes, parse_duration, parse_fraction, parse_rate)
+
+    def rate_check(maximum: float, limit: str) -> Callable[[Any, str], float]:
+        def check(value: float, flag: str) -> float:
+            check_range(value, flag, 0, maximum, limit=limit)
+            return value
+        return check
+
+    def serializers(items: list[str], flag: str) -> dict[str, float]:
+        out = {}
+        for fmt, rate in pairs(items, flag).items():
+            if fmt not in p.DEFAULT_SERIALIZE_BYTES_PER_S:
+                raise InputError(f"{flag} takes {' or '.join(f'{k}=RATE' for k in p.DEFAULT_SERIALIZE_BYTES_PER_S)}, got {fmt!r}")
+            out[fmt] = parse_rate(rate, flag)
+        return out
+
+    def mode(value: str, flag: str) -> str:
+        if value not in ("sync", "async"):
+            raise InputError(f"{flag} must be sync or async, got {value!r}")
+        return value
+
+    def flag(name: str, text: str, type_: Any, help_: str, shown: str | None, panel: str, field: str,
+             parse: Callable[[Any, str], Any]) -> PolicyFlag:
+        return PolicyFlag(name, text, type_, help_, shown, panel, field=field, parse=parse)
+
+    return [
+        flag("max_loss", "--max-loss", str, "Most work a crash may destroy, e.g. 1h.", fmt_duration(p.DEFAULT_MAX_LOSS_S),
+             "Policy", "max_loss_s", parse_duration),
+        flag("max_overhead", "--max-overhead", str, "Share of time saves may block, e.g. 5%.", fmt_percent(p.DEFAULT_MAX_OVERHEAD),
+             "Policy", "max_overhead", parse_fraction),
+        flag("mode", "--mode", str, "sync or async (snapshot to host memory, persist in the background).", "sync",
+             "Policy", "mode", mode),
+        flag("iteration_time", "--iteration-time", str, "Seconds per training step, to give the interval in steps.", None,
+             "Policy", "iteration_s", parse_duration),
+        flag("mtbf", "--mtbf", str, "Job mean time between interruptions, e.g. 8h (overrides the rates).", None,
+             "Failures", "mtbf_s", parse_duration),
+        flag("node_failure_rate", "--node-failure-rate", float, "Interruptions per 1,000 node-days.",
+             f"{p.DEFAULT_NODE_FAILURES_PER_1000_DAYS:g}", "Failures", "node_failures_per_1000_days",
+             rate_check(MAX_FAILURES_PER_1000_NODE_DAYS, f"{MAX_FAILURES_PER_1000_NODE_DAYS:,} per 1,000 node-days, one a second")),
+        flag("job_failure_rate", "--job-failure-rate", float, "Job-level interruptions per day (software, network).",
+             f"{p.DEFAULT_JOB_FAILURES_PER_DAY:g}", "Failures", "job_failures_per_day",
+             rate_check(MAX_FAILURES_PER_DAY, f"{MAX_FAILURES_PER_DAY:,} a day, one a second")),
+        flag("restart", "--restart", str, "Restart cost: detect, reschedule, load, warm up.", fmt_duration(p.DEFAULT_RESTART_S),
+             "Failures", "restart_s", lambda v, f: parse_duration(v, f, allow_zero=True)),
+        flag("snapshot_bandwidth", "--snapshot-bandwidth", str, "Async: device→host copy per GPU.",
+             fmt_rate(p.DEFAULT_SNAPSHOT_BYTES_PER_S), "Assumptions", "snapshot_bytes_per_s", parse_rate),
+        flag("host_memory", "--host-memory", str, "Host memory per node (async snapshot, /dev/shm staging).",
+             fmt_bytes(p.DEFAULT_HOST_MEMORY_BYTES), "Assumptions", "host_memory_bytes", parse_bytes),
+        flag("local_disk", "--local-disk", str, "Local NVMe capacity per node (staging).", fmt_bytes(p.DEFAULT_LOCAL_DISK_BYTES),
+             "Assumptions", "local_disk_bytes", parse_bytes),
+        flag("changed_fraction", "--changed-fraction", str, "Incremental what-if: share of bytes that change per save.",
+             fmt_percent(p.DEFAULT_CHANGED_FRACTION), "Assumptions", "changed_fraction",
+             lambda v, f: parse_fraction(v, f, allow_one=True)),
+        flag("serialize_bandwidth", "--serialize-bandwidth", list[str],
+             "Serialiser speed per writer core, e.g. torch.save=2GB/s (default: this machine's calibration in the "
+             "profile, else the named defaults).", None, "Assumptions", "serialize_bytes_per_s", serializers),
+        flag("save_time", "--save-time", str, "A measured save time: skips the save-time model.", None,
+             "Measured", "save_time_s", parse_duration),
+        flag("stall_time", "--stall-time", str, "A measured async blocking time.", None, "Measured", "stall_time_s",
+             parse_duration),
+    ]
+
+
+def policy_options(*, exclude: tuple[str, ...] = ()) -> Callable:
+    """Give the command `policy: Policy` from the policy flags; a flag not given keeps Policy's default (policy.py)."""
+    flags = [f for f in _policy_flags() if f.name not in exclude]
+
+    def build(values: dict[str, Any]) -> Policy:
+        from ckplan.planning.policy import Policy
+
+        chosen = {f.field: f.parse(values[f.name], f.flag) for f in flags if values[f.name] not in (None, [])}
+        if "stall_time_s" in chosen and chosen.get("mode") != "async":
+            raise InputError("--stall-time applies to --mode async only")
+        return Policy(**chosen)
+    return _with_group("policy", flags, build)

@@ -176,7 +176,7 @@ def provision_sweep(plans: list[CheckpointPlan], policy: Policy, mode: str, good
         targets["target_goodput"] = goodput
     rows = [provision_one(p, policy, mode, goodput, keep, data, storage) for p in plans]
     assumptions = [f"persist time split: {1 - METADATA_SHARE:.0%} for bytes, {METADATA_SHARE:.0%} for per-file creates and fsyncs",
-                   f"capacity = (keep + 1) × one checkpoint: the newest is written before the oldest is deleted",
+                   "capacity = (keep + 1) × one checkpoint: the newest is written before the oldest is deleted",
                    f"failures: {policy.node_failures_per_1000_days:g} per 1,000 node-days + {policy.job_failures_per_day:g} per job-day; restart {policy.restart_s:g} s",
                    "bandwidth is what the storage must sustain at the plan's writers per node, as measured by `ckplan probe`",
                    machine_figures(storage.calibration if storage else None, policy.serialize_bytes_per_s).describe()]

@@ -26,7 +26,6 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 from ckplan.errors import EnvironmentProblem, InputError, MeasurementFailed, missing_extra
