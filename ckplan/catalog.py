@@ -10,11 +10,11 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from ckplan.errors import InputError, did_you_mean
 from ckplan.readers import validation_message
-from ckplan.sizing.architecture import Architecture
+from ckplan.sizing.architecture import Architecture, parameter_count
 
 if TYPE_CHECKING:
     from ckplan.planning.compression import CompressionDefault
@@ -95,3 +95,28 @@ def planning_data() -> PlanningData:
 
     return PlanningData(storage_classes=storage_classes(), codec=compression_default())
 
+
+class CatalogEntry(BaseModel):
+    name: str
+    display: str
+    parameters: int
+    published_parameters: int
+    hidden: int
+    layers: int
+    ffn: int
+    heads: int
+    kv_heads: int
+    vocab: int
+    tied_embeddings: bool
+    experts: int
+
+
+class ModelCatalog(BaseModel):
+    """`ckplan models`: the catalog with each model's derived and published parameter counts."""
+
+    models: list[CatalogEntry]
+
+    @classmethod
+    def from_catalog(cls, catalog: dict[str, Architecture]) -> "ModelCatalog":
+        return cls(models=[CatalogEntry(parameters=parameter_count(a), **a.model_dump(include=set(CatalogEntry.model_fields) - {"parameters"}))
+                           for a in catalog.values()])

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from pydantic import BaseModel
+
 from ckplan import catalog
 from ckplan.errors import InputError, did_you_mean
 from ckplan.profile import SCHEMA_VERSION, StorageProfile
@@ -68,3 +70,29 @@ def resolve(spec: str) -> StorageProfile:
         return builtin[spec]
     names = sorted(set(saved()) | set(builtin))
     raise InputError(f"unknown storage {spec!r}{did_you_mean(spec, names)}")
+
+
+class ProfileRow(BaseModel):
+    name: str
+    source: str
+    storage_class: str
+    fs_type: str
+    best_write_bytes_per_s: float
+    files_per_s: float
+    fsync_p99_s: float
+    location: str
+
+
+class ProfileList(BaseModel):
+    profiles: list[ProfileRow]
+
+    @classmethod
+    def collect(cls) -> "ProfileList":
+        def row(p: StorageProfile, where: str) -> ProfileRow:
+            return ProfileRow(name=p.name, source=p.source, storage_class=p.storage_class, fs_type=p.fs_type,
+                              best_write_bytes_per_s=p.best_write_bytes_per_s, files_per_s=p.small_files.files_per_s,
+                              fsync_p99_s=p.fsync_latency.p99_s, location=where)
+
+        rows = [row(load_file(path), str(path)) for path in saved().values()]
+        rows += [row(p, "built-in") for p in catalog.storage_classes().values()]
+        return cls(profiles=rows)

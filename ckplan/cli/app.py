@@ -15,6 +15,7 @@ import typer
 
 from ckplan.cli import options as o
 from ckplan.errors import EnvironmentProblem, InputError, MeasurementFailed
+from ckplan.render import emit
 
 if TYPE_CHECKING:
     from ckplan.planning.policy import Policy
@@ -51,21 +52,16 @@ def size(
     plan = spec.plan()
     if interval_s is not None:
         plan = plan.model_copy(update={"interval": interval_demand(plan, interval_s, overhead)})
-    if json:
-        from ckplan.render.console import print_json
-        print_json(plan)
-    else:
-        from ckplan.render.plan import render_plan
-        render_plan(plan, full_manifest)
+    emit(plan, json, full_manifest=full_manifest)
 
 
 @app.command()
 def models(json: o.Json = False) -> None:
     """List the model catalog with derived and published parameter counts."""
     from ckplan.catalog import models as load
-    from ckplan.render.catalog import ModelCatalog
+    from ckplan.catalog import ModelCatalog
 
-    _emit(ModelCatalog.from_catalog(load()), json, "ckplan.render.catalog", "render_models")
+    emit(ModelCatalog.from_catalog(load()), json)
 
 
 EndpointUrl = Annotated[Optional[str], typer.Option("--endpoint-url", help="S3: endpoint of an S3-compatible store.", rich_help_panel="S3")]
@@ -143,7 +139,7 @@ def probe(
         print(f"saved profile {save!r} to {where}", file=sys.stderr)
     if out:
         profile_store.write(result, out)
-    _emit(result, json, "ckplan.render.profile", "render_profile")
+    emit(result, json)
 
 
 @app.command()
@@ -170,7 +166,7 @@ def calibrate(
             out.write_text(result.model_dump_json(indent=2))
         except OSError as exc:
             raise InputError(f"cannot write {out}: {exc.strerror}") from None
-    _emit(result, json, "ckplan.render.profile", "render_calibration")
+    emit(result, json)
 
 
 @app.command()
@@ -191,15 +187,15 @@ def clean(
     else:
         from ckplan.probe.clean import clean_target
         result = clean_target(Path(path), force)
-    _emit(result, json, "ckplan.render.clean", "render_clean")
+    emit(result, json)
 
 
 @app.command()
 def profiles(json: o.Json = False) -> None:
     """List saved storage profiles and the built-in storage classes."""
-    from ckplan.render.profile import ProfileList
+    from ckplan.profile_store import ProfileList
 
-    _emit(ProfileList.collect(), json, "ckplan.render.profile", "render_profiles")
+    emit(ProfileList.collect(), json)
 
 
 Storage = Annotated[Optional[str], typer.Option("--storage", help="Saved profile name, profile file, or built-in class (local-nvme, nfs, lustre, gpfs, s3, tmpfs).")]
@@ -215,11 +211,10 @@ def recommend(spec: o.PlanSpec, policy: Policy, storage: Storage = None, json: o
 
     plan = spec.plan()
     if storage is None:
-        _emit(compare(plan, policy, list(catalog.storage_classes().values())), json, "ckplan.render.recommend", "render_comparison")
+        emit(compare(plan, policy, list(catalog.storage_classes().values())), json)
         return
     from ckplan import profile_store
-    _emit(run(plan, profile_store.resolve(storage), policy, catalog.planning_data()), json, "ckplan.render.recommend",
-          "render_recommendation")
+    emit(run(plan, profile_store.resolve(storage), policy, catalog.planning_data()), json)
 
 
 @app.command()
@@ -238,7 +233,7 @@ def report(
 
     plan = spec.plan()
     profile = profile_store.resolve(storage)
-    _emit(write_report(plan, profile, run(plan, profile, policy, catalog.planning_data()), out), json, "ckplan.render.recommend", "render_report_files")
+    emit(write_report(plan, profile, run(plan, profile, policy, catalog.planning_data()), out), json)
 
 
 @app.command()
@@ -263,7 +258,7 @@ def validate(
     signal.signal(signal.SIGTERM, _interrupt)  # the save processes and scratch directory go, as on Ctrl-C
     result = run(Path(path), o.load_plan(plan_file), profile_store.resolve(storage), scale=scale, repeats=repeats,
                  mode=mode, max_bytes=parse_bytes(max_bytes, "--max-bytes") if max_bytes else None)
-    _emit(result, json, "ckplan.render.validate", "render_validation")
+    emit(result, json)
 
 
 @app.command()
@@ -299,7 +294,7 @@ def provision(
     if chart:
         from ckplan.render.provision import provision_chart
         provision_chart([sweep], chart)
-    _emit(sweep, json, "ckplan.render.provision", "render_provision")
+    emit(sweep, json)
 
 
 @app.command()
@@ -313,24 +308,18 @@ def diagnose(
     json: o.Json = False,
 ) -> None:
     """Is storage the bottleneck? Save times from training logs, their trend, and a verdict."""
-    from ckplan.diagnose.logs import extract
-    from ckplan.diagnose.trend import diagnose as run
+    from ckplan import profile_store
+    from ckplan.diagnose import diagnose_logs
     from ckplan.units import parse_duration
 
     if by not in ("save", "time"):
         raise InputError(f"--by must be save or time, got {by!r}")
     if (plan_file is None) != (storage is None):
         raise InputError("--plan and --storage go together")
-    predicted = None
-    if plan_file is not None:
-        from ckplan import profile_store
-        from ckplan.planning.policy import Policy
-        from ckplan.planning.scenario import sync_scenario
-        predicted = sync_scenario(o.load_plan(plan_file), profile_store.resolve(storage), Policy()).save_seconds
-    saves, read = extract(logs, pattern)
-    result = run(saves, [str(p) for p in logs], read, "wall time" if by == "time" else "save number",
-                 parse_duration(interval, "--interval") if interval else None, predicted)
-    _emit(result, json, "ckplan.render.diagnose", "render_diagnosis")
+    plan = o.load_plan(plan_file) if plan_file is not None else None
+    profile = profile_store.resolve(storage) if storage is not None else None
+    emit(diagnose_logs(logs, pattern, "wall time" if by == "time" else "save number",
+                       parse_duration(interval, "--interval") if interval else None, plan, profile), json)
 
 
 @app.command()
@@ -354,7 +343,7 @@ def watch(
                           parse_duration(duration, "--duration") if duration else None, on_sample)
     if record:
         device.record(result, record)
-    _emit(result, json, "ckplan.render.watch", "render_watch")
+    emit(result, json)
 
 
 @app.command()
@@ -388,7 +377,7 @@ def compress_test(
     """Measure zstd and lz4 ratio and per-core speed on real tensor bytes."""
     from ckplan.compress_test import run_compress_test
 
-    _emit(run_compress_test(file), json, "ckplan.render.compress", "render_compress")
+    emit(run_compress_test(file), json)
 
 
 def _output_file(path: Path | None, flag: str) -> None:
@@ -399,16 +388,6 @@ def _output_file(path: Path | None, flag: str) -> None:
 
 def _interrupt(signum, frame) -> None:
     raise KeyboardInterrupt
-
-
-def _emit(model, json: bool, module: str, renderer: str) -> None:
-    """Print a result as JSON or through its rich renderer."""
-    if json:
-        from ckplan.render.console import print_json
-        print_json(model)
-    else:
-        import importlib
-        getattr(importlib.import_module(module), renderer)(model)
 
 
 def main() -> None:

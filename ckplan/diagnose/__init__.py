@@ -1,1 +1,28 @@
 """Is storage the bottleneck in a running job? Save times from logs, and live device counters."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ckplan.diagnose.trend import Diagnosis
+    from ckplan.profile import StorageProfile
+    from ckplan.sizing.plan import CheckpointPlan
+
+
+def diagnose_logs(logs: list[Path], pattern: str | None = None, by: str = "save number", interval_s: float | None = None,
+                  plan: CheckpointPlan | None = None, profile: StorageProfile | None = None) -> Diagnosis:
+    """Saves from the logs, their trend and a verdict; with a plan and its storage profile, beside ckplan's prediction
+    (the sync save time under the default policy)."""
+    from ckplan.diagnose.logs import extract
+    from ckplan.diagnose.trend import diagnose
+
+    predicted = None
+    if plan is not None and profile is not None:
+        from ckplan.planning.policy import Policy
+        from ckplan.planning.scenario import sync_scenario
+
+        predicted = sync_scenario(plan, profile, Policy()).save_seconds
+    saves, read = extract(logs, pattern)
+    return diagnose(saves, [str(p) for p in logs], read, by, interval_s, predicted)

@@ -2,35 +2,10 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel
 from rich.table import Table
 
+from ckplan.catalog import ModelCatalog
 from ckplan.render.console import console
-from ckplan.sizing.architecture import Architecture, parameter_count
-
-
-class CatalogEntry(BaseModel):
-    name: str
-    display: str
-    parameters: int
-    published_parameters: int
-    hidden: int
-    layers: int
-    ffn: int
-    heads: int
-    kv_heads: int
-    vocab: int
-    tied_embeddings: bool
-    experts: int
-
-
-class ModelCatalog(BaseModel):
-    models: list[CatalogEntry]
-
-    @classmethod
-    def from_catalog(cls, catalog: dict[str, Architecture]) -> "ModelCatalog":
-        return cls(models=[CatalogEntry(parameters=parameter_count(a), **a.model_dump(include=set(CatalogEntry.model_fields) - {"parameters"}))
-                           for a in catalog.values()])
 
 
 def render_models(catalog: ModelCatalog) -> None:

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import time
 
-from pydantic import BaseModel
-
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from ckplan.profile import StorageProfile
+from ckplan.profile_store import ProfileList
 from ckplan.render.console import console, err_console
 from ckplan.units import fmt_bytes, fmt_duration, fmt_rate
 
@@ -151,7 +150,7 @@ def live_progress(total_s: float):
     return LiveProgress(total_s) if err_console().is_terminal else _NoDisplay()
 
 
-def render_profiles(listing: "ProfileList") -> None:
+def render_profiles(listing: ProfileList) -> None:
     table = Table(title="Storage profiles", title_justify="left")
     for col in ("name", "source", "class", "fs", "best write", "files/s", "fsync p99", "where"):
         table.add_column(col)
@@ -159,31 +158,3 @@ def render_profiles(listing: "ProfileList") -> None:
         table.add_row(r.name, r.source, r.storage_class, r.fs_type, fmt_rate(r.best_write_bytes_per_s),
                       f"{r.files_per_s:,.0f}", fmt_duration(r.fsync_p99_s), r.location)
     console().print(table)
-
-
-class ProfileRow(BaseModel):
-    name: str
-    source: str
-    storage_class: str
-    fs_type: str
-    best_write_bytes_per_s: float
-    files_per_s: float
-    fsync_p99_s: float
-    location: str
-
-
-class ProfileList(BaseModel):
-    profiles: list[ProfileRow]
-
-    @classmethod
-    def collect(cls) -> "ProfileList":
-        from ckplan import catalog, profile_store
-
-        def row(p: StorageProfile, where: str) -> ProfileRow:
-            return ProfileRow(name=p.name, source=p.source, storage_class=p.storage_class, fs_type=p.fs_type,
-                              best_write_bytes_per_s=p.best_write_bytes_per_s, files_per_s=p.small_files.files_per_s,
-                              fsync_p99_s=p.fsync_latency.p99_s, location=where)
-
-        rows = [row(profile_store.load_file(path), str(path)) for path in profile_store.saved().values()]
-        rows += [row(p, "built-in") for p in catalog.storage_classes().values()]
-        return cls(profiles=rows)
