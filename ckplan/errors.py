@@ -7,9 +7,22 @@ Anything else that escapes a command is a bug in ckplan (exit code 1).
 
 
 class InputError(ValueError):
-    """Bad input from the user: a flag, a file or a target. Never a bug in ckplan."""
+    """Bad input from the user: a flag, a file or a target. Never a bug in ckplan.
+
+    The library names its own parameters in a message as ‹name› (a Policy field, a build_plan parameter); it does
+    not know the CLI's flags. `render(names)` puts the caller's names in (the CLI maps ‹mtbf_s› to --mtbf), and
+    str() shows the parameter names themselves, for a caller of the library.
+    """
 
     exit_code = 2
+
+    def render(self, names: dict[str, str]) -> str:
+        import re
+
+        return re.sub(r"‹(\w+)›", lambda m: names.get(m[1], m[1]), str(self.args[0]) if self.args else "")
+
+    def __str__(self) -> str:
+        return self.render({})
 
 
 class EnvironmentProblem(RuntimeError):

@@ -20,7 +20,7 @@ def saved_dir() -> Path:
 def check_name(name: str) -> None:
     """A --save name becomes NAME.json in the profile directory: no path separator, no hidden file, one printable line."""
     if not name.strip() or "/" in name or name.startswith(".") or not name.isprintable():
-        raise InputError(f"--save takes a plain name (no '/', no leading '.', no control characters), got {name!r}")
+        raise InputError(f"‹save_name› takes a plain name (no '/', no leading '.', no control characters), got {name!r}")
 
 
 def save(profile: StorageProfile, name: str) -> Path:

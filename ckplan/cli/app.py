@@ -402,7 +402,9 @@ def main() -> None:
     _debug = os.environ.get("CKPLAN_DEBUG", "") not in ("", "0")
     try:
         result = app(standalone_mode=False)
-    except (InputError, EnvironmentProblem, MeasurementFailed) as exc:
+    except InputError as exc:
+        _fail(exc.render(o.flag_names()) or type(exc).__name__, exc.exit_code)
+    except (EnvironmentProblem, MeasurementFailed) as exc:
         _fail(str(exc) or type(exc).__name__, exc.exit_code)
     except KeyboardInterrupt:
         print("ckplan: interrupted", file=sys.stderr)

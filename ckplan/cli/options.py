@@ -267,3 +267,12 @@ def policy_options(*, exclude: tuple[str, ...] = ()) -> Callable:
             raise InputError("--stall-time applies to --mode async only")
         return Policy(**chosen)
     return _with_group("policy", flags, build)
+
+
+def flag_names() -> dict[str, str]:
+    """Library parameter → CLI flag, for the ‹name›s in an InputError's message (errors.InputError.render)."""
+    names = {f.name: f.flag for f in _plan_flags({}, ())}
+    names.update({f.field: f.flag for f in _policy_flags()})
+    names.update(dtype_overrides="--dtype", options="--option", plan_file="--plan", save_name="--save", keep="--keep",
+                 goodput="--target-goodput")
+    return names

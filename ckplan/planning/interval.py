@@ -62,5 +62,5 @@ def job_mtbf(nodes: int, failures_per_1000_node_days: float, job_failures_per_da
     """M_job = 1 / (nodes × node rate + job rate), in seconds."""
     rate_per_day = nodes * failures_per_1000_node_days / 1000 + job_failures_per_day
     if rate_per_day <= 0:
-        raise InputError("the failure rates add up to zero: give --mtbf or positive rates")
+        raise InputError("the failure rates add up to zero: give ‹mtbf_s› or positive rates")
     return 86400 / rate_per_day

@@ -166,11 +166,11 @@ def _dominant(plan, policy, mode, mtbf, goodput, floor, local) -> str:
 def provision_sweep(plans: list[CheckpointPlan], policy: Policy, mode: str, goodput: float | None, keep: int,
                     data: PlanningData, storage: StorageProfile | None = None) -> ProvisionSweep:
     if mode not in ("sync", "async", "staged"):
-        raise InputError(f"--mode must be sync, async or staged, got {mode!r}")
+        raise InputError(f"‹mode› must be sync, async or staged, got {mode!r}")
     if keep < 1:
-        raise InputError("--keep must be ≥ 1")
+        raise InputError("‹keep› must be ≥ 1")
     if goodput is not None and not 0 < goodput < 1:
-        raise InputError("--target-goodput must lie between 0% and 100%")
+        raise InputError("‹goodput› must lie between 0% and 100%")
     targets = {"max_overhead": policy.max_overhead, "max_loss_s": policy.max_loss_s}
     if goodput is not None:
         targets["target_goodput"] = goodput

@@ -59,7 +59,7 @@ class Recommendation(BaseModel):
 def recommend(plan: CheckpointPlan, profile: StorageProfile, policy: Policy, data: PlanningData | None = None) -> Recommendation:
     """The recommendation for `plan` on `profile`; with `data` (the built-in tiers and codec), its what-ifs too."""
     if policy.max_loss_s <= 0:
-        raise InputError("--max-loss must be > 0")
+        raise InputError("‹max_loss_s› must be > 0")
     mtbf, mtbf_source = job_mtbf_with_source(plan, policy)
     scenario = async_scenario(plan, profile, policy, "as planned") if policy.mode == "async" else sync_scenario(plan, profile, policy)
     ev, constraints = evaluate(scenario, mtbf, policy)

@@ -156,7 +156,7 @@ def job_mtbf_with_source(plan: CheckpointPlan, policy: Policy) -> tuple[float, s
     """The job's MTBF: given (--mtbf), or from the failure rates (interval.job_mtbf), with a line saying which."""
     if policy.mtbf_s is not None:
         if policy.mtbf_s <= 0:
-            raise InputError("--mtbf must be > 0")
+            raise InputError("‹mtbf_s› must be > 0")
         return policy.mtbf_s, "given (--mtbf)"
     m = interval.job_mtbf(plan.setup.nodes, policy.node_failures_per_1000_days, policy.job_failures_per_day)
     return m, (f"{plan.setup.nodes} node(s) × {policy.node_failures_per_1000_days:g} per 1,000 node-days "
