@@ -84,3 +84,20 @@ def test_wheel_ships_profiles_and_runs_from_elsewhere(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=elsewhere,
                          env={"PYTHONPATH": str(target)}).stdout.split()
     assert out[0].startswith(str(target)) and out[1] == str(target / "ckplan" / "profiles") and int(out[2]) >= 11
+
+
+def test_size_without_interval_shows_demand_at_typical_intervals():
+    """Issue 15: the headline command shows C/T. 7e9 params × 14 B (bf16 weights 2 + fp32 master 4 + Adam 8)
+    = 98 GB per save (+ a few KB of small files); at 5 min: 98e9 / 300 = 326.7 MB/s on average, and
+    98e9 / (300 × 5%) = 6.53 GB/s of burst within the stall budget."""
+    plan = run_json("size", "--params", "7e9", "--optimizer", "adam")
+    demand = {d["interval_s"]: d for d in plan["typical_demand"]}
+    assert sorted(demand) == [300, 900, 1800, 3600]
+    assert demand[300]["average_bandwidth_bytes_per_s"] == pytest.approx(98e9 / 300, rel=1e-3)
+    assert demand[300]["burst_bandwidth_bytes_per_s"] == pytest.approx(98e9 / 15, rel=1e-3)
+    assert demand[3600]["burst_bandwidth_bytes_per_s"] == pytest.approx(98e9 / 180, rel=1e-3)
+    assert plan["interval"] is None
+    text = run_cli("size", "--params", "7e9", "--optimizer", "adam").stdout
+    assert "Demand at typical intervals" in text and "6.53 GB/s" in text
+    exact = run_json("size", "--params", "7e9", "--optimizer", "adam", "--interval", "10m")
+    assert exact["typical_demand"] == [] and exact["interval"]["interval_s"] == 600

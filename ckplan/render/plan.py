@@ -69,6 +69,19 @@ def render_plan(plan: CheckpointPlan, full_manifest: bool = False) -> None:
         out.print(demand)
         out.print(f"[dim]{d.naive_explanation}[/dim]\n")
 
+    if plan.typical_demand:
+        first = plan.typical_demand[0]
+        typical = Table(title=f"Demand at typical intervals, each save blocking at most {fmt_percent(first.max_overhead)} "
+                              "of it (--interval for one exact figure)", title_justify="left")
+        for col in ("save every", "average bandwidth", "burst, total", "burst, busiest node", "IOPS in the budget"):
+            typical.add_column(col, justify="right")
+        for d in plan.typical_demand:
+            typical.add_row(fmt_duration(d.interval_s), fmt_rate(d.average_bandwidth_bytes_per_s),
+                            fmt_rate(d.burst_bandwidth_bytes_per_s), fmt_rate(d.burst_bandwidth_per_node_bytes_per_s),
+                            f"{d.iops_needed:,.0f}")
+        out.print(typical)
+        out.print("")
+
     out.print("[bold]Assumptions[/bold]")
     for a in plan.assumptions:
         out.print(f" • {a}")

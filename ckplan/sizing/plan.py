@@ -114,7 +114,8 @@ class CheckpointPlan(BaseModel):
     write_path: WritePath = "buffered"  # how the framework's writer reaches the target (layout and its options)
     coordinated_save: bool = False  # the ranks plan and barrier together (DCP): a fixed cost per save
     assumptions: list[str]
-    interval: IntervalDemand | None = None
+    interval: IntervalDemand | None = None  # `size --interval`: the demand of that one interval
+    typical_demand: list[IntervalDemand] = Field(default_factory=list)  # `size` without --interval: TYPICAL_INTERVALS_S
 
     @property
     def fingerprint(self) -> str:
@@ -268,6 +269,9 @@ def _assumptions(arch, model_name, params, derived, layout, par, held, saved, op
     out.append("gradients are never saved; small-file sizes are typical values (RNG ~15 KB, scheduler ~1.5 KB)")
     out.append(f"operations: one create, one fsync per file, one write() per {fmt_bytes(WRITE_CALL_BYTES)}")
     return out
+
+
+TYPICAL_INTERVALS_S = (300.0, 900.0, 1800.0, 3600.0)  # the demand `size` shows when no interval is given
 
 
 def interval_demand(plan: CheckpointPlan, interval_s: float, max_overhead: float) -> IntervalDemand:
