@@ -58,6 +58,11 @@ def models() -> dict[str, Architecture]:
 
 
 def model(name: str) -> Architecture:
+    """A catalog model by name, or the user's own entry: a TOML file in the schema of profiles/models/."""
+    if name.lower().endswith(".toml"):
+        from ckplan.readers import validate_model
+
+        return validate_model(load_toml(Path(name), "model file"), Architecture, f"model file {name}")
     catalog = models()
     if name.lower() not in catalog:
         raise InputError(f"unknown model {name!r}{did_you_mean(name, sorted(catalog))}")

@@ -101,3 +101,18 @@ def test_size_without_interval_shows_demand_at_typical_intervals():
     assert "Demand at typical intervals" in text and "6.53 GB/s" in text
     exact = run_json("size", "--params", "7e9", "--optimizer", "adam", "--interval", "10m")
     assert exact["typical_demand"] == [] and exact["interval"]["interval_s"] == 600
+
+
+def test_model_file_is_a_users_own_catalog_entry(tmp_path):
+    """--model FILE.toml takes an entry in the schema of profiles/models/. A copy of Llama-2 7B under another name
+    gives the catalog's own count (6,738,415,616: safetensors total_size / 2), and a field missing is one line."""
+    own = tmp_path / "my-7b.toml"
+    own.write_text((Path(__file__).parent.parent / "profiles/models/llama-2-7b.toml").read_text()
+                   .replace('name = "llama-2-7b"', 'name = "my-7b"'))
+    plan = run_json("size", "--model", str(own))
+    assert plan["parameters"] == 6_738_415_616
+    assert plan["setup"]["model"] == "my-7b"
+    broken = tmp_path / "broken.toml"
+    broken.write_text(own.read_text().replace("hidden = 4096\n", ""))
+    assert_one_line_error(run_cli("size", "--model", str(broken)), "hidden")
+    assert_one_line_error(run_cli("size", "--model", str(tmp_path / "absent.toml")), "absent.toml")
