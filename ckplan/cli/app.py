@@ -377,9 +377,9 @@ def compress_test(
     json: o.Json = False,
 ) -> None:
     """Measure zstd and lz4 ratio and per-core speed on real tensor bytes."""
-    from ckplan.compress_test import run_compress_test
+    from ckplan.compressibility import measure_compressibility
 
-    emit(run_compress_test(file), json)
+    emit(measure_compressibility(file), json)
 
 
 def _output_file(path: Path | None, flag: str) -> None:

@@ -1,6 +1,6 @@
 from rich.table import Table
 
-from ckplan.compress_test import CompressReport
+from ckplan.compressibility import CompressReport
 from ckplan.render.console import console
 
 

@@ -1,4 +1,4 @@
-"""`ckplan compress-test`: measure lossless codecs on real tensor bytes.
+"""Measure lossless codecs on real tensor bytes (`ckplan compress-test`): ratio and per-core speed.
 
 Data is either a file the user points at, or generated tensors that mimic a
 mixed-precision Adam checkpoint: bf16 weights and fp32 master weights drawn
@@ -74,7 +74,7 @@ def _codecs() -> dict:
     }
 
 
-def run_compress_test(path: Path | None = None, sample_bytes: int = SAMPLE_BYTES) -> CompressReport:
+def measure_compressibility(path: Path | None = None, sample_bytes: int = SAMPLE_BYTES) -> CompressReport:
     if path is not None:
         from ckplan.readers import check_regular_file
 
