@@ -18,7 +18,7 @@ from ckplan.sizing.architecture import Architecture, parameter_count
 
 if TYPE_CHECKING:
     from ckplan.planning.compression import CompressionDefault
-    from ckplan.planning.policy import PlanningData
+    from ckplan.planning.data import PlanningData
     from ckplan.profile import StorageProfile
 
 
@@ -96,7 +96,7 @@ def compression_default() -> CompressionDefault:
 
 def planning_data() -> PlanningData:
     """The packaged figures the planner reads: built-in storage classes (tiers, faster targets) and the codec."""
-    from ckplan.planning.policy import PlanningData
+    from ckplan.planning.data import PlanningData
 
     return PlanningData(storage_classes=storage_classes(), codec=compression_default())
 

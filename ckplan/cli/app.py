@@ -60,8 +60,8 @@ def size(
 @app.command()
 def models(json: o.Json = False) -> None:
     """List the model catalog with derived and published parameter counts."""
-    from ckplan.catalog import models as load
     from ckplan.catalog import ModelCatalog
+    from ckplan.catalog import models as load
 
     emit(ModelCatalog.from_catalog(load()), json)
 
@@ -209,7 +209,8 @@ Storage = Annotated[Optional[str], typer.Option("--storage", help="Saved profile
 def recommend(spec: o.PlanSpec, policy: Policy, storage: Storage = None, json: o.Json = False) -> None:
     """The shortest safe and the best checkpoint interval for a plan on a storage target, with what-ifs."""
     from ckplan import catalog
-    from ckplan.planning.recommend import compare, recommend as run
+    from ckplan.planning.recommend import compare
+    from ckplan.planning.recommend import recommend as run
 
     plan = spec.plan()
     if storage is None:

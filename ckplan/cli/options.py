@@ -191,8 +191,19 @@ class PolicyFlag(Flag):
 
 def _policy_flags() -> list[PolicyFlag]:
     from ckplan.planning import policy as p
-    from ckplan.units import (MAX_FAILURES_PER_1000_NODE_DAYS, MAX_FAILURES_PER_DAY, check_range, fmt_bytes,
-                              fmt_duration, fmt_percent, fmt_rate, parse_bytes, parse_duration, parse_fraction, parse_rate)
+    from ckplan.units import (
+        MAX_FAILURES_PER_1000_NODE_DAYS,
+        MAX_FAILURES_PER_DAY,
+        check_range,
+        fmt_bytes,
+        fmt_duration,
+        fmt_percent,
+        fmt_rate,
+        parse_bytes,
+        parse_duration,
+        parse_fraction,
+        parse_rate,
+    )
 
     def rate_check(maximum: float, limit: str) -> Callable[[Any, str], float]:
         def check(value: float, flag: str) -> float:

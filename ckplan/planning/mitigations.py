@@ -13,7 +13,8 @@ import math
 from pydantic import BaseModel, Field
 
 from ckplan.planning.compression import CompressionDefault
-from ckplan.planning.policy import PlanningData, Policy
+from ckplan.planning.data import PlanningData
+from ckplan.planning.policy import Policy
 from ckplan.planning.scenario import Scenario, async_scenario, evaluate, staged_scenario, sync_scenario
 from ckplan.profile import StorageProfile
 from ckplan.sizing.plan import CheckpointPlan

@@ -9,9 +9,6 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from ckplan.planning.compression import CompressionDefault
-from ckplan.profile import StorageProfile
-
 # Failure model: M_job = 1 / (nodes × node rate + job rate) (interval.job_mtbf), fitted exactly through the two
 # published *observed* job MTBFs at scale (shared reference intervals.md; 8 GPUs per node):
 #   Meta research clusters (HPCA 2025): 7.9 h at 1,024 GPUs (128 nodes)        → 24/7.9    = 3.038 interruptions/day
@@ -60,13 +57,3 @@ class Policy(BaseModel):
     save_time_s: float | None = None  # measured save (persist) time, skipping the model
     stall_time_s: float | None = None  # measured blocking time of an async save
 
-
-class PlanningData(BaseModel):
-    """Packaged figures the planner reads, passed in from the edge (`catalog.planning_data()`), never loaded inside:
-    the built-in storage classes (staging tiers, faster shared targets) and the compression codec's measured figures."""
-
-    storage_classes: dict[str, StorageProfile]
-    codec: CompressionDefault
-
-    def tier(self, name: str) -> StorageProfile:
-        return self.storage_classes[name]

@@ -22,10 +22,18 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from ckplan.errors import InputError
-from ckplan.planning.policy import PlanningData, Policy
+from ckplan.planning.data import PlanningData
+from ckplan.planning.policy import Policy
 from ckplan.planning.savetime import aggregate_bandwidth, machine_figures, predict_save, required_bandwidth, writer_loads
-from ckplan.planning.scenario import (OVERHEAD, Scenario, async_scenario, evaluate, job_mtbf_with_source, snapshot_seconds,
-                                      sync_scenario)
+from ckplan.planning.scenario import (
+    OVERHEAD,
+    Scenario,
+    async_scenario,
+    evaluate,
+    job_mtbf_with_source,
+    snapshot_seconds,
+    sync_scenario,
+)
 from ckplan.profile import BandwidthPoint, Latency, Measurement, SmallFiles, StorageProfile
 from ckplan.sizing.plan import CheckpointPlan
 

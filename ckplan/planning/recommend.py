@@ -11,11 +11,20 @@ from pydantic import BaseModel, Field
 from ckplan import __version__
 from ckplan.errors import InputError
 from ckplan.planning import mitigations
+from ckplan.planning.data import PlanningData
 from ckplan.planning.mitigations import WhatIf
-from ckplan.planning.policy import PlanningData, Policy
+from ckplan.planning.policy import Policy
 from ckplan.planning.savetime import SaveTime, required_bandwidth_on, required_file_rate
-from ckplan.planning.scenario import (Constraint, Evaluation, Scenario, async_scenario, evaluate, job_mtbf_with_source,
-                                      longest_feasible_persist, sync_scenario)
+from ckplan.planning.scenario import (
+    Constraint,
+    Evaluation,
+    Scenario,
+    async_scenario,
+    evaluate,
+    job_mtbf_with_source,
+    longest_feasible_persist,
+    sync_scenario,
+)
 from ckplan.profile import StorageProfile
 from ckplan.sizing.plan import CheckpointPlan
 from ckplan.units import fmt_duration, fmt_percent, fmt_rate
