@@ -98,8 +98,12 @@ def png_of(uri: str) -> bytes:
     m = re.fullmatch(r"data:image/png;base64,([A-Za-z0-9+/=]+)", uri or "")
     assert m, f"an <img> is not a PNG data: URI: {uri[:60]!r}"
     data = base64.b64decode(m.group(1), validate=True)
-    img = PIL.open(io.BytesIO(data))
-    img.verify()  # raises on a truncated or corrupt PNG
+    try:
+        PIL.open(io.BytesIO(data)).verify()  # checks every chunk's CRC; raises on a truncated or corrupt PNG
+        img = PIL.open(io.BytesIO(data))
+        img.load()
+    except Exception as exc:  # PIL raises OSError, SyntaxError or ValueError by the fault
+        raise AssertionError(f"an <img>'s data: URI is not a valid PNG: {exc}") from None
     assert data[:8] == PNG_MAGIC and img.size[0] > 0 and img.size[1] > 0
     return data
 
