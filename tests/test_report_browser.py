@@ -16,14 +16,12 @@ import tempfile
 from html.parser import HTMLParser
 from pathlib import Path
 
+import numpy as np
 import pytest
+from PIL import Image
 
+from ckplan.render.document import VERDICT_COLOURS
 from tests.conftest import run_json
-
-np = pytest.importorskip("numpy")
-PIL = pytest.importorskip("PIL.Image")
-
-from ckplan.render.document import VERDICT_COLOURS  # noqa: E402
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(not CHROMIUM, reason="chromium is not installed (scripts/setup --test-tools installs "
@@ -50,10 +48,10 @@ def chromium(*args: str) -> subprocess.CompletedProcess:
     return proc
 
 
-def screenshot(page: Path, width: int) -> "np.ndarray":
+def screenshot(page: Path, width: int) -> np.ndarray:
     shot = page.with_name(f"{page.stem}-{width}.png")
     chromium(f"--screenshot={shot}", f"--window-size={width},{HEIGHTS[width]}", page.as_uri())
-    img = np.asarray(PIL.open(shot).convert("RGB")).astype(np.int16)
+    img = np.asarray(Image.open(shot).convert("RGB")).astype(np.int16)
     assert img.shape[:2] == (HEIGHTS[width], width), f"screenshot is {img.shape[1]}x{img.shape[0]}"
     return img
 
@@ -99,8 +97,8 @@ def png_of(uri: str) -> bytes:
     assert m, f"an <img> is not a PNG data: URI: {uri[:60]!r}"
     data = base64.b64decode(m.group(1), validate=True)
     try:
-        PIL.open(io.BytesIO(data)).verify()  # checks every chunk's CRC; raises on a truncated or corrupt PNG
-        img = PIL.open(io.BytesIO(data))
+        Image.open(io.BytesIO(data)).verify()  # checks every chunk's CRC; raises on a truncated or corrupt PNG
+        img = Image.open(io.BytesIO(data))
         img.load()
     except Exception as exc:  # PIL raises OSError, SyntaxError or ValueError by the fault
         raise AssertionError(f"an <img>'s data: URI is not a valid PNG: {exc}") from None
@@ -155,13 +153,13 @@ def check_rendering(page: Path, charts: list[bytes], verdict: str, width: int) -
     """Screenshot `page` at `width` and check what a reader sees; AssertionError says what is wrong."""
     text = page.read_text(encoding="utf-8")
     # The control page: the same document, each <img>'s source swapped for a solid marker PNG the size of its chart.
-    sizes = [PIL.open(io.BytesIO(c)).size for c in charts]
+    sizes = [Image.open(io.BytesIO(c)).size for c in charts]
     srcs = re.findall(r'<img src="([^"]*)"', text)
     assert len(srcs) == len(charts), f"{len(srcs)} <img> for {len(charts)} charts"
     control = text
     for src, size, colour in zip(srcs, sizes, MARKERS):
         buf = io.BytesIO()
-        PIL.new("RGB", size, colour).save(buf, format="PNG")
+        Image.new("RGB", size, colour).save(buf, format="PNG")
         control = control.replace(src, "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode(), 1)
     control_page = page.with_name(page.stem + "-control.html")
     control_page.write_text(control, encoding="utf-8")
@@ -188,7 +186,7 @@ def check_rendering(page: Path, charts: list[bytes], verdict: str, width: int) -
             assert w >= 0.8 * width, f"chart {i + 1} is only {w} px wide in a {width} px window"
         # The real page shows this chart in that box: its own pixels (scaled as the browser scaled them).
         seen = shot[top:bottom, left:right]
-        expected = np.asarray(PIL.open(io.BytesIO(chart)).convert("RGB").resize((w, h), PIL.LANCZOS)).astype(np.int16)
+        expected = np.asarray(Image.open(io.BytesIO(chart)).convert("RGB").resize((w, h), Image.LANCZOS)).astype(np.int16)
         grey_seen, grey_expected = seen.mean(axis=2).ravel(), expected.mean(axis=2).ravel()
         match = np.corrcoef(grey_seen, grey_expected)[0, 1] if grey_seen.std() > 0 else 0.0
         # drawn at its own size it is the same pixels (1.000); scaled to 363 px wide, 0.96; a broken image, 0.25
