@@ -1,8 +1,11 @@
-"""`ckplan report`: a capacity-review document (Markdown and HTML) with PNG charts beside it."""
+"""`ckplan report`: a capacity-review document (Markdown and HTML) with PNG charts beside it.
+
+The Markdown links the PNGs; the HTML embeds them, so report.html alone is the whole report."""
 
 from __future__ import annotations
 
 import datetime as dt
+import io
 import math
 from pathlib import Path
 
@@ -13,7 +16,7 @@ from ckplan.planning import interval
 from ckplan.planning.recommend import Recommendation
 from ckplan.planning.scenario import restart_with_persist
 from ckplan.profile import StorageProfile
-from ckplan.render.document import Bullets, Document, Heading, Image, Para, TableBlock, to_html, to_markdown
+from ckplan.render.document import Bullets, Decision, Document, Heading, Image, Para, TableBlock, to_html, to_markdown
 from ckplan.sizing.plan import CheckpointPlan
 from ckplan.units import fmt_bytes, fmt_duration, fmt_percent, fmt_rate
 
@@ -37,8 +40,17 @@ def waste_curve(rec: Recommendation) -> tuple[list[float], list[float]]:
     return xs, [interval.waste_fraction(x, rec.stall_seconds, rec.mtbf_s, restart) for x in xs]
 
 
-def _charts(rec: Recommendation, profile: StorageProfile, out: Path, plt) -> list[Path]:
-    paths = []
+def _save(fig, path: Path, plt) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    plt.close(fig)
+    path.write_bytes(buf.getvalue())
+    return buf.getvalue()
+
+
+def _charts(rec: Recommendation, profile: StorageProfile, out: Path, plt) -> dict[Path, bytes]:
+    """Draw both charts into `out`; their PNG bytes by path, for the HTML to embed."""
+    charts: dict[Path, bytes] = {}
     fig, ax = plt.subplots(figsize=(8, 4.5))
     if math.isfinite(rec.stall_seconds):
         xs, ys = waste_curve(rec)
@@ -60,9 +72,7 @@ def _charts(rec: Recommendation, profile: StorageProfile, out: Path, plt) -> lis
     ax.legend(fontsize=8)
     ax.grid(True, which="both", alpha=0.3)
     fig.tight_layout()
-    paths.append(out / "waste.png")
-    fig.savefig(paths[-1], dpi=110)
-    plt.close(fig)
+    charts[out / "waste.png"] = _save(fig, out / "waste.png", plt)
 
     fig, ax = plt.subplots(figsize=(8, 4.5))
     ws: list[int] = []
@@ -85,16 +95,16 @@ def _charts(rec: Recommendation, profile: StorageProfile, out: Path, plt) -> lis
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    paths.append(out / "bandwidth.png")
-    fig.savefig(paths[-1], dpi=110)
-    plt.close(fig)
-    return paths
+    charts[out / "bandwidth.png"] = _save(fig, out / "bandwidth.png", plt)
+    return charts
 
 
-def build_document(plan: CheckpointPlan, profile: StorageProfile, rec: Recommendation) -> Document:
+def build_document(plan: CheckpointPlan, profile: StorageProfile, rec: Recommendation,
+                   charts: dict[str, bytes]) -> Document:
+    """The report; `charts` holds the PNG bytes by file name (waste.png, bandwidth.png)."""
     doc = Document(f"Checkpoint plan: {rec.plan}")
-    doc.add(Para(f"Generated {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC by ckplan {rec.ckplan_version}."))
-    doc.add(Heading("Decision"), Para(f"**{rec.verdict.upper()}** — {rec.summary}."), Para(rec.verdict_reason + "."))
+    doc.add(Decision(rec.verdict, rec.summary, rec.verdict_reason),
+            Para(f"Generated {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC by ckplan {rec.ckplan_version}.", quiet=True))
     doc.add(Heading("What one save writes"),
             Para(f"{fmt_bytes(plan.total_bytes)} in {plan.file_count:,} files from {plan.writers:,} writers on "
                  f"{plan.nodes_writing} node(s); {plan.bytes_per_parameter:.2f} bytes/parameter; busiest node "
@@ -113,7 +123,7 @@ def build_document(plan: CheckpointPlan, profile: StorageProfile, rec: Recommend
                         for b in curve]),
             Para(f"Small files: {profile.small_files.files_per_s:,.0f} files/s; fsync p50 {_d(profile.fsync_latency.p50_s)}, "
                  f"p99 {_d(profile.fsync_latency.p99_s)}."),
-            Image("bandwidth.png", "bandwidth against writers"))
+            Image("bandwidth.png", "bandwidth against writers", charts["bandwidth.png"]))
     rows = [["save (persist) time", _d(rec.save_seconds)], ["stall per save", _d(rec.stall_seconds)]]
     rows += [[f"{'shortest' if c.bound == 'min' else 'longest'} τ: {c.name}" + (" (binds)" if c.name == rec.binding_constraint else ""),
               _d(c.seconds)] for c in rec.constraints]
@@ -121,7 +131,8 @@ def build_document(plan: CheckpointPlan, profile: StorageProfile, rec: Recommend
              ["Daly optimum", _d(rec.optimal_interval_s)], ["recommended", _d(rec.recommended_interval_s)],
              ["expected waste / ETTR", f"{fmt_percent(rec.expected_waste_fraction)} / {fmt_percent(rec.ettr)}"]]
     rows += [[f"needed: {k}", fmt_rate(v) if "bytes_per_s" in k else f"{v:,.3g}"] for k, v in rec.needed.items()]
-    doc.add(Heading("Constraints and intervals"), TableBlock(["figure", "value"], rows), Image("waste.png", "waste against interval"))
+    doc.add(Heading("Constraints and intervals"), TableBlock(["figure", "value"], rows),
+            Image("waste.png", "waste against interval", charts["waste.png"]))
     if rec.what_if:
         doc.add(Heading("What-ifs"), TableBlock(
             ["mitigation", "save", "stall", "shortest safe τ", "recommended τ", "verdict", "waste"],
@@ -140,8 +151,8 @@ def write_report(plan: CheckpointPlan, profile: StorageProfile, rec: Recommendat
     except OSError as exc:
         raise InputError(f"cannot create {out}: {exc.strerror}") from None
     charts = _charts(rec, profile, out, plt)
-    doc = build_document(plan, profile, rec)
+    doc = build_document(plan, profile, rec, {path.name: data for path, data in charts.items()})
     md, page = out / "report.md", out / "report.html"
-    md.write_text(to_markdown(doc))
-    page.write_text(to_html(doc))
+    md.write_text(to_markdown(doc), encoding="utf-8")
+    page.write_text(to_html(doc), encoding="utf-8")
     return ReportFiles(markdown=str(md), html=str(page), charts=[str(c) for c in charts], recommendation=rec)
