@@ -5,16 +5,12 @@ The Markdown links the PNGs; the HTML embeds them, so report.html alone is the w
 from __future__ import annotations
 
 import datetime as dt
-import io
-import math
 from pathlib import Path
 
 from pydantic import BaseModel
 
 from ckplan.errors import InputError
-from ckplan.planning import interval
 from ckplan.planning.recommend import Recommendation
-from ckplan.planning.scenario import restart_with_persist
 from ckplan.profile import StorageProfile
 from ckplan.render.document import Bullets, Decision, Document, Heading, Image, Para, TableBlock, to_html, to_markdown
 from ckplan.sizing.plan import CheckpointPlan
@@ -29,74 +25,6 @@ class ReportFiles(BaseModel):
 
 
 _d = fmt_duration
-
-
-def waste_curve(rec: Recommendation) -> tuple[list[float], list[float]]:
-    """Expected waste against the interval, exactly from Daly's model, as the recommendation evaluates it."""
-    restart = restart_with_persist(rec.restart_s, rec.save_seconds, rec.stall_seconds)
-    lo = max(min(rec.shortest_safe_interval_s, rec.optimal_interval_s) / 10, 1.0)
-    hi = max(rec.optimal_interval_s, rec.max_loss_s, rec.shortest_safe_interval_s) * 3
-    xs = [lo * (hi / lo) ** (i / 199) for i in range(200)]
-    return xs, [interval.waste_fraction(x, rec.stall_seconds, rec.mtbf_s, restart) for x in xs]
-
-
-def _save(fig, path: Path, plt) -> bytes:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
-    plt.close(fig)
-    path.write_bytes(buf.getvalue())
-    return buf.getvalue()
-
-
-def _charts(rec: Recommendation, profile: StorageProfile, out: Path, plt) -> dict[Path, bytes]:
-    """Draw both charts into `out`; their PNG bytes by path, for the HTML to embed."""
-    charts: dict[Path, bytes] = {}
-    fig, ax = plt.subplots(figsize=(8, 4.5))
-    if math.isfinite(rec.stall_seconds):
-        xs, ys = waste_curve(rec)
-        ax.plot([x / 60 for x in xs], [y * 100 for y in ys], color="black", label="expected waste (Daly model)")
-        ax.axvspan(xs[0] / 60, rec.shortest_safe_interval_s / 60, color="red", alpha=0.12, label="below shortest safe τ")
-        longest = rec.max_loss_s - rec.save_seconds
-        if longest < xs[-1]:
-            ax.axvspan(max(longest, xs[0]) / 60, xs[-1] / 60, color="orange", alpha=0.15, label="beyond the loss window")
-        ax.axvline(rec.optimal_interval_s / 60, color="blue", ls="--", label=f"Daly optimum {_d(rec.optimal_interval_s)}")
-        ax.axvline(rec.young_interval_s / 60, color="gray", ls=":", label=f"Young {_d(rec.young_interval_s)}")
-        if math.isfinite(rec.recommended_interval_s):
-            ax.plot([rec.recommended_interval_s / 60], [rec.expected_waste_fraction * 100], "go", ms=9,
-                    label=f"recommended {_d(rec.recommended_interval_s)}")
-        ax.set_xscale("log")
-        ax.set_ylim(0, min(max(ys) * 100, 50))
-    ax.set_xlabel("interval between saves τ (minutes, log scale)")
-    ax.set_ylabel("expected waste (% of wall time)")
-    ax.set_title(f"Waste against interval on {rec.storage} ({rec.mode})")
-    ax.legend(fontsize=8)
-    ax.grid(True, which="both", alpha=0.3)
-    fig.tight_layout()
-    charts[out / "waste.png"] = _save(fig, out / "waste.png", plt)
-
-    fig, ax = plt.subplots(figsize=(8, 4.5))
-    ws: list[int] = []
-    for label, curve in (("buffered (page cache, fsync at end)", profile.buffered_bandwidth),
-                         ("direct (O_DIRECT)", profile.direct_bandwidth)):
-        if not curve:
-            continue
-        ws = sorted({*ws, *(b.writers for b in curve)})
-        med = [b.bytes_per_s / 1e9 for b in curve]
-        lo = [(b.bytes_per_s - (b.spread.min if b.spread else b.bytes_per_s)) / 1e9 for b in curve]
-        hi = [((b.spread.max if b.spread else b.bytes_per_s) - b.bytes_per_s) / 1e9 for b in curve]
-        ax.errorbar([b.writers for b in curve], med, yerr=[lo, hi], marker="o", capsize=4,
-                    label=f"{label}: median, min…max of repeats")
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(ws, [str(w) for w in ws])
-    ax.set_ylim(bottom=0)
-    ax.set_xlabel("concurrent writers per host")
-    ax.set_ylabel("flushed write bandwidth (GB/s, 10^9)")
-    ax.set_title(f"Write bandwidth against writers: {profile.name} ({profile.fs_type})")
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    charts[out / "bandwidth.png"] = _save(fig, out / "bandwidth.png", plt)
-    return charts
 
 
 def build_document(plan: CheckpointPlan, profile: StorageProfile, rec: Recommendation,
@@ -143,14 +71,14 @@ def build_document(plan: CheckpointPlan, profile: StorageProfile, rec: Recommend
 
 
 def write_report(plan: CheckpointPlan, profile: StorageProfile, rec: Recommendation, out: Path) -> ReportFiles:
-    from ckplan.render.charts import pyplot
+    from ckplan.render.charts import pyplot, report_charts
 
     plt = pyplot("report's charts")  # before the directory is made: a missing extra leaves nothing behind
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise InputError(f"cannot create {out}: {exc.strerror}") from None
-    charts = _charts(rec, profile, out, plt)
+    charts = report_charts(rec, profile, out, plt)
     doc = build_document(plan, profile, rec, {path.name: data for path, data in charts.items()})
     md, page = out / "report.md", out / "report.html"
     md.write_text(to_markdown(doc), encoding="utf-8")

@@ -295,7 +295,7 @@ def provision(
     profile = profile_store.resolve(storage) if storage else None
     sweep = provision_sweep(plans, policy, mode, goodput, keep, catalog.planning_data(), profile)
     if chart:
-        from ckplan.render.provision import provision_chart
+        from ckplan.render.charts import provision_chart
         provision_chart([sweep], chart)
     emit(sweep, json)
 

@@ -207,3 +207,11 @@ def staged_scenario(plan: CheckpointPlan, profile: StorageProfile, tier: Storage
                         notes=[f"the staged copy ({node_bytes / 1e9:.0f} GB per node) does not fit on {tier.name} "
                                f"({capacity_bytes / 1e9:.0f} GB)"])
     return Scenario(name=name, mode="staged", save_seconds=local.seconds + drain, stall_seconds=local.seconds, save_model=local)
+
+
+def waste_curve(stall_s: float, save_s: float, restart_s: float, mtbf_s: float, lo: float, hi: float,
+                points: int = 200) -> tuple[list[float], list[float]]:
+    """Expected waste against the interval τ from lo to hi (log-spaced), exactly as evaluate() judges a scenario."""
+    rework = restart_with_persist(restart_s, save_s, stall_s)
+    xs = [lo * (hi / lo) ** (i / (points - 1)) for i in range(points)]
+    return xs, [interval.waste_fraction(x, stall_s, mtbf_s, rework) for x in xs]

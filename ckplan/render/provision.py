@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 
 from rich.table import Table
 
-from ckplan.errors import InputError
 from ckplan.planning.provision import ProvisionSweep
 from ckplan.render.console import console
 from ckplan.units import fmt_bytes, fmt_duration, fmt_percent, fmt_rate
@@ -44,28 +42,3 @@ def render_provision(sweep: ProvisionSweep) -> None:
     out.print("[bold]Assumptions[/bold]")
     for a in sweep.assumptions:
         out.print(f" • {a}")
-
-
-def provision_chart(sweeps: list[ProvisionSweep], path: Path) -> None:
-    from ckplan.render.charts import pyplot
-
-    plt = pyplot("--chart")
-    fig, ax = plt.subplots(figsize=(8, 4.5))
-    for sweep in sweeps:
-        rows = [r for r in sweep.rows if r.feasible]
-        ax.plot([r.gpus for r in rows], [r.burst_bandwidth_bytes_per_s / 1e9 for r in rows], marker="o", label=f"{sweep.mode}: burst")
-        ax.plot([r.gpus for r in rows], [r.sustained_bandwidth_bytes_per_s / 1e9 for r in rows], marker="x", ls="--",
-                label=f"{sweep.mode}: sustained")
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel("GPUs")
-    ax.set_ylabel("aggregate write bandwidth needed (GB/s)")
-    ax.set_title(sweeps[0].plan[:90], fontsize=9)
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    try:
-        fig.savefig(path, dpi=110)
-    except OSError as exc:
-        raise InputError(f"cannot write {path}: {exc.strerror}") from None
-    plt.close(fig)
