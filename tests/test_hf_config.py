@@ -17,6 +17,7 @@ from ckplan import catalog
 from ckplan.errors import InputError
 from ckplan.sizing.architecture import parameter_count, tensors
 from ckplan.sizing.hf_config import FAMILIES, architecture_from_config
+from tests.conftest import assert_one_line_error, run_cli, run_json
 
 LLAMA_31_8B = {  # meta-llama/Llama-3.1-8B config.json
     "architectures": ["LlamaForCausalLM"], "attention_bias": False, "attention_dropout": 0.0, "bos_token_id": 128000,
@@ -370,3 +371,49 @@ def test_bad_config_is_one_input_error(config, message):
     with pytest.raises(InputError) as exc:
         architecture_from_config(config, name="x", source="x")
     assert message in str(exc.value) and "\n" not in str(exc.value)
+
+
+# --- the CLI, end to end -----------------------------------------------------------------------------------------
+
+def test_size_config_json(tmp_path):
+    path = write_config(tmp_path, "mistralai/Mixtral-8x7B-v0.1", MIXTRAL_8X7B)
+    plan = run_json("size", "--config", str(path), "--gpus", "16")
+    assert plan["parameters"] == 46_702_792_704
+    assert plan["setup"]["model"] == "mistralai--Mixtral-8x7B-v0.1"
+    assert f"derived from its config ({path}, model_type mixtral)" in plan["assumptions"][0]
+    same = run_json("size", "--model", "mixtral-8x7b", "--gpus", "16")
+    assert plan["total_bytes"] == same["total_bytes"] and plan["file_count"] == same["file_count"]
+
+
+def test_recommend_takes_config(tmp_path):
+    path = write_config(tmp_path, "google/gemma-2b", GEMMA_2B)
+    result = run_json("recommend", "--config", str(path), "--storage", "nfs")
+    assert result["plan"].startswith("google--gemma-2b (2,506,172,416 params)")
+
+
+@pytest.mark.parametrize("edit,fragment", [
+    (lambda c: {**c, "model_type": "t5"}, "model_type 't5' is not one ckplan sizes"),
+    (lambda c: {k: v for k, v in c.items() if k != "vocab_size"}, "has no vocab_size"),
+])
+def test_bad_config_cli_is_one_line(tmp_path, edit, fragment):
+    path = write_config(tmp_path, "bad", edit(LLAMA_31_8B))
+    proc = run_cli("size", "--config", str(path), "--json")
+    assert_one_line_error(proc, fragment)
+    assert str(path) in proc.stderr and proc.stdout == ""
+
+
+@pytest.mark.parametrize("extra,fragment", [
+    (["--params", "7B"], "give one of --params, --model or --config, not both (got --params and --config)"),
+    (["--model", "llama-2-7b"], "not both (got --model and --config)"),
+])
+def test_config_excludes_params_and_model(tmp_path, extra, fragment):
+    path = write_config(tmp_path, "m", LLAMA_31_8B)
+    assert_one_line_error(run_cli("size", "--config", str(path), *extra, "--json"), fragment)
+
+
+def test_config_excludes_plan(tmp_path):
+    path = write_config(tmp_path, "m", LLAMA_31_8B)
+    plan = tmp_path / "plan.json"
+    plan.write_text(run_cli("size", "--config", str(path), "--json", check=True).stdout)
+    assert_one_line_error(run_cli("recommend", "--plan", str(plan), "--config", str(path), "--json"),
+                          "give --plan or the plan flags, not both (got --plan and --config)")
