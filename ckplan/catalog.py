@@ -69,6 +69,27 @@ def model(name: str) -> Architecture:
     return catalog[name.lower()]
 
 
+def config_model(path: Path) -> Architecture:
+    """The model a Hugging Face config.json describes (sizing/hf_config.py), read from the file alone.
+
+    Its name is the config's _name_or_path where the file records one, else the directory holding a file named
+    config.json (a downloaded model's folder), else the file's own name.
+    """
+    from ckplan.readers import read_json
+    from ckplan.sizing.hf_config import architecture_from_config
+
+    data = read_json(path, "config.json")
+    recorded = data.get("_name_or_path") if isinstance(data, dict) else None
+    if isinstance(recorded, str) and recorded.strip() and len(recorded) <= 200 and recorded.isprintable():
+        name = recorded.strip()
+    elif path.name == "config.json" and path.resolve().parent.name:
+        name = path.resolve().parent.name
+    else:
+        name = path.stem
+    model_type = data.get("model_type") if isinstance(data, dict) else None
+    return architecture_from_config(data, name=name, source=f"{path}, model_type {model_type}", label=str(path))
+
+
 @lru_cache(maxsize=1)
 def storage_classes() -> dict[str, StorageProfile]:
     from ckplan.profile import StorageProfile

@@ -82,6 +82,12 @@ def inputs(tmp_path_factory) -> dict[str, str]:
     put("profile_nobw.json", variant(profile, lambda p: p.pop("buffered_bandwidth")))
     put("profile_kind.json", variant(profile, lambda p: p.update(kind="ckplan.plan")))
     put("profile_bwtype.json", variant(profile, lambda p: p.update(buffered_bandwidth="fast")))
+    # Hugging Face config.json files (--config): one ckplan sizes, one it does not, one missing a size
+    llama = {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32,
+             "num_hidden_layers": 32, "num_key_value_heads": 8, "vocab_size": 128256}
+    put("config_llama.json", json.dumps(llama))
+    put("config_t5.json", json.dumps({**llama, "model_type": "t5"}))
+    put("config_nolayers.json", json.dumps({k: v for k, v in llama.items() if k != "num_hidden_layers"}))
     put("bad.toml", "name = [")
     put("deep.toml", "a = " + "[" * 100_000)
     put("binary.toml", bytes(range(256)))
@@ -130,6 +136,18 @@ CASES = [
     ("size-params-two-dots", ["size", "--params", "7.0.1B"], 2),
     ("size-params-and-model", ["size", "--params", "7B", "--model", "llama-2-7b"], 2),
     ("size-model-empty", ["size", "--model", ""], 2),
+    ("size-config-missing", ["size", "--config", "@missing"], 2),
+    ("size-config-directory", ["size", "--config", "@dir"], 2),
+    ("size-config-devzero", ["size", "--config", "@devzero"], 2),
+    ("size-config-binary", ["size", "--config", "@binary.json"], 2),
+    ("size-config-not-json", ["size", "--config", "@notjson.json"], 2),
+    ("size-config-array", ["size", "--config", "@array.json"], 2),
+    ("size-config-a-plan", ["size", "--config", "@plan.json"], 2),
+    ("size-config-unknown-type", ["size", "--config", "@config_t5.json"], 2),
+    ("size-config-no-layers", ["size", "--config", "@config_nolayers.json"], 2),
+    ("size-config-and-params", ["size", "--config", "@config_llama.json", "--params", "7B"], 2),
+    ("size-config-and-model", ["size", "--config", "@config_llama.json", "--model", "llama-2-7b"], 2),
+    ("recommend-config-and-plan", ["recommend", "--plan", "@plan.json", "--config", "@config_llama.json"], 2),
     ("size-model-unknown", ["size", "--model", "gpt-5"], 2),
     ("size-optimizer", ["size", "--optimizer", "adamx"], 2),
     ("size-optimizer-empty", ["size", "--optimizer", ""], 2),
@@ -284,6 +302,7 @@ CASES = [
     ("validate-mode", ["validate", "@target", "--plan", "@plan.json", "--storage", "nfs", "--mode", "later"], 2),
     ("validate-repeats-word", ["validate", "@target", "--plan", "@plan.json", "--storage", "nfs", "--repeats", "x"], 2),
     # provision
+    ("provision-config-unknown-type", ["provision", "--gpus", "8", "--config", "@config_t5.json"], 2),
     ("provision-gpus-empty", ["provision", "--gpus", ""], 2),
     ("provision-gpus-word", ["provision", "--gpus", "1024,lots"], 2),
     ("provision-gpus-zero", ["provision", "--gpus", "0"], 2),
@@ -413,6 +432,12 @@ def test_cases_are_distinct_and_cover_every_command():
     (["recommend", "--host-memory", "2EiB"], "--host-memory is too large: '2EiB' (at most 1 EB)"),
     (["recommend", "--plan", "@plan.json", "--params", "7B"], "give --plan or the plan flags, not both (got --plan and --params)"),
     (["recommend", "--plan", "@plan_v99.json"], "plan schema version 99; this ckplan reads version 1"),
+    (["recommend", "--plan", "@plan.json", "--config", "@config_llama.json"], "not both (got --plan and --config)"),
+    (["size", "--config", "@config_nolayers.json"], "config_nolayers.json has no num_hidden_layers"),
+    (["size", "--config", "@config_t5.json"], "model_type 't5' is not one ckplan sizes"),
+    (["size", "--config", "@plan.json"], "plan.json has no model_type"),
+    (["size", "--config", "@array.json"], "array.json is not a Hugging Face config"),
+    (["size", "--config", "@dir"], "config.json"),
     (["recommend", "--plan", "@plan_negtotal.json"], "total_bytes: Input should be greater than or equal to 0"),
     (["recommend", "--plan", "@plan_gpus0.json"], "setup.gpus: Input should be greater than or equal to 1"),
     (["recommend", "--plan", "@nested.json"], "nested too deeply"),
@@ -441,8 +466,8 @@ def test_message_names_the_flag_or_file(run, inputs, argv, fragment):
 
 @pytest.mark.parametrize("argv", [
     ["recommend", "--plan", "@fifo"], ["recommend", "--storage", "@fifo"], ["diagnose", "@fifo"],
-    ["compress-test", "--file", "@fifo"], ["probe", "@target", "--hosts-file", "@fifo"],
-], ids=["plan", "storage", "log", "compress-file", "hosts-file"])
+    ["compress-test", "--file", "@fifo"], ["probe", "@target", "--hosts-file", "@fifo"], ["size", "--config", "@fifo"],
+], ids=["plan", "storage", "log", "compress-file", "hosts-file", "config"])
 def test_fifo_is_refused_without_blocking(inputs, tmp_path, argv):
     """A FIFO with no writer blocks whoever opens it: refused from its stat, within the timeout."""
     proc = run_cli(*_argv(argv, inputs), timeout=20, cwd=tmp_path, env={"XDG_CONFIG_HOME": str(tmp_path / "config")})

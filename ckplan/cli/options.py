@@ -101,6 +101,7 @@ class PlanSpec(BaseModel):
     plan_file: Path | None = None
     params: str | None = None
     model: str | None = None
+    config: Path | None = None
     optimizer: str | None = None
     precision: str | None = None
     framework: str | None = None
@@ -125,9 +126,13 @@ class PlanSpec(BaseModel):
         from ckplan.sizing.plan import build_plan, nearest_shape
         from ckplan.units import parse_count
 
-        if self.params is not None and self.model is not None:
-            raise InputError("give --params or --model, not both")
-        if self.model is not None:
+        models = [PLAN_FLAG_NAMES[n] for n in ("params", "model", "config") if getattr(self, n) is not None]
+        if len(models) > 1:
+            raise InputError(f"give one of --params, --model or --config, not {'both' if len(models) == 2 else 'all three'} "
+                             f"(got {' and '.join(models)})")
+        if self.config is not None:
+            arch, parameters = catalog.config_model(self.config), None
+        elif self.model is not None:
             arch, parameters = catalog.model(self.model), None
         else:  # an empty --params is refused by parse_count, not replaced by the default
             parameters = int(parse_count(DEFAULT_PARAMS if self.params is None else self.params, "--params"))
@@ -136,13 +141,13 @@ class PlanSpec(BaseModel):
                                         gpus=gpus if gpus is not None else self.gpus, gpus_per_node=self.gpus_per_node,
                                         tp=self.tp, pp=self.pp, zero=self.zero).items() if v is not None}
         chosen.update({k: v.lower() for k, v in chosen.items() if isinstance(v, str)})
-        return build_plan(arch=arch, parameters=parameters, model_name=arch.name if self.model else None,
+        return build_plan(arch=arch, parameters=parameters, model_name=arch.name if self.model or self.config else None,
                           dtype_overrides=pairs(self.dtype, "--dtype"), options=pairs(self.option, "--option"), **chosen)
 
 
-PLAN_FLAG_NAMES = {"params": "--params", "model": "--model", "optimizer": "--optimizer", "precision": "--precision",
-                   "framework": "--framework", "gpus": "--gpus", "gpus_per_node": "--gpus-per-node", "tp": "--tp",
-                   "pp": "--pp", "zero": "--zero", "dtype": "--dtype", "option": "--option"}
+PLAN_FLAG_NAMES = {"params": "--params", "model": "--model", "config": "--config", "optimizer": "--optimizer",
+                   "precision": "--precision", "framework": "--framework", "gpus": "--gpus", "gpus_per_node": "--gpus-per-node",
+                   "tp": "--tp", "pp": "--pp", "zero": "--zero", "dtype": "--dtype", "option": "--option"}
 
 
 def _plan_flags(defaults: dict[str, Any], exclude: tuple[str, ...]) -> list[Flag]:
@@ -153,6 +158,7 @@ def _plan_flags(defaults: dict[str, Any], exclude: tuple[str, ...]) -> list[Flag
     flags = [
         Flag("params", "--params", str, "Parameter count: 7e9, 7B, 70b, 1.5T.", DEFAULT_PARAMS),
         Flag("model", "--model", str, "A catalog model (see `ckplan models`)."),
+        Flag("config", "--config", Path, "A Hugging Face config.json: the model's exact tensors, read locally."),
         Flag("optimizer", "--optimizer", str, ", ".join(OPTIMIZERS) + ".", d["optimizer"]),
         Flag("precision", "--precision", str, ", ".join(PRECISIONS) + ".", d["precision"]),
         Flag("framework", "--framework", str, ", ".join(LAYOUTS) + ".", d["framework"]),

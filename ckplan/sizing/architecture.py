@@ -11,13 +11,31 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 Role = Literal["embedding", "head", "matrix", "vector", "router"]
 
 
+class LatentAttention(BaseModel):
+    """DeepSeek's multi-head latent attention (MLA, DeepSeek-V2 §2.1): q and kv pass through low-rank projections.
+
+    q_lora_rank 0 is a full-rank q projection (DeepSeek-V2-Lite). Each head's query and key have a part without
+    rotary position (qk_nope_head_dim) and a rotary part (qk_rope_head_dim, shared by the heads for the key).
+    """
+
+    q_lora_rank: int = Field(default=0, ge=0)
+    kv_lora_rank: int = Field(gt=0)
+    qk_nope_head_dim: int = Field(ge=0)
+    qk_rope_head_dim: int = Field(ge=0)
+    v_head_dim: int = Field(gt=0)
+
+
 class Architecture(BaseModel):
-    """The config numbers of one model, as in its published config.json."""
+    """The config numbers of one model, as in its published config.json.
+
+    The fields after `learned_positions` describe what the catalog's Llama-style models do not have; their
+    defaults leave those models' tensors as they are.
+    """
 
     name: str
     display: str
@@ -34,9 +52,35 @@ class Architecture(BaseModel):
     linear_bias: bool = False  # every linear layer has a bias (GPT-2/3 style)
     qkv_bias: bool = False  # only q, k, v have biases (Qwen2 style)
     learned_positions: int = 0  # rows of a learned position embedding; 0 for RoPE
+    head_dim: int | None = Field(default=None, gt=0)  # None: hidden / heads (Gemma's is 256 at any width)
+    fused_qkv: bool = False  # one q-k-v matrix (GPT-2 c_attn, GPT-NeoX and Falcon query_key_value)
+    attn_out_bias: bool = False  # the attention output projection has a bias (Llama's attention_bias, GPT-NeoX)
+    mlp_bias: bool = False  # the MLP's projections have biases (GPT-NeoX, Llama's mlp_bias)
+    layer_norms: int = Field(default=2, ge=1, le=2)  # norms per block: 1 for Falcon-7B's parallel attention
+    attention: LatentAttention | None = None  # DeepSeek MLA instead of q, k, v and o projections
+    moe_ffn: int | None = Field(default=None, gt=0)  # each routed expert's MLP width; None: ffn
+    shared_expert_ffn: int = Field(default=0, ge=0)  # width of the always-active shared expert MLP; 0: none
+    shared_expert_gate: bool = False  # a (1, hidden) sigmoid gate on the shared expert (Qwen2-MoE)
+    router_bias: bool = False  # a per-expert bias on the routing scores (DeepSeek-V3's e_score_correction_bias)
+    dense_layers: list[int] = Field(default_factory=list)  # blocks with a dense MLP of width ffn in an MoE model
     published_parameters: int = Field(gt=0)
     published_rounding: int = Field(default=1, gt=0)  # 1 = the source gives an exact count
     source: str
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Architecture:
+        moe = ("moe_ffn", "shared_expert_ffn", "shared_expert_gate", "router_bias", "dense_layers")
+        if self.experts == 1 and any(getattr(self, f) for f in moe):
+            given = [f for f in moe if getattr(self, f)]
+            raise ValueError(f"{', '.join(given)} describe a mixture of experts, and experts is 1")
+        if self.shared_expert_gate and not self.shared_expert_ffn:
+            raise ValueError("shared_expert_gate needs a shared expert (shared_expert_ffn)")
+        bad = [i for i in self.dense_layers if not 0 <= i < self.layers]
+        if bad or len(set(self.dense_layers)) != len(self.dense_layers):
+            raise ValueError(f"dense_layers must be distinct block indices below layers ({self.layers}), got {self.dense_layers}")
+        if self.attention is not None and self.fused_qkv:
+            raise ValueError("fused_qkv does not apply to latent attention")
+        return self
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,17 +101,26 @@ class Tensor:
 
 
 def tensors(arch: Architecture) -> list[Tensor]:
-    """Every parameter tensor, in module order (embedding, blocks, final norm, head)."""
-    h, head_dim = arch.hidden, arch.hidden // arch.heads
-    kv = arch.kv_heads * head_dim
+    """Every parameter tensor, in module order (embedding, blocks, final norm, head).
+
+    Names follow Llama's modules in Hugging Face transformers whatever the family (GPT-2's c_attn is qkv_proj here),
+    so that layouts and optimizers see one naming: a routed expert's tensors sit under `mlp.experts.N.`, the router
+    under `mlp.gate`, a shared expert under `mlp.shared_experts`.
+    """
+    h = arch.hidden
+    head_dim = arch.head_dim or h // arch.heads
+    q, kv = arch.heads * head_dim, arch.kv_heads * head_dim
+    qkv_bias = arch.linear_bias or arch.qkv_bias
+    out_bias = arch.linear_bias or arch.attn_out_bias
+    mlp_bias = arch.linear_bias or arch.mlp_bias
     out: list[Tensor] = [Tensor("embed_tokens.weight", (arch.vocab, h), "embedding", None)]
     if arch.learned_positions:
         out.append(Tensor("embed_positions.weight", (arch.learned_positions, h), "embedding", None))
 
-    def norm(prefix: str, layer: int | None) -> list[Tensor]:
-        items = [Tensor(f"{prefix}.weight", (h,), "vector", layer)]
+    def norm(prefix: str, layer: int | None, width: int = h) -> list[Tensor]:
+        items = [Tensor(f"{prefix}.weight", (width,), "vector", layer)]
         if arch.norm == "layernorm":
-            items.append(Tensor(f"{prefix}.bias", (h,), "vector", layer))
+            items.append(Tensor(f"{prefix}.bias", (width,), "vector", layer))
         return items
 
     def linear(name: str, rows: int, cols: int, layer: int, bias: bool) -> list[Tensor]:
@@ -76,21 +129,51 @@ def tensors(arch: Architecture) -> list[Tensor]:
             items.append(Tensor(f"{name}.bias", (rows,), "vector", layer))
         return items
 
+    def mlp(prefix: str, width: int, layer: int) -> list[Tensor]:
+        items = linear(f"{prefix}.gate_proj", width, h, layer, mlp_bias) if arch.mlp == "gated" else []
+        items += linear(f"{prefix}.up_proj", width, h, layer, mlp_bias)
+        return items + linear(f"{prefix}.down_proj", h, width, layer, mlp_bias)
+
+    def attention(p: str, i: int) -> list[Tensor]:
+        mla = arch.attention
+        if mla is None:
+            if arch.fused_qkv:
+                items = linear(f"{p}.qkv_proj", q + 2 * kv, h, i, qkv_bias)
+            else:
+                items = [t for proj, rows in (("q_proj", q), ("k_proj", kv), ("v_proj", kv))
+                         for t in linear(f"{p}.{proj}", rows, h, i, qkv_bias)]
+            return items + linear(f"{p}.o_proj", h, q, i, out_bias)
+        qk_head = mla.qk_nope_head_dim + mla.qk_rope_head_dim
+        if mla.q_lora_rank:
+            items = linear(f"{p}.q_a_proj", mla.q_lora_rank, h, i, qkv_bias)
+            items += norm(f"{p}.q_a_layernorm", i, mla.q_lora_rank)
+            items += linear(f"{p}.q_b_proj", arch.heads * qk_head, mla.q_lora_rank, i, False)
+        else:
+            items = linear(f"{p}.q_proj", arch.heads * qk_head, h, i, False)
+        items += linear(f"{p}.kv_a_proj_with_mqa", mla.kv_lora_rank + mla.qk_rope_head_dim, h, i, qkv_bias)
+        items += norm(f"{p}.kv_a_layernorm", i, mla.kv_lora_rank)
+        items += linear(f"{p}.kv_b_proj", arch.heads * (mla.qk_nope_head_dim + mla.v_head_dim), mla.kv_lora_rank, i, False)
+        return items + linear(f"{p}.o_proj", h, arch.heads * mla.v_head_dim, i, out_bias)
+
+    dense = set(arch.dense_layers)
     for i in range(arch.layers):
         p = f"layers.{i}"
         out += norm(f"{p}.input_layernorm", i)
-        for proj, rows in (("q_proj", h), ("k_proj", kv), ("v_proj", kv)):
-            out += linear(f"{p}.self_attn.{proj}", rows, h, i, arch.linear_bias or arch.qkv_bias)
-        out += linear(f"{p}.self_attn.o_proj", h, h, i, arch.linear_bias)
-        out += norm(f"{p}.post_attention_layernorm", i)
-        if arch.experts > 1:
-            out.append(Tensor(f"{p}.mlp.gate.weight", (arch.experts, h), "router", i))
+        out += attention(f"{p}.self_attn", i)
+        if arch.layer_norms == 2:
+            out += norm(f"{p}.post_attention_layernorm", i)
+        if arch.experts == 1 or i in dense:
+            out += mlp(f"{p}.mlp", arch.ffn, i)
+            continue
+        out.append(Tensor(f"{p}.mlp.gate.weight", (arch.experts, h), "router", i))
+        if arch.router_bias:
+            out.append(Tensor(f"{p}.mlp.gate.e_score_correction_bias", (arch.experts,), "router", i))
         for e in range(arch.experts):
-            mp = f"{p}.mlp.experts.{e}" if arch.experts > 1 else f"{p}.mlp"
-            if arch.mlp == "gated":
-                out += linear(f"{mp}.gate_proj", arch.ffn, h, i, arch.linear_bias)
-            out += linear(f"{mp}.up_proj", arch.ffn, h, i, arch.linear_bias)
-            out += linear(f"{mp}.down_proj", h, arch.ffn, i, arch.linear_bias)
+            out += mlp(f"{p}.mlp.experts.{e}", arch.moe_ffn or arch.ffn, i)
+        if arch.shared_expert_ffn:
+            out += mlp(f"{p}.mlp.shared_experts", arch.shared_expert_ffn, i)
+        if arch.shared_expert_gate:
+            out.append(Tensor(f"{p}.mlp.shared_expert_gate.weight", (1, h), "router", i))
     out += norm("norm", None)
     if not arch.tied_embeddings:
         out.append(Tensor("lm_head.weight", (arch.vocab, h), "head", None))
