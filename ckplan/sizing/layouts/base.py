@@ -27,7 +27,7 @@ CONFIG_JSON_BYTES = 1_000  # config.json / generation_config.json / metadata.jso
 LATEST_TAG_BYTES = 16  # 'latest', 'latest_checkpointed_iteration.txt'
 TORCH_SAVE_OVERHEAD_BYTES = 4_096  # pickle header and per-file records of a torch.save zip
 TORCH_SAVE_PER_TENSOR_BYTES = 300  # per-tensor pickle record and zip entry in a torch.save file
-ZERO_TO_FP32_SCRIPT_BYTES = 33_000  # DeepSpeed copies zero_to_fp32.py into each ZeRO checkpoint
+ZERO_TO_FP32_SCRIPT_BYTES = 33_000  # DeepSpeed copies zero_to_fp32.py beside `latest` at each ZeRO save
 DCP_METADATA_PER_CHUNK_BYTES = 250  # one chunk entry (offsets, sizes, storage index) in DCP .metadata
 SAFETENSORS_INDEX_PER_TENSOR_BYTES = 60  # one '"name": "model-0000x-of-0000n.safetensors"' line
 

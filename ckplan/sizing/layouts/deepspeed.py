@@ -13,7 +13,8 @@
   `layer_{idx:02d}-model_{tp:02d}-model_states.pt` per layer per tensor rank
   (PipelineModule.save_state_dict); layer 0 is the embedding, then the blocks,
   then the final norm and the head.
-- With ZeRO, rank 0 also copies zero_to_fp32.py into the tag directory.
+- With ZeRO, rank 0 also copies zero_to_fp32.py into the save directory, beside `latest`
+  (_save_zero_checkpoint calls _copy_recovery_script(save_dir), not the tag directory).
 - The writer is torch.save through the page cache, unless the config chooses FastPersist
   (`checkpoint.writer.type = "fast"`, DeepNVMe), which writes with O_DIRECT: `--option writer=fast`.
 Model-parallel rank = pipeline stage × tp + tensor rank, as PipelineParallelGrid counts it.
@@ -59,7 +60,7 @@ class DeepSpeedLayout:
         prefix = "bf16_" if bf16 else ""
         out = [ManifestFile(path="latest", bytes=LATEST_TAG_BYTES, rank=0, node=0, kind="small")]
         if par.zero > 0:
-            out.append(ManifestFile(path=f"{tag}/zero_to_fp32.py", bytes=ZERO_TO_FP32_SCRIPT_BYTES, rank=0, node=0, kind="small"))
+            out.append(ManifestFile(path="zero_to_fp32.py", bytes=ZERO_TO_FP32_SCRIPT_BYTES, rank=0, node=0, kind="small"))
         for stage, stage_tensors in enumerate(inp.stage_tensors()):
             states = self.persisted(inp.states(stage_tensors), par.zero)
             weights = total(states, ("weights",)) / par.tp
