@@ -181,6 +181,9 @@ def build_plan(*, arch: Architecture, parameters: int | None = None, model_name:
         if name not in known:
             takes = f"takes {', '.join(known)}" if known else "takes no --option"
             raise InputError(f"unknown --option {name!r}: the {framework} layout {takes}")
+    check_options = getattr(layout, "check_options", None)
+    if check_options is not None:
+        check_options(par, options or {})
     write_path = layout.write_path(options or {})
     overrides = dict(dtype_overrides or {})
     ts = model_tensors(arch)
@@ -192,10 +195,9 @@ def build_plan(*, arch: Architecture, parameters: int | None = None, model_name:
         return state_breakdown(subset, optimizer, precision, overrides)
 
     held = states(ts)
-    saved = layout.persisted(held, zero)
-    saved_names = {s.name for s in saved}
+    saved = layout.persisted(held, zero, options or {})
     breakdown = [s.model_copy(update={"bytes": int(round(s.bytes * scale))}) for s in saved]
-    not_saved = [s.model_copy(update={"bytes": int(round(s.bytes * scale))}) for s in held if s.name not in saved_names]
+    not_saved = [s.model_copy(update={"bytes": int(round(s.bytes * scale))}) for s in _dropped(held, saved)]
     manifest = layout.files(LayoutInput(par=par, tensors=ts, states=states, scale=scale, step=step, options=options or {}))
 
     state_bytes = sum(s.bytes for s in breakdown)
@@ -248,6 +250,14 @@ def _parallelism(arch: Architecture, gpus: int, gpus_per_node: int | None, tp: i
     return Parallelism(gpus=gpus, gpus_per_node=gpus_per_node, tp=tp, pp=pp, zero=zero)
 
 
+def _dropped(held: list[StateBytes], saved: list[StateBytes]) -> list[StateBytes]:
+    """The held states that no saved state holds: a saved state holds a held one under its own name or as a
+    copy of the same kind, dtype and size (HF Trainer's gathered 16-bit weights of DeepSpeed's ZeRO-3 model)."""
+    kept = {(s.kind, s.dtype, s.bytes) for s in saved}
+    names = {s.name for s in saved}
+    return [s for s in held if s.name not in names and (s.kind, s.dtype, s.bytes) not in kept]
+
+
 def _assumptions(arch, model_name, params, derived, layout, par, held, saved, options) -> list[str]:
     out = []
     if model_name:
@@ -261,7 +271,10 @@ def _assumptions(arch, model_name, params, derived, layout, par, held, saved, op
                   else "(through the page cache, fsync at the end of each file)"))
     out.append(f"parallelism: {par.gpus} GPUs = tp {par.tp} × pp {par.pp} × dp {par.dp}, ZeRO stage {par.zero}, "
                f"{par.gpus_per_node} GPUs per node; rank order tp, dp, pp")
-    dropped = [s for s in held if s not in saved]
+    notes = getattr(layout, "notes", None)
+    if notes is not None:
+        out += notes(par, options)
+    dropped = _dropped(held, saved)
     if dropped:
         out.append("not saved by this framework: " + ", ".join(f"{s.name} ({s.dtype})" for s in dropped)
                    + " — the fp32 copy is what persists")

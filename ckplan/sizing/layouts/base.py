@@ -138,11 +138,17 @@ class Layout(Protocol):
     def check(self, par: Parallelism) -> None:
         """Raise InputError for a parallelism this framework cannot run."""
 
-    def persisted(self, states: list[StateBytes], zero: int) -> list[StateBytes]:
-        """The states this framework writes, out of all the states training holds."""
+    def persisted(self, states: list[StateBytes], zero: int, options: dict[str, str] | None = None) -> list[StateBytes]:
+        """The states this framework writes, out of all the states training holds (a state written twice,
+        as HF Trainer's gathered weights beside DeepSpeed's, is listed twice)."""
 
     def files(self, inp: LayoutInput) -> list[ManifestFile]:
         """Every file of one save, with the rank that writes it."""
+
+    # Optional, read with getattr by build_plan:
+    #   options: tuple[str, ...]                       the --option names the layout reads
+    #   check_options(par, options) -> None            raise InputError for options this parallelism cannot take
+    #   notes(par, options) -> list[str]               framework facts for the plan's assumptions
 
 
 class BufferedWriter:

@@ -44,7 +44,7 @@ class DcpLayout(BufferedWriter):
     def check(self, par: Parallelism) -> None:
         return None
 
-    def persisted(self, states: list[StateBytes], zero: int) -> list[StateBytes]:
+    def persisted(self, states: list[StateBytes], zero: int, options: dict[str, str] | None = None) -> list[StateBytes]:
         return fp32_copy_only(states)
 
     def files(self, inp: LayoutInput) -> list[ManifestFile]:

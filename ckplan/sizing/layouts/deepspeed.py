@@ -48,19 +48,25 @@ class DeepSpeedLayout:
         if par.zero == 3 and par.pp > 1:
             raise InputError("DeepSpeed does not combine ZeRO stage 3 with pipeline parallelism (--pp > 1)")
 
-    def persisted(self, states: list[StateBytes], zero: int) -> list[StateBytes]:
+    def persisted(self, states: list[StateBytes], zero: int, options: dict[str, str] | None = None) -> list[StateBytes]:
         if zero == 3 and any(s.kind == "master" for s in states):
             return [s for s in states if s.kind != "weights"]
         return states
 
     def files(self, inp: LayoutInput) -> list[ManifestFile]:
+        return self.save_checkpoint(inp)
+
+    def save_checkpoint(self, inp: LayoutInput, save_dir: str = "") -> list[ManifestFile]:
+        """The files of engine.save_checkpoint(save_dir): `latest` and zero_to_fp32.py in save_dir, the rest
+        in save_dir/global_stepN/. Other layouts whose framework calls it (HF Trainer) reuse this."""
         par = inp.par
-        tag = f"global_step{inp.step}"
+        root = f"{save_dir}/" if save_dir else ""
+        tag = f"{root}global_step{inp.step}"
         bf16 = any(s.dtype == "bf16" for s in inp.states(inp.tensors[:1]) if s.kind == "weights")
         prefix = "bf16_" if bf16 else ""
-        out = [ManifestFile(path="latest", bytes=LATEST_TAG_BYTES, rank=0, node=0, kind="small")]
+        out = [ManifestFile(path=f"{root}latest", bytes=LATEST_TAG_BYTES, rank=0, node=0, kind="small")]
         if par.zero > 0:
-            out.append(ManifestFile(path="zero_to_fp32.py", bytes=ZERO_TO_FP32_SCRIPT_BYTES, rank=0, node=0, kind="small"))
+            out.append(ManifestFile(path=f"{root}zero_to_fp32.py", bytes=ZERO_TO_FP32_SCRIPT_BYTES, rank=0, node=0, kind="small"))
         for stage, stage_tensors in enumerate(inp.stage_tensors()):
             states = self.persisted(inp.states(stage_tensors), par.zero)
             weights = total(states, ("weights",)) / par.tp

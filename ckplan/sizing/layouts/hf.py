@@ -36,7 +36,7 @@ class HfLayout(BufferedWriter):
             raise InputError("the hf layout models Trainer under DDP (--zero 0, --tp 1, --pp 1); "
                              "with DeepSpeed or FSDP, Trainer writes that framework's layout: use --framework deepspeed or dcp")
 
-    def persisted(self, states: list[StateBytes], zero: int) -> list[StateBytes]:
+    def persisted(self, states: list[StateBytes], zero: int, options: dict[str, str] | None = None) -> list[StateBytes]:
         return fp32_copy_only(states)
 
     def files(self, inp: LayoutInput) -> list[ManifestFile]:

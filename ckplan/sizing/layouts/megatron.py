@@ -30,7 +30,7 @@ class MegatronLayout(BufferedWriter):
     def check(self, par: Parallelism) -> None:
         return None
 
-    def persisted(self, states: list[StateBytes], zero: int) -> list[StateBytes]:
+    def persisted(self, states: list[StateBytes], zero: int, options: dict[str, str] | None = None) -> list[StateBytes]:
         return states
 
     def files(self, inp: LayoutInput) -> list[ManifestFile]:
