@@ -161,7 +161,7 @@ def test_lightning_single_file():
 
 
 @pytest.mark.parametrize("framework,kw,fragment", [
-    ("hf", {"zero": 1}, "ddp"), ("lightning", {"tp": 2}, "ddp"), ("deepspeed", {"zero": 3, "pp": 2, "gpus": 16}, "pipeline"),
+    ("hf", {"tp": 2}, "ddp"), ("lightning", {"tp": 2}, "ddp"), ("deepspeed", {"zero": 3, "pp": 2, "gpus": 16}, "pipeline"),
     ("deepspeed", {"gpus": 8, "tp": 3}, "divisible"), ("deepspeed", {"gpus": 12}, "whole number"), ("deepspeed", {"zero": 4}, "zero"),
 ])
 def test_contradictory_parallelism(framework, kw, fragment):
