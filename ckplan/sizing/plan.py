@@ -143,7 +143,7 @@ class CheckpointPlan(BaseModel):
 
         s = self.setup
         model = s.model or f"{fmt_count(s.parameters)} parameters"
-        zero = f" ZeRO-{s.zero}" if s.framework in ("deepspeed", "dcp", "megatron") else ""
+        zero = f" ZeRO-{s.zero}" if s.framework in ("deepspeed", "dcp", "megatron", "dlio") or s.framework == "hf" and s.zero else ""
         text = f"{model} ({s.parameters:,} params) · {s.optimizer} · {s.precision} · {s.framework}{zero}"
         if world:
             return text + f" · {s.gpus} GPUs on {s.nodes} node(s), tp {s.tp} pp {s.pp} dp {s.dp}"
@@ -270,7 +270,7 @@ def _assumptions(arch, model_name, params, derived, layout, par, held, saved, op
                + ("(O_DIRECT, bypassing the page cache)" if layout.write_path(options) == "direct"
                   else "(through the page cache, fsync at the end of each file)"))
     out.append(f"parallelism: {par.gpus} GPUs = tp {par.tp} × pp {par.pp} × dp {par.dp}, ZeRO stage {par.zero}, "
-               f"{par.gpus_per_node} GPUs per node; rank order tp, dp, pp")
+               f"{par.gpus_per_node} GPUs per node; rank order {getattr(layout, 'rank_order', 'tp, dp, pp')}")
     notes = getattr(layout, "notes", None)
     if notes is not None:
         out += notes(par, options)
