@@ -159,3 +159,81 @@ def test_dlio_refusals():
         build_plan(arch=catalog.model("mixtral-8x7b"), framework="dlio", gpus=8, zero=3)
     with pytest.raises(InputError, match="--pp 1"):
         build_plan(arch=L8, framework="dlio", gpus=16, pp=2, zero=3)
+
+
+# --- expert parallelism ---------------------------------------------------------------------------------------
+
+from ckplan.sizing.plan import CheckpointPlan  # noqa: E402
+
+MIXTRAL = catalog.model("mixtral-8x7b")
+# Mixtral 8x7B (config.json: 32 layers, 8 local experts, hidden 4096, intermediate 14336): the expert MLPs hold
+# 32 × 8 × 3 × 4096 × 14336 parameters, everything else (attention, norms, routers, embeddings) the rest
+EXPERT_PARAMS = 32 * 8 * 3 * 4096 * 14336
+DENSE_LAYER = 2 * 4096 * 4096 + 2 * 1024 * 4096 + 2 * 4096 + 8 * 4096  # q, o; k, v (8 kv heads); 2 norms; router
+DENSE_PARAMS = 2 * 32000 * 4096 + 32 * DENSE_LAYER + 4096  # + embedding, head, final norm
+assert DENSE_PARAMS + EXPERT_PARAMS == 46_702_792_704  # the model card's count
+
+
+@pytest.mark.parametrize("ep", [2, 4, 8])
+def test_deepspeed_moe_expert_bytes_per_rank_divided_by_ep(ep):
+    """DeepSpeed engine._save_moe_checkpoint: each expert-data-parallel rank 0 (dp ranks 0..ep-1 in the default
+    E+D groups, groups.py) writes layer_{l}_expert_{e}_mp_rank_00_model_states.pt for its experts
+    (global id = EP rank × local experts + local id). Hand-computed: each writes the bf16 expert weights / ep,
+    2 B × 32 × 8 × 3 × 4096 × 14336 / ep; the dense weights stay in rank 0's mp_rank_00_model_states.pt."""
+    plan = build_plan(arch=MIXTRAL, model_name="mixtral-8x7b", framework="deepspeed", zero=2, gpus=8, ep=ep)
+    experts = [f for f in plan.manifest if "_expert_" in f.path]
+    assert len(experts) == 32 * 8
+    per_rank = {r: sum(f.bytes for f in experts if f.rank == r) for r in {f.rank for f in experts}}
+    assert sorted(per_rank) == list(range(ep))
+    for nbytes in per_rank.values():
+        assert nbytes == pytest.approx(2 * EXPERT_PARAMS / ep, rel=1e-4)
+    assert _file(plan, r"global_step1000/layer_31_expert_7_mp_rank_00_model_states\.pt").rank == ep - 1
+    model = _file(plan, r"global_step1000/mp_rank_00_model_states\.pt")
+    assert model.bytes == pytest.approx(2 * DENSE_PARAMS, rel=1e-4)
+    # the ZeRO optimizer files are unchanged: 1/dp of all states whatever the EP size
+    dense = build_plan(arch=MIXTRAL, model_name="mixtral-8x7b", framework="deepspeed", zero=2, gpus=8)
+    optim = lambda p: [f.bytes for f in p.manifest if f.kind == "optimizer"]  # noqa: E731
+    assert optim(plan) == optim(dense)
+    assert plan.state_bytes == dense.state_bytes
+
+
+def test_megatron_ep_shards_expert_states_over_ep_ranks():
+    """Megatron-Core EP (order tp-cp-ep-dp-pp): an EP rank holds experts/ep of each MoE layer; its expert weights and
+    distributed-optimizer states (14 B/param) spread over its dp/ep expert-data-parallel ranks and tp, the dense ones
+    over all dp ranks and tp. Hand-computed for gpus 64 = tp 2 × pp 2 × dp 16, ep 8: per stage (16 of 32 layers) a
+    rank writes 14 × (expert params / 2 / 8) / (2 × 2) + its dense share; .metadata holds 1/ep the expert chunks."""
+    plan = build_plan(arch=MIXTRAL, model_name="x", framework="megatron", gpus=64, tp=2, pp=2, ep=8)
+    dense_run = build_plan(arch=MIXTRAL, model_name="x", framework="megatron", gpus=64, tp=2, pp=2)
+    assert plan.setup.ep == 8 and plan.setup.dp == 16
+    expert_share = 14 * EXPERT_PARAMS / 2 / 8 / (2 * 2)
+    dense_share = 14 * (32000 * 4096 + 16 * DENSE_LAYER) / (16 * 2)  # stage 0: embedding + 16 layers, over dp × tp
+    stage0 = [f for f in plan.manifest if f.path.endswith(".distcp") and f.rank < 32]
+    assert len(stage0) == 32
+    for f in stage0:
+        assert f.bytes == pytest.approx(expert_share + dense_share, rel=1e-6)
+    assert [f.bytes for f in plan.manifest if f.path.endswith(".distcp")] == \
+        [f.bytes for f in dense_run.manifest if f.path.endswith(".distcp")]
+    meta = _file(plan, r"iter_0001000/\.metadata").bytes
+    assert meta < _file(dense_run, r"iter_0001000/\.metadata").bytes
+    assert any("EP rank = dp rank mod 8" in a for a in plan.assumptions)
+    assert CheckpointPlan.model_validate_json(plan.model_dump_json()).setup.ep == 8
+    assert "ep" not in dense_run.setup.model_dump()
+
+
+@pytest.mark.parametrize("kw,fragment", [
+    ({"arch": L8, "framework": "megatron", "ep": 2}, "mixture-of-experts model: Llama-3.1 8B is dense"),
+    ({"arch": MIXTRAL, "framework": "hf", "zero": 2, "ep": 2}, "the hf layout has no expert parallelism"),
+    ({"arch": MIXTRAL, "framework": "lightning", "zero": 0, "ep": 2}, "the lightning layout has no expert parallelism"),
+    ({"arch": MIXTRAL, "framework": "dcp", "gpus": 8, "tp": 2, "ep": 8}, "does not divide the 4 data-parallel ranks"),
+    ({"arch": MIXTRAL, "framework": "dcp", "gpus": 16, "ep": 16}, "does not divide Mixtral 8x7B's 8 experts"),
+    ({"arch": MIXTRAL, "framework": "deepspeed", "zero": 3, "ep": 2}, "ZeRO stage 3"),
+    ({"arch": MIXTRAL, "framework": "deepspeed", "zero": 1, "tp": 2, "ep": 2}, "--tp 1 and --pp 1"),
+    ({"arch": MIXTRAL, "framework": "megatron", "ep": 0}, "--ep"),
+])
+def test_ep_refusals(kw, fragment):
+    """--ep is refused with one InputError: dense models, layouts without expert parallelism, an EP size that does
+    not divide the data-parallel ranks or the experts, and DeepSpeed-MoE outside what ckplan models."""
+    with pytest.raises(InputError) as err:
+        build_plan(model_name="x", **kw)
+    assert fragment in str(err.value)
+    assert "\n" not in str(err.value)

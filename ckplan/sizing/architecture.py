@@ -41,12 +41,14 @@ class Architecture(BaseModel):
 
 @dataclass(frozen=True, slots=True)
 class Tensor:
-    """One parameter tensor. `layer` is None for tensors outside the transformer blocks."""
+    """One parameter tensor. `layer` is None for tensors outside the transformer blocks; `expert` is the expert
+    index of a mixture-of-experts MLP tensor (None for every other tensor, the router included)."""
 
     name: str
     shape: tuple[int, ...]
     role: Role
     layer: int | None
+    expert: int | None = None
 
     @property
     def numel(self) -> int:
@@ -70,10 +72,10 @@ def tensors(arch: Architecture) -> list[Tensor]:
             items.append(Tensor(f"{prefix}.bias", (h,), "vector", layer))
         return items
 
-    def linear(name: str, rows: int, cols: int, layer: int, bias: bool) -> list[Tensor]:
-        items = [Tensor(f"{name}.weight", (rows, cols), "matrix", layer)]
+    def linear(name: str, rows: int, cols: int, layer: int, bias: bool, expert: int | None = None) -> list[Tensor]:
+        items = [Tensor(f"{name}.weight", (rows, cols), "matrix", layer, expert)]
         if bias:
-            items.append(Tensor(f"{name}.bias", (rows,), "vector", layer))
+            items.append(Tensor(f"{name}.bias", (rows,), "vector", layer, expert))
         return items
 
     for i in range(arch.layers):
@@ -87,10 +89,11 @@ def tensors(arch: Architecture) -> list[Tensor]:
             out.append(Tensor(f"{p}.mlp.gate.weight", (arch.experts, h), "router", i))
         for e in range(arch.experts):
             mp = f"{p}.mlp.experts.{e}" if arch.experts > 1 else f"{p}.mlp"
+            expert = e if arch.experts > 1 else None
             if arch.mlp == "gated":
-                out += linear(f"{mp}.gate_proj", arch.ffn, h, i, arch.linear_bias)
-            out += linear(f"{mp}.up_proj", arch.ffn, h, i, arch.linear_bias)
-            out += linear(f"{mp}.down_proj", h, arch.ffn, i, arch.linear_bias)
+                out += linear(f"{mp}.gate_proj", arch.ffn, h, i, arch.linear_bias, expert)
+            out += linear(f"{mp}.up_proj", arch.ffn, h, i, arch.linear_bias, expert)
+            out += linear(f"{mp}.down_proj", h, arch.ffn, i, arch.linear_bias, expert)
     out += norm("norm", None)
     if not arch.tied_embeddings:
         out.append(Tensor("lm_head.weight", (arch.vocab, h), "head", None))

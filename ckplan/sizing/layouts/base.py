@@ -67,17 +67,29 @@ class ManifestFile(BaseModel):
 
 @dataclass(frozen=True, slots=True)
 class Parallelism:
-    """World layout. Rank order: tensor-parallel fastest, then data, then pipeline (Megatron's default)."""
+    """World layout. Rank order: tensor-parallel fastest, then data, then pipeline (Megatron's default).
+
+    Expert parallelism (ep) is carved out of the data-parallel ranks, as Megatron-Core (order tp-cp-ep-dp-pp),
+    torchtitan (the dp_shard_in_ep mesh dimension) and DeepSpeed-MoE (its default E+D groups) do: an EP group is
+    `ep` consecutive data-parallel ranks, so EP rank = dp rank mod ep and expert-data-parallel rank = dp rank div
+    ep; the experts are split into `ep` contiguous blocks, expert e on EP rank e div (experts / ep).
+    """
 
     gpus: int
     gpus_per_node: int
     tp: int
     pp: int
     zero: int
+    ep: int = 1
 
     @property
     def dp(self) -> int:
         return self.gpus // (self.tp * self.pp)
+
+    @property
+    def edp(self) -> int:
+        """Expert-data-parallel size: the replicas of one EP rank's experts."""
+        return self.dp // self.ep
 
     @property
     def mp(self) -> int:
@@ -149,6 +161,8 @@ class Layout(Protocol):
     #   options: tuple[str, ...]                       the --option names the layout reads
     #   check_options(par, options) -> None            raise InputError for options this parallelism cannot take
     #   notes(par, options) -> list[str]               framework facts for the plan's assumptions
+    #   rank_order: str                                 when the framework numbers ranks otherwise than tp, dp, pp
+    #   supports_ep: bool                               the framework shards experts over --ep ranks (default False)
 
 
 class BufferedWriter:
