@@ -178,7 +178,9 @@ CASES = [
     ("size-pp-layers", ["size", "--model", "llama-3.1-8b", "--gpus", "64", "--pp", "64"], 2),
     ("size-pp-negative", ["size", "--pp", "-1"], 2),
     ("size-zero-stage", ["size", "--zero", "4"], 2),
-    ("size-hf-zero", ["size", "--framework", "hf", "--zero", "3"], 2),
+    ("size-hf-tp", ["size", "--framework", "hf", "--tp", "2"], 2),
+    ("size-hf-gather-zero2", ["size", "--framework", "hf", "--zero", "2", "--option", "gather_16bit=true"], 2),
+    ("size-hf-gather-word", ["size", "--framework", "hf", "--zero", "3", "--option", "gather_16bit=maybe"], 2),
     # size: interval demand
     ("size-interval-zero", ["size", "--interval", "0"], 2),
     ("size-interval-huge", ["size", "--interval", "1e400s"], 2),

@@ -86,7 +86,7 @@ def _names(plan):
 def test_deepspeed_zero1_single_node():
     plan = build_plan(arch=L8, model_name="x", framework="deepspeed", zero=1, gpus=8)
     names = _names(plan)
-    assert names[:3] == ["latest", "global_step1000/zero_to_fp32.py", "global_step1000/mp_rank_00_model_states.pt"]
+    assert names[:3] == ["latest", "zero_to_fp32.py", "global_step1000/mp_rank_00_model_states.pt"]
     assert [n for n in names if "optim" in n] == [f"global_step1000/bf16_zero_pp_rank_{i}_mp_rank_00_optim_states.pt" for i in range(8)]
     assert plan.writers == 8 and plan.file_count == 11
     model_states = next(f for f in plan.manifest if f.path.endswith("mp_rank_00_model_states.pt"))
@@ -161,7 +161,7 @@ def test_lightning_single_file():
 
 
 @pytest.mark.parametrize("framework,kw,fragment", [
-    ("hf", {"zero": 1}, "ddp"), ("lightning", {"tp": 2}, "ddp"), ("deepspeed", {"zero": 3, "pp": 2, "gpus": 16}, "pipeline"),
+    ("hf", {"tp": 2}, "ddp"), ("lightning", {"tp": 2}, "ddp"), ("deepspeed", {"zero": 3, "pp": 2, "gpus": 16}, "pipeline"),
     ("deepspeed", {"gpus": 8, "tp": 3}, "divisible"), ("deepspeed", {"gpus": 12}, "whole number"), ("deepspeed", {"zero": 4}, "zero"),
 ])
 def test_contradictory_parallelism(framework, kw, fragment):

@@ -110,6 +110,7 @@ class PlanSpec(BaseModel):
     tp: int | None = None
     pp: int | None = None
     zero: int | None = None
+    ep: int | None = None
     dtype: list[str] = Field(default_factory=list)
     option: list[str] = Field(default_factory=list)
 
@@ -139,7 +140,7 @@ class PlanSpec(BaseModel):
             arch = nearest_shape(parameters, catalog.models())
         chosen = {k: v for k, v in dict(optimizer=self.optimizer, precision=self.precision, framework=self.framework,
                                         gpus=gpus if gpus is not None else self.gpus, gpus_per_node=self.gpus_per_node,
-                                        tp=self.tp, pp=self.pp, zero=self.zero).items() if v is not None}
+                                        tp=self.tp, pp=self.pp, zero=self.zero, ep=self.ep).items() if v is not None}
         chosen.update({k: v.lower() for k, v in chosen.items() if isinstance(v, str)})
         return build_plan(arch=arch, parameters=parameters, model_name=arch.name if self.model or self.config else None,
                           dtype_overrides=pairs(self.dtype, "--dtype"), options=pairs(self.option, "--option"), **chosen)
@@ -147,7 +148,7 @@ class PlanSpec(BaseModel):
 
 PLAN_FLAG_NAMES = {"params": "--params", "model": "--model", "config": "--config", "optimizer": "--optimizer",
                    "precision": "--precision", "framework": "--framework", "gpus": "--gpus", "gpus_per_node": "--gpus-per-node",
-                   "tp": "--tp", "pp": "--pp", "zero": "--zero", "dtype": "--dtype", "option": "--option"}
+                   "tp": "--tp", "pp": "--pp", "zero": "--zero", "ep": "--ep", "dtype": "--dtype", "option": "--option"}
 
 
 def _plan_flags(defaults: dict[str, Any], exclude: tuple[str, ...]) -> list[Flag]:
@@ -166,9 +167,12 @@ def _plan_flags(defaults: dict[str, Any], exclude: tuple[str, ...]) -> list[Flag
         Flag("gpus_per_node", "--gpus-per-node", int, "GPUs per node  [default: 8, or --gpus if fewer]"),
         Flag("tp", "--tp", int, "Tensor-parallel size.", str(d["tp"])),
         Flag("pp", "--pp", int, "Pipeline-parallel size.", str(d["pp"])),
-        Flag("zero", "--zero", int, "ZeRO stage 0-3 (3 = FSDP full sharding).", str(d["zero"])),
+        Flag("zero", "--zero", int, "ZeRO stage 0-3 (3 = FSDP full sharding; hf: 0 = Trainer under DDP, 1-3 = Trainer + "
+             "DeepSpeed).", "1, hf: 0" if d["zero"] is None else str(d["zero"])),
+        Flag("ep", "--ep", int, "Expert-parallel size (megatron, dcp, deepspeed; mixture-of-experts models).", str(d["ep"])),
         Flag("dtype", "--dtype", list[str], "Override a state's dtype: master=none, exp_avg_sq=bf16, optimizer=bf16."),
-        Flag("option", "--option", list[str], "Layout option, e.g. hf_shard_size=50GB."),
+        Flag("option", "--option", list[str], "Layout option, e.g. hf_shard_size=50GB, writer=fast (deepspeed), "
+             "gather_16bit=true (hf under ZeRO-3)."),
     ]
     return [f for f in flags if f.name not in exclude]
 

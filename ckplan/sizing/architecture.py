@@ -85,12 +85,14 @@ class Architecture(BaseModel):
 
 @dataclass(frozen=True, slots=True)
 class Tensor:
-    """One parameter tensor. `layer` is None for tensors outside the transformer blocks."""
+    """One parameter tensor. `layer` is None for tensors outside the transformer blocks; `expert` is the expert
+    index of a mixture-of-experts MLP tensor (None for every other tensor, the router included)."""
 
     name: str
     shape: tuple[int, ...]
     role: Role
     layer: int | None
+    expert: int | None = None
 
     @property
     def numel(self) -> int:
@@ -109,7 +111,9 @@ def tensors(arch: Architecture) -> list[Tensor]:
     """
     h = arch.hidden
     head_dim = arch.head_dim or h // arch.heads
-    q, kv = arch.heads * head_dim, arch.kv_heads * head_dim
+    # without an explicit head_dim, q and o are hidden × hidden, as in every such config (DLIO's 1T has
+    # hidden 25,872 over 192 heads, which does not divide: its q is still 25,872 wide)
+    q, kv = (arch.heads * head_dim if arch.head_dim else h), arch.kv_heads * head_dim
     qkv_bias = arch.linear_bias or arch.qkv_bias
     out_bias = arch.linear_bias or arch.attn_out_bias
     mlp_bias = arch.linear_bias or arch.mlp_bias
@@ -123,16 +127,16 @@ def tensors(arch: Architecture) -> list[Tensor]:
             items.append(Tensor(f"{prefix}.bias", (width,), "vector", layer))
         return items
 
-    def linear(name: str, rows: int, cols: int, layer: int, bias: bool) -> list[Tensor]:
-        items = [Tensor(f"{name}.weight", (rows, cols), "matrix", layer)]
+    def linear(name: str, rows: int, cols: int, layer: int, bias: bool, expert: int | None = None) -> list[Tensor]:
+        items = [Tensor(f"{name}.weight", (rows, cols), "matrix", layer, expert)]
         if bias:
-            items.append(Tensor(f"{name}.bias", (rows,), "vector", layer))
+            items.append(Tensor(f"{name}.bias", (rows,), "vector", layer, expert))
         return items
 
-    def mlp(prefix: str, width: int, layer: int) -> list[Tensor]:
-        items = linear(f"{prefix}.gate_proj", width, h, layer, mlp_bias) if arch.mlp == "gated" else []
-        items += linear(f"{prefix}.up_proj", width, h, layer, mlp_bias)
-        return items + linear(f"{prefix}.down_proj", h, width, layer, mlp_bias)
+    def mlp(prefix: str, width: int, layer: int, expert: int | None = None) -> list[Tensor]:
+        items = linear(f"{prefix}.gate_proj", width, h, layer, mlp_bias, expert) if arch.mlp == "gated" else []
+        items += linear(f"{prefix}.up_proj", width, h, layer, mlp_bias, expert)
+        return items + linear(f"{prefix}.down_proj", h, width, layer, mlp_bias, expert)
 
     def attention(p: str, i: int) -> list[Tensor]:
         mla = arch.attention
@@ -169,8 +173,8 @@ def tensors(arch: Architecture) -> list[Tensor]:
         if arch.router_bias:
             out.append(Tensor(f"{p}.mlp.gate.e_score_correction_bias", (arch.experts,), "router", i))
         for e in range(arch.experts):
-            out += mlp(f"{p}.mlp.experts.{e}", arch.moe_ffn or arch.ffn, i)
-        if arch.shared_expert_ffn:
+            out += mlp(f"{p}.mlp.experts.{e}", arch.moe_ffn or arch.ffn, i, expert=e)
+        if arch.shared_expert_ffn:  # shared experts are on every rank, like a dense MLP: no expert index
             out += mlp(f"{p}.mlp.shared_experts", arch.shared_expert_ffn, i)
         if arch.shared_expert_gate:
             out.append(Tensor(f"{p}.mlp.shared_expert_gate.weight", (1, h), "router", i))

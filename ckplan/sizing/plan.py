@@ -7,7 +7,7 @@ import math
 from collections import defaultdict
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, field_validator, model_serializer, model_validator
 
 from ckplan import __version__
 from ckplan.errors import InputError, did_you_mean
@@ -44,6 +44,7 @@ class TrainingSetup(BaseModel):
     pp: Positive = 1
     dp: Positive = 8
     zero: Annotated[int, Field(ge=0, le=3)] = 1
+    ep: Positive = 1  # expert parallelism, within dp; left out of the JSON when 1 (plans without it read back as 1)
     dtype_overrides: dict[str, str] = Field(default_factory=dict)
     step: Count = 1000
     options: dict[str, str] = Field(default_factory=dict)
@@ -54,7 +55,16 @@ class TrainingSetup(BaseModel):
             raise ValueError(f"tp {self.tp} × pp {self.pp} × dp {self.dp} is not gpus {self.gpus}")
         if self.gpus_per_node > self.gpus:
             raise ValueError(f"gpus_per_node {self.gpus_per_node} exceeds gpus {self.gpus}")
+        if self.dp % self.ep:
+            raise ValueError(f"ep {self.ep} does not divide dp {self.dp}")
         return self
+
+    @model_serializer(mode="wrap")
+    def _omit_dense_ep(self, handler: SerializerFunctionWrapHandler) -> dict:
+        data = handler(self)
+        if self.ep == 1:
+            data.pop("ep", None)
+        return data
 
 
 class NodeLoad(BaseModel):
@@ -144,11 +154,12 @@ class CheckpointPlan(BaseModel):
 
         s = self.setup
         model = s.model or f"{fmt_count(s.parameters)} parameters"
-        zero = f" ZeRO-{s.zero}" if s.framework in ("deepspeed", "dcp", "megatron") else ""
+        zero = f" ZeRO-{s.zero}" if s.framework in ("deepspeed", "dcp", "megatron", "dlio") or s.framework == "hf" and s.zero else ""
         text = f"{model} ({s.parameters:,} params) · {s.optimizer} · {s.precision} · {s.framework}{zero}"
+        ep = f" ep {s.ep}" if s.ep > 1 else ""
         if world:
-            return text + f" · {s.gpus} GPUs on {s.nodes} node(s), tp {s.tp} pp {s.pp} dp {s.dp}"
-        return text + f" · tp {s.tp} pp {s.pp}, {s.gpus_per_node} GPUs per node"
+            return text + f" · {s.gpus} GPUs on {s.nodes} node(s), tp {s.tp} pp {s.pp} dp {s.dp}{ep}"
+        return text + f" · tp {s.tp} pp {s.pp}{ep}, {s.gpus_per_node} GPUs per node"
 
 
 def nearest_shape(parameters: float, catalog: dict[str, Architecture]) -> Architecture:
@@ -159,14 +170,20 @@ def nearest_shape(parameters: float, catalog: dict[str, Architecture]) -> Archit
     return min(dense, key=lambda a: abs(math.log(a.published_parameters / parameters)))
 
 
+DEFAULT_ZERO = 1  # ZeRO stage of a layout that names no default_zero of its own
+
+
 def build_plan(*, arch: Architecture, parameters: int | None = None, model_name: str | None = None,
                optimizer: str = "adam", precision: str = "bf16-mixed", framework: str = "deepspeed",
-               gpus: int = 8, gpus_per_node: int | None = None, tp: int = 1, pp: int = 1, zero: int = 1,
+               gpus: int = 8, gpus_per_node: int | None = None, tp: int = 1, pp: int = 1, zero: int | None = None,
                dtype_overrides: dict[str, str] | None = None, step: int = 1000,
-               options: dict[str, str] | None = None) -> CheckpointPlan:
+               options: dict[str, str] | None = None, ep: int = 1) -> CheckpointPlan:
     """Size one save. `arch` gives the shapes; `parameters`, if given, rescales the bytes.
 
     gpus_per_node defaults to DEFAULT_GPUS_PER_NODE, or to gpus when the job is smaller than one such node.
+    `ep` > 1 shards a mixture-of-experts model's experts over that many data-parallel ranks (Parallelism's rank order),
+    for the layouts whose framework has expert parallelism (megatron, dcp, deepspeed). `zero` None takes the
+    layout's `default_zero` (hf: 0, Trainer under DDP; the others: 1).
     """
     if optimizer not in OPTIMIZERS:
         raise InputError(f"unknown optimizer {optimizer!r}{did_you_mean(optimizer, list(OPTIMIZERS))}")
@@ -174,14 +191,22 @@ def build_plan(*, arch: Architecture, parameters: int | None = None, model_name:
         raise InputError(f"unknown precision {precision!r}{did_you_mean(precision, list(PRECISIONS))}")
     if framework not in LAYOUTS:
         raise InputError(f"unknown framework {framework!r}{did_you_mean(framework, sorted(LAYOUTS))}")
-    par = _parallelism(arch, gpus, gpus_per_node, tp, pp, zero)
+    if zero is None:
+        zero = getattr(LAYOUTS[framework], "default_zero", DEFAULT_ZERO)
+    par = _parallelism(arch, gpus, gpus_per_node, tp, pp, zero, ep, borrowed=parameters is not None and model_name is None)
     layout = LAYOUTS[framework]
+    if ep > 1 and not getattr(layout, "supports_ep", False):
+        takes = ", ".join(name for name, other in sorted(LAYOUTS.items()) if getattr(other, "supports_ep", False))
+        raise InputError(f"--ep {ep}: the {framework} layout has no expert parallelism (the layouts with it: {takes})")
     layout.check(par)
     known = getattr(layout, "options", ())  # the --option names a layout reads; most read none
     for name in options or {}:
         if name not in known:
             takes = f"takes {', '.join(known)}" if known else "takes no --option"
             raise InputError(f"unknown --option {name!r}: the {framework} layout {takes}")
+    check_options = getattr(layout, "check_options", None)
+    if check_options is not None:
+        check_options(par, options or {})
     write_path = layout.write_path(options or {})
     overrides = dict(dtype_overrides or {})
     ts = model_tensors(arch)
@@ -193,10 +218,9 @@ def build_plan(*, arch: Architecture, parameters: int | None = None, model_name:
         return state_breakdown(subset, optimizer, precision, overrides)
 
     held = states(ts)
-    saved = layout.persisted(held, zero)
-    saved_names = {s.name for s in saved}
+    saved = layout.persisted(held, zero, options or {})
     breakdown = [s.model_copy(update={"bytes": int(round(s.bytes * scale))}) for s in saved]
-    not_saved = [s.model_copy(update={"bytes": int(round(s.bytes * scale))}) for s in held if s.name not in saved_names]
+    not_saved = [s.model_copy(update={"bytes": int(round(s.bytes * scale))}) for s in _dropped(held, saved)]
     manifest = layout.files(LayoutInput(par=par, tensors=ts, states=states, scale=scale, step=step, options=options or {}))
 
     state_bytes = sum(s.bytes for s in breakdown)
@@ -218,7 +242,7 @@ def build_plan(*, arch: Architecture, parameters: int | None = None, model_name:
     return CheckpointPlan(
         setup=TrainingSetup(model=model_name, parameters=params, shape_source=arch.name, optimizer=optimizer,
                             precision=precision, framework=framework, gpus=gpus, gpus_per_node=par.gpus_per_node,
-                            nodes=math.ceil(gpus / par.gpus_per_node), tp=tp, pp=pp, dp=par.dp, zero=zero,
+                            nodes=math.ceil(gpus / par.gpus_per_node), tp=tp, pp=pp, dp=par.dp, zero=zero, ep=ep,
                             dtype_overrides=overrides, step=step, options=options or {}),
         parameters=params, bytes_per_parameter=state_bytes / params, state_bytes=state_bytes,
         small_file_bytes=total_bytes - state_bytes, total_bytes=total_bytes, breakdown=breakdown,
@@ -228,8 +252,9 @@ def build_plan(*, arch: Architecture, parameters: int | None = None, model_name:
         write_path=write_path, coordinated_save=layout.coordinated_save, assumptions=assumptions)
 
 
-def _parallelism(arch: Architecture, gpus: int, gpus_per_node: int | None, tp: int, pp: int, zero: int) -> Parallelism:
-    for name, value in (("--gpus", gpus), ("--gpus-per-node", gpus_per_node), ("--tp", tp), ("--pp", pp)):
+def _parallelism(arch: Architecture, gpus: int, gpus_per_node: int | None, tp: int, pp: int, zero: int,
+                 ep: int = 1, borrowed: bool = False) -> Parallelism:
+    for name, value in (("--gpus", gpus), ("--gpus-per-node", gpus_per_node), ("--tp", tp), ("--pp", pp), ("--ep", ep)):
         if value is not None:
             check_range(value, name, 1, MAX_GPUS, limit=f"{MAX_GPUS:,} GPUs")
     if gpus_per_node is None:
@@ -246,7 +271,25 @@ def _parallelism(arch: Architecture, gpus: int, gpus_per_node: int | None, tp: i
         raise InputError(f"--tp {tp} does not divide {arch.display}'s {arch.heads} attention heads")
     if pp > arch.layers:
         raise InputError(f"--pp {pp} exceeds {arch.display}'s {arch.layers} layers")
-    return Parallelism(gpus=gpus, gpus_per_node=gpus_per_node, tp=tp, pp=pp, zero=zero)
+    if ep > 1:
+        dp = gpus // (tp * pp)
+        if arch.experts == 1:
+            raise InputError(f"--ep {ep} needs a mixture-of-experts model: {arch.display} is dense"
+                             + (" (--params borrows a dense model's shapes; give --model)" if borrowed else ""))
+        if dp % ep:
+            raise InputError(f"--ep {ep} does not divide the {dp} data-parallel ranks (--gpus {gpus} / (--tp {tp} × --pp {pp})): "
+                             "expert parallelism is carved out of data parallelism")
+        if arch.experts % ep:
+            raise InputError(f"--ep {ep} does not divide {arch.display}'s {arch.experts} experts")
+    return Parallelism(gpus=gpus, gpus_per_node=gpus_per_node, tp=tp, pp=pp, zero=zero, ep=ep)
+
+
+def _dropped(held: list[StateBytes], saved: list[StateBytes]) -> list[StateBytes]:
+    """The held states that no saved state holds: a saved state holds a held one under its own name or as a
+    copy of the same kind, dtype and size (HF Trainer's gathered 16-bit weights of DeepSpeed's ZeRO-3 model)."""
+    kept = {(s.kind, s.dtype, s.bytes) for s in saved}
+    names = {s.name for s in saved}
+    return [s for s in held if s.name not in names and (s.kind, s.dtype, s.bytes) not in kept]
 
 
 def _assumptions(arch, model_name, params, derived, layout, par, held, saved, options) -> list[str]:
@@ -261,8 +304,17 @@ def _assumptions(arch, model_name, params, derived, layout, par, held, saved, op
                + ("(O_DIRECT, bypassing the page cache)" if layout.write_path(options) == "direct"
                   else "(through the page cache, fsync at the end of each file)"))
     out.append(f"parallelism: {par.gpus} GPUs = tp {par.tp} × pp {par.pp} × dp {par.dp}, ZeRO stage {par.zero}, "
-               f"{par.gpus_per_node} GPUs per node; rank order tp, dp, pp")
-    dropped = [s for s in held if s not in saved]
+               f"{par.gpus_per_node} GPUs per node; rank order {getattr(layout, 'rank_order', 'tp, dp, pp')}")
+    if par.ep > 1:
+        local = arch.experts // par.ep
+        out.append(f"expert parallelism: ep {par.ep} × expert-data-parallel {par.edp} = the {par.dp} data-parallel ranks; "
+                   f"an EP group is {par.ep} consecutive dp ranks (EP rank = dp rank mod {par.ep}, expert-data-parallel "
+                   f"rank = dp rank div {par.ep}); {local} expert(s) per EP rank in contiguous blocks (expert e on EP "
+                   f"rank e div {local}): each EP rank holds 1/{par.ep} of the expert weights and their optimizer states")
+    notes = getattr(layout, "notes", None)
+    if notes is not None:
+        out += notes(par, options)
+    dropped = _dropped(held, saved)
     if dropped:
         out.append("not saved by this framework: " + ", ".join(f"{s.name} ({s.dtype})" for s in dropped)
                    + " — the fp32 copy is what persists")

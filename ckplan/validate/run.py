@@ -12,7 +12,8 @@ from ckplan.validate.model import Validation, diagnose, scaled_prediction
 
 SAVERS = {"deepspeed": "torch.save per rank file", "lightning": "torch.save of one .ckpt",
           "dcp": "torch.distributed.checkpoint.save (gloo)", "megatron": "torch.distributed.checkpoint.save (gloo)",
-          "hf": "safetensors.torch.save_file shards + torch.save optimizer/RNG"}
+          "hf": "safetensors.torch.save_file shards + torch.save optimizer/RNG",
+          "dlio": "torch.save per rank file (DLIO's random tensors)"}
 
 
 def validate(path: Path, plan: CheckpointPlan, profile: StorageProfile, *, scale: float = 1.0, repeats: int = 3,

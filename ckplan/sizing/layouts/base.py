@@ -27,7 +27,7 @@ CONFIG_JSON_BYTES = 1_000  # config.json / generation_config.json / metadata.jso
 LATEST_TAG_BYTES = 16  # 'latest', 'latest_checkpointed_iteration.txt'
 TORCH_SAVE_OVERHEAD_BYTES = 4_096  # pickle header and per-file records of a torch.save zip
 TORCH_SAVE_PER_TENSOR_BYTES = 300  # per-tensor pickle record and zip entry in a torch.save file
-ZERO_TO_FP32_SCRIPT_BYTES = 33_000  # DeepSpeed copies zero_to_fp32.py into each ZeRO checkpoint
+ZERO_TO_FP32_SCRIPT_BYTES = 33_000  # DeepSpeed copies zero_to_fp32.py beside `latest` at each ZeRO save
 DCP_METADATA_PER_CHUNK_BYTES = 250  # one chunk entry (offsets, sizes, storage index) in DCP .metadata
 SAFETENSORS_INDEX_PER_TENSOR_BYTES = 60  # one '"name": "model-0000x-of-0000n.safetensors"' line
 
@@ -67,17 +67,29 @@ class ManifestFile(BaseModel):
 
 @dataclass(frozen=True, slots=True)
 class Parallelism:
-    """World layout. Rank order: tensor-parallel fastest, then data, then pipeline (Megatron's default)."""
+    """World layout. Rank order: tensor-parallel fastest, then data, then pipeline (Megatron's default).
+
+    Expert parallelism (ep) is carved out of the data-parallel ranks, as Megatron-Core (order tp-cp-ep-dp-pp),
+    torchtitan (the dp_shard_in_ep mesh dimension) and DeepSpeed-MoE (its default E+D groups) do: an EP group is
+    `ep` consecutive data-parallel ranks, so EP rank = dp rank mod ep and expert-data-parallel rank = dp rank div
+    ep; the experts are split into `ep` contiguous blocks, expert e on EP rank e div (experts / ep).
+    """
 
     gpus: int
     gpus_per_node: int
     tp: int
     pp: int
     zero: int
+    ep: int = 1
 
     @property
     def dp(self) -> int:
         return self.gpus // (self.tp * self.pp)
+
+    @property
+    def edp(self) -> int:
+        """Expert-data-parallel size: the replicas of one EP rank's experts."""
+        return self.dp // self.ep
 
     @property
     def mp(self) -> int:
@@ -138,11 +150,20 @@ class Layout(Protocol):
     def check(self, par: Parallelism) -> None:
         """Raise InputError for a parallelism this framework cannot run."""
 
-    def persisted(self, states: list[StateBytes], zero: int) -> list[StateBytes]:
-        """The states this framework writes, out of all the states training holds."""
+    def persisted(self, states: list[StateBytes], zero: int, options: dict[str, str] | None = None) -> list[StateBytes]:
+        """The states this framework writes, out of all the states training holds (a state written twice,
+        as HF Trainer's gathered weights beside DeepSpeed's, is listed twice)."""
 
     def files(self, inp: LayoutInput) -> list[ManifestFile]:
         """Every file of one save, with the rank that writes it."""
+
+    # Optional, read with getattr by build_plan:
+    #   options: tuple[str, ...]                       the --option names the layout reads
+    #   check_options(par, options) -> None            raise InputError for options this parallelism cannot take
+    #   notes(par, options) -> list[str]               framework facts for the plan's assumptions
+    #   rank_order: str                                 when the framework numbers ranks otherwise than tp, dp, pp
+    #   supports_ep: bool                               the framework shards experts over --ep ranks (default False)
+    #   default_zero: int                               the ZeRO stage when none is given (default plan.DEFAULT_ZERO)
 
 
 class BufferedWriter:

@@ -20,15 +20,31 @@ from ckplan.sizing.states import StateBytes
 
 
 def distcp_files(inp: LayoutInput, directory: str, states_of) -> list[ManifestFile]:
-    """One `.distcp` per rank holding an even share of its pipeline stage, plus `.metadata`."""
+    """One `.distcp` per rank holding an even share of its pipeline stage, plus `.metadata`.
+
+    Under expert parallelism a rank holds the stage's dense tensors and only its EP rank's experts: it writes
+    1/(dp·tp) of the dense bytes and 1/(edp·tp) of its EP rank's 1/ep of the expert bytes (which comes to the
+    same 1/N when the experts are even), and each expert tensor is chunked over its edp·tp holders only.
+    """
     par = inp.par
     out: list[ManifestFile] = []
     chunks = 0
     for stage, stage_tensors in enumerate(inp.stage_tensors()):
         states = states_of(inp.states(stage_tensors))
-        chunks += len(stage_tensors) * len(states) * par.dp * par.tp
         ranks = [par.rank(stage, dp, tp) for dp in range(par.dp) for tp in range(par.tp)]
-        for rank, share in zip(ranks, split_even(inp.scaled(total(states)), len(ranks))):
+        if par.ep == 1:
+            chunks += len(stage_tensors) * len(states) * par.dp * par.tp
+            shares = split_even(inp.scaled(total(states)), len(ranks))
+        else:
+            dense = [t for t in stage_tensors if t.expert is None]
+            experts = [t for t in stage_tensors if t.expert is not None]
+            chunks += (len(dense) * par.dp + len(experts) * par.edp) * len(states) * par.tp
+            dense_shares = split_even(inp.scaled(total(states_of(inp.states(dense)))), len(ranks))
+            per_ep_rank = split_even(inp.scaled(total(states_of(inp.states(experts)))), par.ep)
+            expert_shares = [split_even(b, par.edp * par.tp) for b in per_ep_rank]
+            shares = [dense_shares[dp * par.tp + tp] + expert_shares[dp % par.ep][dp // par.ep * par.tp + tp]
+                      for dp in range(par.dp) for tp in range(par.tp)]
+        for rank, share in zip(ranks, shares):
             out.append(ManifestFile(path=f"{directory}/__{rank}_0.distcp", bytes=share, rank=rank, node=par.node(rank), kind="mixed"))
     out.sort(key=lambda f: f.rank)
     out.append(ManifestFile(path=f"{directory}/.metadata", bytes=DCP_METADATA_PER_CHUNK_BYTES * chunks, rank=0, node=0, kind="small"))
@@ -40,11 +56,19 @@ class DcpLayout(BufferedWriter):
     description = "PyTorch Distributed Checkpoint (one .distcp per rank plus .metadata)"
     coordinated_save = True
     renames_per_save = 1  # .metadata.tmp -> .metadata
+    supports_ep = True  # torchtitan: experts Shard(0) over the ep mesh, FSDP over dp_shard / ep
 
     def check(self, par: Parallelism) -> None:
         return None
 
-    def persisted(self, states: list[StateBytes], zero: int) -> list[StateBytes]:
+    def notes(self, par: Parallelism, options: dict[str, str]) -> list[str]:
+        if par.ep == 1:
+            return []
+        return [f"DCP under expert parallelism (torchtitan): expert weights are sharded over the ep {par.ep} mesh "
+                f"and FSDP-sharded over its {par.edp} expert-data-parallel ranks, dense ones over all {par.dp}; "
+                "every rank saves its own shards, so each still writes ~1/N"]
+
+    def persisted(self, states: list[StateBytes], zero: int, options: dict[str, str] | None = None) -> list[StateBytes]:
         return fp32_copy_only(states)
 
     def files(self, inp: LayoutInput) -> list[ManifestFile]:

@@ -13,10 +13,17 @@
   `layer_{idx:02d}-model_{tp:02d}-model_states.pt` per layer per tensor rank
   (PipelineModule.save_state_dict); layer 0 is the embedding, then the blocks,
   then the final norm and the head.
-- With ZeRO, rank 0 also copies zero_to_fp32.py into the tag directory.
+- With ZeRO, rank 0 also copies zero_to_fp32.py into the save directory, beside `latest`
+  (_save_zero_checkpoint calls _copy_recovery_script(save_dir), not the tag directory).
 - The writer is torch.save through the page cache, unless the config chooses FastPersist
   (`checkpoint.writer.type = "fast"`, DeepNVMe), which writes with O_DIRECT: `--option writer=fast`.
 Model-parallel rank = pipeline stage × tp + tensor rank, as PipelineParallelGrid counts it.
+- DeepSpeed-MoE (--ep > 1, engine._save_moe_checkpoint; ZeRO 1-2, tp 1, pp 1 modelled): the expert weights leave
+  mp_rank_00_model_states.pt (which keeps the dense ones and the routers) for one
+  `layer_{moe_layer}_expert_{e}_mp_rank_00_model_states.pt` per MoE layer and expert, written by the EP rank that
+  holds expert e among the expert-data-parallel rank 0 ranks (dp ranks 0..ep-1 in DeepSpeed's default E+D
+  groups); each of those writes 1/ep of the expert weights. The ZeRO optimizer partitions keep one file per rank:
+  dense states over dp ranks, each EP rank's expert states over its dp/ep ranks, 1/dp of the whole either way.
 """
 
 from __future__ import annotations
@@ -43,26 +50,50 @@ class DeepSpeedLayout:
             raise InputError(f"--option writer= takes {' or '.join(self.writer_paths)} for deepspeed, got {writer!r}")
         return self.writer_paths[writer]
 
+    supports_ep = True  # DeepSpeed-MoE: moe.ep_size
+
     def check(self, par: Parallelism) -> None:
         if par.zero == 3 and par.pp > 1:
             raise InputError("DeepSpeed does not combine ZeRO stage 3 with pipeline parallelism (--pp > 1)")
+        if par.ep > 1 and par.zero == 3:
+            raise InputError("DeepSpeed-MoE (--ep > 1) does not run under ZeRO stage 3 (engine: \"Native DeepSpeed MoE "
+                             "is not supported with ZeRO Stage 3\"): use --zero 1 or 2")
+        if par.ep > 1 and (par.zero == 0 or par.tp > 1 or par.pp > 1):
+            raise InputError("ckplan models DeepSpeed-MoE checkpoints (--ep > 1) with ZeRO 1 or 2, --tp 1 and --pp 1")
 
-    def persisted(self, states: list[StateBytes], zero: int) -> list[StateBytes]:
+    def notes(self, par: Parallelism, options: dict[str, str]) -> list[str]:
+        if par.ep == 1:
+            return []
+        return [f"DeepSpeed-MoE: dp ranks 0..{par.ep - 1} (expert-data-parallel rank 0) write one file per MoE layer "
+                f"and expert, 1/{par.ep} of the expert weights each; rank 0's mp_rank_00_model_states.pt keeps the "
+                "dense weights; every rank's ZeRO optimizer file holds 1/dp of all optimizer states"]
+
+    def persisted(self, states: list[StateBytes], zero: int, options: dict[str, str] | None = None) -> list[StateBytes]:
         if zero == 3 and any(s.kind == "master" for s in states):
             return [s for s in states if s.kind != "weights"]
         return states
 
     def files(self, inp: LayoutInput) -> list[ManifestFile]:
+        return self.save_checkpoint(inp)
+
+    def save_checkpoint(self, inp: LayoutInput, save_dir: str = "") -> list[ManifestFile]:
+        """The files of engine.save_checkpoint(save_dir): `latest` and zero_to_fp32.py in save_dir, the rest
+        in save_dir/global_stepN/. Other layouts whose framework calls it (HF Trainer) reuse this."""
         par = inp.par
-        tag = f"global_step{inp.step}"
+        root = f"{save_dir}/" if save_dir else ""
+        tag = f"{root}global_step{inp.step}"
         bf16 = any(s.dtype == "bf16" for s in inp.states(inp.tensors[:1]) if s.kind == "weights")
         prefix = "bf16_" if bf16 else ""
-        out = [ManifestFile(path="latest", bytes=LATEST_TAG_BYTES, rank=0, node=0, kind="small")]
+        out = [ManifestFile(path=f"{root}latest", bytes=LATEST_TAG_BYTES, rank=0, node=0, kind="small")]
         if par.zero > 0:
-            out.append(ManifestFile(path=f"{tag}/zero_to_fp32.py", bytes=ZERO_TO_FP32_SCRIPT_BYTES, rank=0, node=0, kind="small"))
+            out.append(ManifestFile(path=f"{root}zero_to_fp32.py", bytes=ZERO_TO_FP32_SCRIPT_BYTES, rank=0, node=0, kind="small"))
         for stage, stage_tensors in enumerate(inp.stage_tensors()):
             states = self.persisted(inp.states(stage_tensors), par.zero)
             weights = total(states, ("weights",)) / par.tp
+            if par.ep > 1:  # DeepSpeed-MoE: the experts go to files of their own
+                out += self._expert_files(inp, tag, stage_tensors)
+                stage_tensors = [t for t in stage_tensors if t.expert is None]
+                weights = total(self.persisted(inp.states(stage_tensors), par.zero), ("weights",))
             optim = total(states, ("master", "optimizer")) / par.tp
             per_tp_tensors = len(stage_tensors)
             layers = sorted({t.layer for t in stage_tensors if t.layer is not None})
@@ -90,6 +121,22 @@ class DeepSpeedLayout:
                             out.append(ManifestFile(
                                 path=f"{tag}/zero_pp_rank_{dp}_mp_rank_{mp:02d}_model_states.pt",
                                 bytes=int(torch_save_bytes(0, per_tp_tensors)), rank=rank, node=par.node(rank), kind="small"))
+        return out
+
+    def _expert_files(self, inp: LayoutInput, tag: str, stage_tensors) -> list[ManifestFile]:
+        """DeepSpeed-MoE's per-expert weight files, from the EP rank holding each expert (tp 1, pp 1)."""
+        par = inp.par
+        experts = [t for t in stage_tensors if t.expert is not None]
+        local = (1 + max(t.expert for t in experts)) // par.ep
+        out = []
+        for moe_layer, layer in enumerate(sorted({t.layer for t in experts})):
+            for e in sorted({t.expert for t in experts if t.layer == layer}):
+                ts = [t for t in experts if t.layer == layer and t.expert == e]
+                writer = par.rank(0, e // local, 0)
+                weights = total(self.persisted(inp.states(ts), par.zero), ("weights",))
+                out.append(ManifestFile(
+                    path=f"{tag}/layer_{moe_layer}_expert_{e}_mp_rank_00_model_states.pt", rank=writer,
+                    node=par.node(writer), bytes=inp.scaled(weights) + int(torch_save_bytes(0, len(ts))), kind="weights"))
         return out
 
     def _layer_files(self, inp: LayoutInput, tag: str, stage: int, tp: int, stage_tensors, layers, writer) -> list[ManifestFile]:

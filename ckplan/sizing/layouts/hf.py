@@ -1,5 +1,6 @@
-"""Hugging Face Trainer (transformers Trainer._save_checkpoint) under DDP.
+"""Hugging Face Trainer (transformers Trainer._save_checkpoint), under DDP (--zero 0) or DeepSpeed (--zero 1-3).
 
+Under DDP:
 - `checkpoint-{N}/` with the model as safetensors shards
   `model-{i:05d}-of-{n:05d}.safetensors` split greedily by tensor at
   max_shard_size (5 GB in transformers 4.x; v5 raised it to 50 GB: override
@@ -9,6 +10,19 @@
   `config.json`, `generation_config.json`: written by the main process.
 - `rng_state_{i}.pth`, one per process (`rng_state.pth` for one process).
 - The module's parameters are what is saved: fp32 under AMP (bf16=True).
+
+Under DeepSpeed (the Trainer's `deepspeed=` config), read from transformers' trainer.py:
+- save_model: `accelerator.get_state_dict(engine)` gathers the engine's 16-bit module weights and
+  the main process writes them with save_pretrained: the same safetensors shards, index,
+  config.json, generation_config.json and training_args.bin. Under ZeRO-3 the gather happens only
+  with `stage3_gather_16bit_weights_on_model_save` (--option gather_16bit=true; DeepSpeed's default
+  is false). Without it get_state_dict raises, Trainer writes the config files with an empty state
+  dict, deletes the empty weights file and calls engine.save_checkpoint(checkpoint-N) instead.
+- _save_optimizer_and_scheduler: engine.save_checkpoint(checkpoint-N) on every rank, DeepSpeed's
+  own layout (`latest`, zero_to_fp32.py, `global_step{N}/`): the deepspeed layout's files, reused.
+  No optimizer.pt. `scheduler.pt` is written when the LR scheduler is the Trainer's own (a
+  DeepSpeed config without optimizer/scheduler sections, as TRL's and LLaMA-Factory's are).
+- rng_state_{i}.pth per process and trainer_state.json, as under DDP.
 """
 
 from __future__ import annotations
@@ -19,31 +33,75 @@ from ckplan.sizing.layouts.base import (
     TRAINER_STATE_BYTES, TRAINING_ARGS_BYTES, LayoutInput, ManifestFile, Parallelism, fp32_copy_only,
     torch_save_bytes, total,
 )
+from ckplan.sizing.layouts.deepspeed import DeepSpeedLayout
 from ckplan.sizing.states import StateBytes
 from ckplan.units import parse_bytes
 
 DEFAULT_SHARD_BYTES = 5 * 10**9
 SAFETENSORS_HEADER_PER_TENSOR_BYTES = 120  # JSON header entry: dtype, shape, data_offsets
+GATHERED = "gathered_weights"  # the 16-bit model rank 0 gathers from DeepSpeed and writes as safetensors
+BOOLEANS = {"true": True, "false": False}
 
 
 class HfLayout(BufferedWriter):
     name = "hf"
+    default_zero = 0  # plain Trainer under DDP; --zero 1-3 is Trainer with DeepSpeed
     description = "Hugging Face Trainer (safetensors shards, optimizer.pt, rng_state_i.pth)"
-    options = ("hf_shard_size",)  # --option hf_shard_size=50GB: Trainer's max_shard_size
+    # --option hf_shard_size=50GB: Trainer's max_shard_size; gather_16bit: ZeRO-3's stage3_gather_16bit_weights_on_model_save
+    options = ("hf_shard_size", "gather_16bit")
+    deepspeed = DeepSpeedLayout()
 
     def check(self, par: Parallelism) -> None:
-        if par.zero or par.tp > 1 or par.pp > 1:
-            raise InputError("the hf layout models Trainer under DDP (--zero 0, --tp 1, --pp 1); "
-                             "with DeepSpeed or FSDP, Trainer writes that framework's layout: use --framework deepspeed or dcp")
+        if par.tp > 1 or par.pp > 1:
+            raise InputError("the hf layout models Trainer under DDP (--zero 0) or DeepSpeed ZeRO (--zero 1-3), data "
+                             "parallel only (--tp 1, --pp 1); with Megatron or FSDP use --framework megatron or dcp")
 
-    def persisted(self, states: list[StateBytes], zero: int) -> list[StateBytes]:
-        return fp32_copy_only(states)
+    def check_options(self, par: Parallelism, options: dict[str, str]) -> None:
+        if "gather_16bit" in options:
+            if par.zero != 3:
+                raise InputError("--option gather_16bit= is DeepSpeed ZeRO-3's stage3_gather_16bit_weights_on_model_save: "
+                                 f"it needs --zero 3 (ZeRO-{par.zero} always gathers the 16-bit model)")
+            self._gather(options)
+
+    def _gather(self, options: dict[str, str]) -> bool:
+        value = options.get("gather_16bit", "false").lower()
+        if value not in BOOLEANS:
+            raise InputError(f"--option gather_16bit= takes true or false, got {options['gather_16bit']!r}")
+        return BOOLEANS[value]
+
+    def _writes_gathered(self, zero: int, options: dict[str, str]) -> bool:
+        return 0 < zero < 3 or (zero == 3 and self._gather(options))
+
+    def persisted(self, states: list[StateBytes], zero: int, options: dict[str, str] | None = None) -> list[StateBytes]:
+        if zero == 0:
+            return fp32_copy_only(states)
+        saved = self.deepspeed.persisted(states, zero)
+        if self._writes_gathered(zero, options or {}):
+            saved = saved + [s.model_copy(update={"name": GATHERED}) for s in states if s.kind == "weights"]
+        return saved
+
+    def notes(self, par: Parallelism, options: dict[str, str]) -> list[str]:
+        if par.zero == 0:
+            return []
+        trainer = f"HF Trainer + DeepSpeed ZeRO-{par.zero}: "
+        if self._writes_gathered(par.zero, options):
+            return [trainer + "rank 0 writes the model gathered to 16 bits as safetensors shards (Trainer.save_model), "
+                    "then every rank writes DeepSpeed's checkpoint-N/global_stepN/ (engine.save_checkpoint in "
+                    "_save_optimizer_and_scheduler); no optimizer.pt"]
+        return [trainer + "without stage3_gather_16bit_weights_on_model_save (DeepSpeed's default; --option "
+                "gather_16bit=true to change) no model safetensors are written: Trainer.save_model calls "
+                "engine.save_checkpoint instead, and _save_optimizer_and_scheduler calls it again, so the "
+                "global_stepN/ files are written twice per save (transformers issue 34534); the manifest lists them once"]
 
     def files(self, inp: LayoutInput) -> list[ManifestFile]:
-        par, d = inp.par, f"checkpoint-{inp.step}"
+        if inp.par.zero == 0:
+            return self._ddp_files(inp)
+        return self._deepspeed_files(inp)
+
+    def _shards(self, inp: LayoutInput, weight_kind: str) -> list[tuple[str, int, str]]:
+        """save_pretrained's safetensors shards of the `weight_kind` state, and the index when there are several."""
         shard_limit = parse_bytes(inp.options.get("hf_shard_size", DEFAULT_SHARD_BYTES), "--option hf_shard_size")
         shards: list[list[int]] = [[0, 0]]  # [payload bytes, tensor count]
-        weight_kind = "master" if any(s.kind == "master" for s in inp.states(inp.tensors[:1])) else "weights"
         for t in inp.tensors:
             size = inp.scaled(total(inp.states([t]), (weight_kind,)))
             if shards[-1][1] and shards[-1][0] + size > shard_limit:
@@ -57,6 +115,20 @@ class HfLayout(BufferedWriter):
             files.append((name, payload + SAFETENSORS_HEADER_PER_TENSOR_BYTES * count, "weights"))
         if n > 1:
             files.append(("model.safetensors.index.json", SAFETENSORS_INDEX_PER_TENSOR_BYTES * len(inp.tensors), "small"))
+        return files
+
+    def _rng_files(self, inp: LayoutInput, d: str) -> list[ManifestFile]:
+        par = inp.par
+        out = []
+        for rank in range(par.gpus):
+            name = "rng_state.pth" if par.gpus == 1 else f"rng_state_{rank}.pth"
+            out.append(ManifestFile(path=f"{d}/{name}", bytes=RNG_STATE_BYTES, rank=rank, node=par.node(rank), kind="small"))
+        return out
+
+    def _ddp_files(self, inp: LayoutInput) -> list[ManifestFile]:
+        d = f"checkpoint-{inp.step}"
+        weight_kind = "master" if any(s.kind == "master" for s in inp.states(inp.tensors[:1])) else "weights"
+        files = self._shards(inp, weight_kind)
         optim = total(self.persisted(inp.states(inp.tensors), 0), ("optimizer",))
         files += [
             ("optimizer.pt", inp.scaled(optim) + int(torch_save_bytes(0, 2 * len(inp.tensors))), "optimizer"),
@@ -67,7 +139,21 @@ class HfLayout(BufferedWriter):
             ("generation_config.json", CONFIG_JSON_BYTES // 5, "small"),
         ]
         out = [ManifestFile(path=f"{d}/{name}", bytes=b, rank=0, node=0, kind=k) for name, b, k in files]
-        for rank in range(par.gpus):
-            name = "rng_state.pth" if par.gpus == 1 else f"rng_state_{rank}.pth"
-            out.append(ManifestFile(path=f"{d}/{name}", bytes=RNG_STATE_BYTES, rank=rank, node=par.node(rank), kind="small"))
+        return out + self._rng_files(inp, d)
+
+    def _deepspeed_files(self, inp: LayoutInput) -> list[ManifestFile]:
+        """In _save_checkpoint's order: save_model (rank 0), engine.save_checkpoint (every rank), scheduler.pt,
+        the RNG states (every rank), trainer_state.json."""
+        d = f"checkpoint-{inp.step}"
+        files = self._shards(inp, "weights") if self._writes_gathered(inp.par.zero, inp.options) else []
+        files += [
+            ("config.json", CONFIG_JSON_BYTES, "small"),
+            ("generation_config.json", CONFIG_JSON_BYTES // 5, "small"),
+            ("training_args.bin", TRAINING_ARGS_BYTES, "small"),
+        ]
+        out = [ManifestFile(path=f"{d}/{name}", bytes=b, rank=0, node=0, kind=k) for name, b, k in files]
+        out += self.deepspeed.save_checkpoint(inp, d)
+        out.append(ManifestFile(path=f"{d}/scheduler.pt", bytes=SCHEDULER_BYTES, rank=0, node=0, kind="small"))
+        out += self._rng_files(inp, d)
+        out.append(ManifestFile(path=f"{d}/trainer_state.json", bytes=TRAINER_STATE_BYTES, rank=0, node=0, kind="small"))
         return out

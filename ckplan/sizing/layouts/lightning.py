@@ -24,7 +24,7 @@ class LightningLayout(BufferedWriter):
             raise InputError("the lightning layout is one torch.save file (DDP: --zero 0, --tp 1, --pp 1); "
                              "Lightning's FSDP strategy writes DCP (--framework dcp), its DeepSpeed strategy DeepSpeed's layout")
 
-    def persisted(self, states: list[StateBytes], zero: int) -> list[StateBytes]:
+    def persisted(self, states: list[StateBytes], zero: int, options: dict[str, str] | None = None) -> list[StateBytes]:
         return fp32_copy_only(states)
 
     def files(self, inp: LayoutInput) -> list[ManifestFile]:

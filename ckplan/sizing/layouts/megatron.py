@@ -26,11 +26,19 @@ class MegatronLayout(BufferedWriter):
     description = "Megatron-Core dist checkpointing, torch_dist format (iter_NNNNNNN/)"
     coordinated_save = True
     renames_per_save = 1  # .metadata.tmp -> .metadata
+    supports_ep = True  # --expert-model-parallel-size
 
     def check(self, par: Parallelism) -> None:
         return None
 
-    def persisted(self, states: list[StateBytes], zero: int) -> list[StateBytes]:
+    def notes(self, par: Parallelism, options: dict[str, str]) -> list[str]:
+        if par.ep == 1:
+            return []
+        return [f"Megatron-Core expert parallelism: the distributed optimizer shards each EP rank's expert states over "
+                f"its {par.edp} expert-data-parallel ranks (dense states over all {par.dp}), and fully parallel save "
+                "spreads each EP rank's expert weights over the same ranks, so each still writes ~1/N"]
+
+    def persisted(self, states: list[StateBytes], zero: int, options: dict[str, str] | None = None) -> list[StateBytes]:
         return states
 
     def files(self, inp: LayoutInput) -> list[ManifestFile]:

@@ -1,0 +1,187 @@
+"""DLIO's checkpoint workload: what MLPerf Storage's checkpointing benchmark writes
+(argonne-lcf/dlio_benchmark, dlio_benchmark/checkpointing/base_checkpointing.py and pytorch_checkpointing.py,
+branch mlperf_storage_v2.0 that mlcommons/storage pins; the same save code on main).
+
+DLIO emulates a Megatron-DeepSpeed save with torch.save of random tensors, one fsync per file:
+- Directory `global_epoch1_step{N}/` (a checkpoint-only run passes epoch 1).
+- Rank order: tensor rank fastest, then pipeline stage, then data-parallel rank
+  (pp rank = rank // tp % pp, dp rank = rank // (tp·pp)); model-parallel rank mp = stage·tp + tensor rank.
+- Layer indices: 0 the embedding, 1..L the blocks, L+1 the output head, L+2 the final norm; the blocks are
+  split over the stages as evenly as possible (earlier stages take the remainder); stage 0 also holds layer 0,
+  the last stage layers L+1 and L+2.
+- A layer's tensors, in the model datatype: the two norms (never split by tensor parallelism), q/k/v as one
+  tensor, o, gate+up as one tensor, down; matrices, the embedding and the head are split by tp (integer division).
+- ZeRO 1-2: data-parallel rank 0 of each model-parallel rank writes the model: one file per layer,
+  `layer_{i}-model_{mp}_model_states.pt`, under pipeline parallelism, else `model_{mp}_model_states.pt`.
+- ZeRO 3: every rank writes `zero_pp_rank_{dp}_mp_rank_{mp}_model_states.pt` with its 1/dp of each tensor of its
+  stage's layers. Unlike DeepSpeed (whose ZeRO-3 model files are placeholders), these hold 2 B/param.
+- ZeRO 0: only the ranks of data-parallel rank 0 write, the model in `zero_pp_rank_0_mp_rank_{mp}_model_states.pt`.
+- Optimizer: every writing rank writes `zero_pp_rank_{dp}_mp_rank_{mp}_optim_states.pt` holding three groups
+  (the fp32 master, exp_avg and exp_avg_sq of mixed-precision Adam) of N/(dp·mp) values each (N/mp under ZeRO 0),
+  each with a 5·hidden-value companion tensor, in the optimizer datatype.
+ckplan sizes the model files from the weights state and one group per master/optimizer state, so
+--optimizer adam with --precision fp16-mixed (DLIO's model_datatype fp16, optimizer_datatype fp32) reproduces
+MLPerf's workloads; WORKLOADS holds their configurations (mlcommons/storage configs/dlio/workload/llama3_*.yaml).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ckplan.errors import InputError
+from ckplan.sizing.architecture import Architecture, Tensor, parameter_count
+from ckplan.sizing.layouts.base import (
+    BufferedWriter, LayoutInput, ManifestFile, Parallelism, split_even, torch_save_bytes, total,
+)
+from ckplan.sizing.states import StateBytes
+
+OPTIMIZER_COMPANION_VALUES = 5  # each optimizer group has a hidden_size*5 tensor beside its N/(dp·mp) values
+MERGED = {"q_proj": "qkv", "k_proj": "qkv", "v_proj": "qkv", "gate_proj": "h_to_4h", "up_proj": "h_to_4h"}
+SPLIT_BY_TP = ("matrix", "embedding", "head", "router")  # DLIO divides these by tp; norms are replicated
+
+
+class DlioLayout(BufferedWriter):
+    name = "dlio"
+    description = "DLIO / MLPerf Storage checkpoint workload (global_epoch1_stepN/, torch.save of random tensors)"
+    rank_order = "tp, pp, dp"
+
+    def check(self, par: Parallelism) -> None:
+        if par.zero == 3 and par.pp > 1:
+            raise InputError("DLIO's ZeRO-3 checkpoint needs --pp 1 (load_checkpoint asserts pipeline_parallelism == 1)")
+
+    def persisted(self, states: list[StateBytes], zero: int, options: dict[str, str] | None = None) -> list[StateBytes]:
+        return states  # model files hold the weights, optimizer files one group per master/optimizer state
+
+    def notes(self, par: Parallelism, options: dict[str, str]) -> list[str]:
+        return ["DLIO writes 2-byte model tensors and three fp32 optimizer groups (mixed-precision Adam): "
+                "--optimizer adam --precision fp16-mixed reproduces MLPerf Storage; other settings are sized "
+                "with one group per optimizer state. DLIO's model files under ZeRO-3 hold the weights "
+                "(DeepSpeed's hold placeholders); MLPerf's \"GB\" are GiB"]
+
+    def files(self, inp: LayoutInput) -> list[ManifestFile]:
+        par = inp.par
+        if any(t.role == "router" for t in inp.tensors):
+            raise InputError("DLIO emulates dense transformers only: give a dense model for --framework dlio")
+        d = f"global_epoch1_step{inp.step}"
+        mp = par.tp * par.pp
+        layers = _dlio_layers(inp.tensors)
+        stage_layers = _stage_layer_indices(len(layers) - 3, par.pp)
+        weight_bytes = _bytes_per_value(inp, ("weights",))
+        optim_bytes = _bytes_per_value(inp, ("master", "optimizer"))
+        groups = sum(1 for s in inp.states(inp.tensors[:1]) if s.kind in ("master", "optimizer"))
+        hidden = next(t.shape[1] for t in inp.tensors if t.role == "embedding")
+        values = sum(t.numel for t in inp.tensors)
+        optim_writers = par.gpus if par.zero > 0 else mp
+        per_rank_values = values // optim_writers
+        optim_payload = inp.scaled(per_rank_values * optim_bytes) + int(OPTIMIZER_COMPANION_VALUES * hidden * optim_bytes)
+        shard = par.dp if par.zero == 3 else 1
+
+        def layer_file_bytes(index: int) -> tuple[int, int]:
+            tensors = layers[index]
+            payload = sum(numel // (par.tp if splits else 1) // shard for numel, splits in tensors) * weight_bytes
+            return inp.scaled(payload), len(tensors)
+
+        out: list[ManifestFile] = []
+        for rank in range(par.gpus):
+            tp_rank, stage, dp = rank % par.tp, rank // par.tp % par.pp, rank // mp
+            mp_rank = stage * par.tp + tp_rank
+            if par.zero == 0 and dp > 0:
+                continue
+            node = par.node(rank)
+            indices = [i for i in stage_layers[stage] if layers[i]]
+            if par.zero in (1, 2) and par.pp > 1 and dp == 0:  # the model layer by layer
+                for i in indices:
+                    payload, count = layer_file_bytes(i)
+                    out.append(ManifestFile(path=f"{d}/layer_{i}-model_{mp_rank}_model_states.pt", rank=rank,
+                                            node=node, bytes=int(torch_save_bytes(payload, count)), kind="weights"))
+            elif par.zero in (0, 3) or dp == 0:  # the model in one file: sharded over dp (ZeRO 3) or whole
+                name = f"model_{mp_rank}_model_states.pt" if par.zero in (1, 2) else f"zero_pp_rank_{dp}_mp_rank_{mp_rank}_model_states.pt"
+                sizes = [layer_file_bytes(i) for i in indices]
+                out.append(ManifestFile(path=f"{d}/{name}", rank=rank, node=node, kind="weights",
+                                        bytes=int(torch_save_bytes(sum(p for p, _ in sizes), sum(c for _, c in sizes)))))
+            out.append(ManifestFile(path=f"{d}/zero_pp_rank_{dp}_mp_rank_{mp_rank}_optim_states.pt", rank=rank, node=node,
+                                    bytes=int(torch_save_bytes(optim_payload, 2 * groups)), kind="optimizer"))
+        return out
+
+
+def _bytes_per_value(inp: LayoutInput, kinds: tuple[str, ...]) -> float:
+    """Bytes per parameter of the states of these kinds (2 for fp16 weights, 12 for Adam's three fp32 groups)."""
+    return total(inp.states(inp.tensors), kinds) / sum(t.numel for t in inp.tensors)
+
+
+def _dlio_layers(tensors: list[Tensor]) -> list[list[tuple[int, bool]]]:
+    """DLIO's layer list, [0 embedding, 1..L blocks, L+1 head, L+2 final norm], each a list of (values, split by tp)
+    with q/k/v and gate/up merged into one tensor as DLIO allocates them."""
+    blocks = 1 + max(t.layer for t in tensors if t.layer is not None)
+    layers: list[dict[str, list]] = [{} for _ in range(blocks + 3)]
+
+    def add(index: int, key: str, t: Tensor) -> None:
+        entry = layers[index].setdefault(key, [0, t.role in SPLIT_BY_TP])
+        entry[0] += t.numel
+
+    for t in tensors:
+        if t.role == "embedding":
+            add(0, t.name, t)
+        elif t.role == "head":
+            add(blocks + 1, t.name, t)
+        elif t.layer is None:
+            add(blocks + 2, t.name, t)
+        else:
+            proj = t.name.split(".")[-2]
+            add(1 + t.layer, MERGED.get(proj, t.name) if t.name.endswith(".weight") else t.name, t)
+    return [[(n, splits) for n, splits in layer.values()] for layer in layers]
+
+
+def _stage_layer_indices(blocks: int, pp: int) -> list[list[int]]:
+    """DLIO's get_layer_index: blocks 1..L split over the stages, earlier stages taking the remainder; stage 0 also
+    has the embedding (0), the last stage the head (L+1) and the final norm (L+2)."""
+    out, start = [], 1
+    for stage, count in enumerate(split_even(blocks, pp)):
+        indices = list(range(start, start + count))
+        start += count
+        if stage == 0:
+            indices = [0] + indices
+        if stage == pp - 1:
+            indices += [blocks + 1, blocks + 2]
+        out.append(indices)
+    return out
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One MLPerf Storage checkpointing workload: DLIO's model config, the CLOSED world and MLPerf's published size."""
+
+    arch: Architecture
+    gpus: int
+    tp: int
+    pp: int
+    zero: int
+    published_gib: float  # Submission_guidelines.md Table 2 "Checkpoint size", GiB written as "GB"/"TB"
+    source: str
+
+    def plan_arguments(self) -> dict:
+        """build_plan's keyword arguments that reproduce this workload."""
+        return dict(arch=self.arch, model_name=self.arch.name, framework="dlio", optimizer="adam",
+                    precision="fp16-mixed", gpus=self.gpus, tp=self.tp, pp=self.pp, zero=self.zero)
+
+
+def _dlio_arch(name: str, display: str, hidden: int, layers: int, ffn: int, heads: int, kv_heads: int, config: str) -> Architecture:
+    """DLIO's transformer config as an Architecture: untied head, gated MLP, RMS norms (get_num_parameters)."""
+    arch = Architecture(name=name, display=display, hidden=hidden, layers=layers, ffn=ffn, heads=heads, kv_heads=kv_heads,
+                        vocab=128256, published_parameters=1, source=f"mlcommons/storage configs/dlio/workload/{config}")
+    return arch.model_copy(update={"published_parameters": parameter_count(arch)})
+
+
+# mlcommons/storage Submission_guidelines.md §2.2.1 Table 2 (TP×PP×DP, ZeRO, checkpoint size) and the yaml configs.
+# The 1T's "18 TB" is mlpstorage/config.py's LLM_SIZE_BY_RANK estimate (2,571 + 15,426 "GB", marked "need to be
+# updated with actual values"); DLIO's own arithmetic for that config gives 15,427 GiB, which is what it writes.
+WORKLOADS: dict[str, Workload] = {w.arch.name.removeprefix("mlperf-"): w for w in (
+    Workload(_dlio_arch("mlperf-llama3-8b", "MLPerf Storage llama3-8b", 4096, 32, 14336, 32, 8, "llama3_8b.yaml"),
+             gpus=8, tp=1, pp=1, zero=3, published_gib=105, source="Table 2: 1×1×8, ZeRO 3, 105 GB"),
+    Workload(_dlio_arch("mlperf-llama3-70b", "MLPerf Storage llama3-70b", 8192, 80, 28672, 128, 8, "llama3_70b.yaml"),
+             gpus=64, tp=8, pp=1, zero=3, published_gib=912, source="Table 2: 8×1×8, ZeRO 3, 912 GB"),
+    Workload(_dlio_arch("mlperf-llama3-405b", "MLPerf Storage llama3-405b", 16384, 126, 53248, 128, 8, "llama3_405b.yaml"),
+             gpus=512, tp=8, pp=32, zero=1, published_gib=5290, source="Table 2: 8×32×2, ZeRO 1, 5.29 TB"),
+    Workload(_dlio_arch("mlperf-llama3-1t", "MLPerf Storage llama3-1t", 25872, 128, 98304, 192, 32, "llama3_1t.yaml"),
+             gpus=1024, tp=8, pp=64, zero=1, published_gib=18000, source="Table 2: 8×64×2, ZeRO 1, 18 TB (an estimate)"),
+)}
