@@ -89,11 +89,11 @@ def test_hf_deepspeed_zero3_gathers_only_with_the_option():
 
 # --- DLIO / MLPerf Storage ------------------------------------------------------------------------------------
 
-from ckplan.sizing.layouts.dlio import WORKLOADS  # noqa: E402
+from ckplan.sizing.layouts.dlio import workloads  # noqa: E402
 
 
 def _dlio(name: str):
-    return build_plan(**WORKLOADS[name].plan_arguments())
+    return build_plan(**workloads()[name].plan_arguments())
 
 
 def _gib(plan, kind: str) -> float:
@@ -120,7 +120,7 @@ def test_dlio_llama3_70b_zero3_bytes_and_files():
     DLIO's 70B config has 128 attention heads of 64 (Llama 3.1 70B has 64 of 128), so its k/v are half as wide:
     69,882,617,856 parameters. Files: 64 ranks × (model + optim) = 128."""
     plan = _dlio("llama3-70b")
-    assert WORKLOADS["llama3-70b"].arch.published_parameters == 69_882_617_856
+    assert workloads()["llama3-70b"].arch.published_parameters == 69_882_617_856
     assert plan.total_bytes / GIB == pytest.approx(912, rel=1e-3)
     assert (round(_gib(plan, "weights")), round(_gib(plan, "optimizer"))) == (130, 781)
     assert plan.file_count == 128 and plan.writers == 64 and plan.nodes_writing == 8

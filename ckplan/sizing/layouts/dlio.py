@@ -21,17 +21,24 @@ DLIO emulates a Megatron-DeepSpeed save with torch.save of random tensors, one f
   each with a 5·hidden-value companion tensor, in the optimizer datatype.
 ckplan sizes the model files from the weights state and one group per master/optimizer state, so
 --optimizer adam with --precision fp16-mixed (DLIO's model_datatype fp16, optimizer_datatype fp32) reproduces
-MLPerf's workloads; WORKLOADS holds their configurations (mlcommons/storage configs/dlio/workload/llama3_*.yaml).
+MLPerf's workloads; workloads() holds their configurations (mlcommons/storage configs/dlio/workload/llama3_*.yaml).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from ckplan.errors import InputError
 from ckplan.sizing.architecture import Architecture, Tensor, parameter_count
 from ckplan.sizing.layouts.base import (
-    BufferedWriter, LayoutInput, ManifestFile, Parallelism, split_even, torch_save_bytes, total,
+    BufferedWriter,
+    LayoutInput,
+    ManifestFile,
+    Parallelism,
+    split_even,
+    torch_save_bytes,
+    total,
 )
 from ckplan.sizing.states import StateBytes
 
@@ -175,13 +182,16 @@ def _dlio_arch(name: str, display: str, hidden: int, layers: int, ffn: int, head
 # mlcommons/storage Submission_guidelines.md §2.2.1 Table 2 (TP×PP×DP, ZeRO, checkpoint size) and the yaml configs.
 # The 1T's "18 TB" is mlpstorage/config.py's LLM_SIZE_BY_RANK estimate (2,571 + 15,426 "GB", marked "need to be
 # updated with actual values"); DLIO's own arithmetic for that config gives 15,427 GiB, which is what it writes.
-WORKLOADS: dict[str, Workload] = {w.arch.name.removeprefix("mlperf-"): w for w in (
-    Workload(_dlio_arch("mlperf-llama3-8b", "MLPerf Storage llama3-8b", 4096, 32, 14336, 32, 8, "llama3_8b.yaml"),
-             gpus=8, tp=1, pp=1, zero=3, published_gib=105, source="Table 2: 1×1×8, ZeRO 3, 105 GB"),
-    Workload(_dlio_arch("mlperf-llama3-70b", "MLPerf Storage llama3-70b", 8192, 80, 28672, 128, 8, "llama3_70b.yaml"),
-             gpus=64, tp=8, pp=1, zero=3, published_gib=912, source="Table 2: 8×1×8, ZeRO 3, 912 GB"),
-    Workload(_dlio_arch("mlperf-llama3-405b", "MLPerf Storage llama3-405b", 16384, 126, 53248, 128, 8, "llama3_405b.yaml"),
-             gpus=512, tp=8, pp=32, zero=1, published_gib=5290, source="Table 2: 8×32×2, ZeRO 1, 5.29 TB"),
-    Workload(_dlio_arch("mlperf-llama3-1t", "MLPerf Storage llama3-1t", 25872, 128, 98304, 192, 32, "llama3_1t.yaml"),
-             gpus=1024, tp=8, pp=64, zero=1, published_gib=18000, source="Table 2: 8×64×2, ZeRO 1, 18 TB (an estimate)"),
-)}
+@lru_cache(maxsize=1)
+def workloads() -> dict[str, Workload]:
+    """MLPerf's checkpoint workloads by name; built on first use (each counts its parameters: no work at import)."""
+    return {w.arch.name.removeprefix("mlperf-"): w for w in (
+        Workload(_dlio_arch("mlperf-llama3-8b", "MLPerf Storage llama3-8b", 4096, 32, 14336, 32, 8, "llama3_8b.yaml"),
+                 gpus=8, tp=1, pp=1, zero=3, published_gib=105, source="Table 2: 1×1×8, ZeRO 3, 105 GB"),
+        Workload(_dlio_arch("mlperf-llama3-70b", "MLPerf Storage llama3-70b", 8192, 80, 28672, 128, 8, "llama3_70b.yaml"),
+                 gpus=64, tp=8, pp=1, zero=3, published_gib=912, source="Table 2: 8×1×8, ZeRO 3, 912 GB"),
+        Workload(_dlio_arch("mlperf-llama3-405b", "MLPerf Storage llama3-405b", 16384, 126, 53248, 128, 8, "llama3_405b.yaml"),
+                 gpus=512, tp=8, pp=32, zero=1, published_gib=5290, source="Table 2: 8×32×2, ZeRO 1, 5.29 TB"),
+        Workload(_dlio_arch("mlperf-llama3-1t", "MLPerf Storage llama3-1t", 25872, 128, 98304, 192, 32, "llama3_1t.yaml"),
+                 gpus=1024, tp=8, pp=64, zero=1, published_gib=18000, source="Table 2: 8×64×2, ZeRO 1, 18 TB (an estimate)"),
+    )}
