@@ -31,6 +31,14 @@ SMALL_FILES_PER_WRITER_CAP = 1024
 PAGE_CACHE_SAMPLE_BYTES = 256 * MiB
 MIN_RUNTIME_S = 1.0  # shortest runtime cap of a bandwidth run, however tight the budget
 UNSIZED_DEFAULT_BYTES = 2**30  # what the probe may write on a filesystem that reports no size, unless --max-bytes
+# the latency runs' file, unless the byte budget is smaller: far more 4 KiB fsynced writes than a disk
+# does in a run's time; on memory-backed targets, where fsync costs nothing, the size ends the run first
+LATENCY_FILE_BYTES = 64 * MiB
+# Held back from the byte budget for ckplan's own files in the scratch directory (its marker, fio's job
+# files, directories); the data files are sized in whole pages or MiB, so filesystem rounding cannot
+# take them past the budget either: the whole probe stays within half the free space or --max-bytes.
+SCRATCH_RESERVE_BYTES = MiB
+PAGE_BYTES = 4096
 
 
 @dataclass(frozen=True)
@@ -42,7 +50,7 @@ class ProbeJob:
     preset: Preset
     writers: int
     bytes_per_writer: int
-    budget_bytes: int
+    budget_bytes: int  # what one phase's files may take: the byte budget less the scratch reserve
     plan: object | None
     replay_files: tuple
     scale: float
@@ -80,20 +88,21 @@ def prepare_probe(path: Path, *, preset: str = "default", writers: int | None = 
     budget = free_budget = free // 2
     if max_bytes is not None:
         budget = min(budget, max_bytes)
+    data = max(0, budget - SCRATCH_RESERVE_BYTES)  # what every phase's files may take, one phase at a time
     replay_files: list[replay.FileToWrite] = []
     if plan is not None:
         _, share = replay.node_share(plan.manifest)
         replay_files = replay.scaled_files(share, scale)
-        need = sum(f.bytes for f in replay_files)
-        if need > budget:
-            fit = budget / sum(f.bytes for f in share)
+        need = sum(-(-f.bytes // PAGE_BYTES) * PAGE_BYTES for f in replay_files)
+        if need > data:
+            fit = data / sum(f.bytes for f in share)
             raise InputError(f"replaying the plan at --scale {scale:g} writes {need / 1e9:.2f} GB but the probe may use "
                              f"{budget / 1e9:.2f} GB here (half the free space or --max-bytes); try --scale {fit * 0.9:.2g}")
-    per_writer = min(settings.bytes_per_writer, budget // max_writers)
+    per_writer = min(settings.bytes_per_writer, data // max_writers // MiB * MiB)  # whole 1 MiB blocks
     if per_writer < 4 * MiB:
         raise InputError(f"too little free space on {path}: the probe may use {budget / 1e6:.1f} MB "
                          f"(half the free space, {free_budget / 1e6:.1f} MB, or --max-bytes), and needs at least "
-                         f"{4 * max_writers} MiB for {max_writers} writers")
+                         f"{4 * max_writers + SCRATCH_RESERVE_BYTES // MiB} MiB for {max_writers} writers")
     stale = target.leftovers(path)
     if stale:
         notes.append(f"found {len(stale)} scratch director{'y' if len(stale) == 1 else 'ies'} from a killed probe: "
@@ -102,7 +111,7 @@ def prepare_probe(path: Path, *, preset: str = "default", writers: int | None = 
 
     calibrate = calibrate and torch_available()
     return ProbeJob(path=path, mount=mount, preset=settings, writers=max_writers, bytes_per_writer=per_writer,
-                    budget_bytes=budget, plan=plan, replay_files=tuple(replay_files), scale=scale, name=name,
+                    budget_bytes=data, plan=plan, replay_files=tuple(replay_files), scale=scale, name=name,
                     notes=tuple(notes), calibrate=calibrate)
 
 
@@ -122,7 +131,7 @@ def run_probe(job: ProbeJob, progress: Progress | None = None) -> StorageProfile
                          "direct-I/O writers are predicted on it")
         curves, page_cache, runtime_s = _bandwidth(scratch.path, settings, job.writers, job.bytes_per_writer, direct, progress, raw)
         small = _small_files(scratch.path, settings, job.writers, job.budget_bytes, job.plan, progress, raw)
-        fsync_lat, sync_write_lat = _latency(scratch.path, settings, progress, raw)
+        fsync_lat, sync_write_lat = _latency(scratch.path, settings, job.budget_bytes, progress, raw)
         if job.calibrate:
             from ckplan.validate.calibrate import calibrate
             calibration = calibrate(settings.name, job.writers, progress)
@@ -273,9 +282,11 @@ def _small_files(scratch, settings, writers, budget, plan, progress, raw) -> Sma
                       file_bytes_max=high, writers=writers, spread=spread)
 
 
-def _latency(scratch, settings, progress, raw) -> tuple[Latency, Latency]:
+def _latency(scratch, settings, budget, progress, raw) -> tuple[Latency, Latency]:
     progress.phase("latency: 4 KiB write + fsync", settings.latency_runtime_s)
-    common = {"directory": fio.escape_path(scratch), "rw": "write", "bs": "4k", "size": "64M", "ioengine": "psync",
+    # within the byte budget as every other phase (fio allocates the whole file up front)
+    size = min(LATENCY_FILE_BYTES, budget // MiB * MiB)
+    common = {"directory": fio.escape_path(scratch), "rw": "write", "bs": "4k", "size": size, "ioengine": "psync",
               "runtime": f"{settings.latency_runtime_s}s", "percentile_list": "50:99:99.9", "unlink": 1}
     doc = fio.run_fio([fio.FioJob("fsync-lat", {**common, "fsync": 1})], scratch, "the fsync latency phase", on_status=progress.update)
     raw.append(doc)

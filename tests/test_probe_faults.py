@@ -1,0 +1,147 @@
+"""Faults during a filesystem probe (issue 14), with real fio, real mounts and real processes:
+the byte budget holds for every phase, children die with ckplan, a concurrent probe is named,
+and a failed measurement exits 4 leaving nothing behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import assert_one_line_error, ckplan_exe, run_cli, run_json
+from tests.mounts import mounted, needs_root
+
+pytestmark = pytest.mark.fio
+SCRATCH = ".ckplan-probe-"
+CALIBRATE = "ckplan-calibrate-"
+NO_CALIBRATE = ("--quick", "--no-calibrate")
+
+
+def scratch_dirs(path: Path, prefix: str = SCRATCH) -> list[Path]:
+    return sorted(p for p in path.iterdir() if p.name.startswith(prefix))
+
+
+def processes() -> dict[int, tuple[int, list[str], str]]:
+    """pid -> (parent pid, argv, cwd) of every live process; zombies have no argv and are left out."""
+    out = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            argv = [a.decode(errors="replace") for a in Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0") if a]
+            stat = Path(f"/proc/{entry}/stat").read_text()
+            cwd = os.readlink(f"/proc/{entry}/cwd")
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        if argv and fields[0] != "Z":
+            out[int(entry)] = (int(fields[1]), argv, cwd)
+    return out
+
+
+def fio_touching(path: Path) -> list[int]:
+    """fio processes whose arguments or working directory lie under `path`."""
+    return [pid for pid, (_, argv, cwd) in processes().items()
+            if os.path.basename(argv[0]) == "fio" and any(str(path) in a for a in argv[1:] + [cwd])]
+
+
+def descendants(root: int) -> list[int]:
+    procs = processes()
+    found, frontier = [], [root]
+    while frontier:
+        parent = frontier.pop()
+        kids = [pid for pid, (ppid, _, _) in procs.items() if ppid == parent]
+        found += kids
+        frontier += kids
+    return found
+
+
+def saver_processes(root: int) -> list[int]:
+    """The multiprocessing workers (save or calibration processes) started under `root`."""
+    procs = processes()
+    return [pid for pid in descendants(root) if pid in procs and "spawn_main" in " ".join(procs[pid][1])]
+
+
+def wait_for(condition, timeout: float, what: str, proc: subprocess.Popen | None = None):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"ckplan exited {proc.returncode} before {what}: {proc.communicate()}")
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+def start_probe(path: Path, *extra: str) -> subprocess.Popen:
+    return subprocess.Popen(ckplan_exe() + ["probe", str(path), *NO_CALIBRATE, *extra], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def one_error_line(err: str) -> str:
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
+class PeakUse:
+    """The most bytes in use on a filesystem above its level at the start, sampled every 2 ms."""
+
+    def __init__(self, path: Path):
+        self.path, self.peak, self._stop = path, 0, threading.Event()
+        self._base = self._used()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+
+    def _used(self) -> int:
+        st = os.statvfs(self.path)
+        return (st.f_blocks - st.f_bfree) * st.f_frsize
+
+    def _poll(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, self._used() - self._base)
+            time.sleep(0.002)
+
+    def __enter__(self) -> "PeakUse":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+# --- the byte budget ---------------------------------------------------------------------------------------
+
+@needs_root
+def test_a_64_mb_target_can_be_probed(tmp_path):
+    """Half of a 64 MiB tmpfs is 32 MiB: every phase fits, the latency file too (it was a fixed 64 MiB,
+    so the probe failed on ENOSPC)."""
+    with mounted(tmp_path / "small", "tmpfs", "size=64m") as small:
+        p = run_json("probe", str(small), *NO_CALIBRATE)
+        assert scratch_dirs(small) == []
+    latency_sizes = [int(d["jobs"][0]["job options"]["size"]) for d in p["raw_fio"]
+                     if d["jobs"][0]["jobname"] in ("fsync-lat", "sync-write-lat")]
+    assert len(latency_sizes) == 2 and all(s <= 32 * 2**20 for s in latency_sizes)
+    assert p["fsync_latency"]["samples"] > 0 and p["sync_write_latency"]["samples"] > 0
+
+
+@needs_root
+def test_max_bytes_bounds_the_whole_probes_peak_use(tmp_path):
+    """--max-bytes 10MB on a 96 MiB tmpfs (half the free space would allow 48 MiB): the space in use,
+    sampled through the whole probe, never rises more than 10 MB (it rose by 65 MB before)."""
+    with mounted(tmp_path / "t", "tmpfs", "size=96m") as mnt:
+        with PeakUse(mnt) as use:
+            proc = run_cli("probe", str(mnt), *NO_CALIBRATE, "--max-bytes", "10MB", "--json")
+        assert proc.returncode == 0, proc.stderr
+        assert scratch_dirs(mnt) == []
+    assert use.peak > 4 * 2**20  # the sampler saw the probe's files at all
+    assert use.peak <= 10_000_000, use.peak
+    p = json.loads(proc.stdout)
+    assert p["measurement"]["bandwidth_bytes_per_writer"] * 2 <= 10_000_000
