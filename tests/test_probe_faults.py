@@ -145,3 +145,21 @@ def test_max_bytes_bounds_the_whole_probes_peak_use(tmp_path):
     assert use.peak <= 10_000_000, use.peak
     p = json.loads(proc.stdout)
     assert p["measurement"]["bandwidth_bytes_per_writer"] * 2 <= 10_000_000
+
+
+# --- children die with ckplan ------------------------------------------------------------------------------
+
+def test_kill_9_takes_fio_with_it_and_clean_removes_the_scratch(tmp_path):
+    proc = start_probe(tmp_path, "--writers", "2")
+    wait_for(lambda: fio_touching(tmp_path), 30, "fio to start", proc)
+    time.sleep(0.3)  # fio is writing
+    proc.kill()
+    proc.wait()
+    killed = time.monotonic()
+    while fio_touching(tmp_path) and time.monotonic() - killed < 2:
+        time.sleep(0.02)
+    assert fio_touching(tmp_path) == [], "fio outlived ckplan"
+    left = scratch_dirs(tmp_path)
+    assert len(left) == 1  # kill -9 ran no clean-up: the directory is stale now
+    result = run_json("clean", str(tmp_path))
+    assert result["removed"] == [str(left[0])] and scratch_dirs(tmp_path) == []

@@ -30,6 +30,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ckplan import children
 from ckplan.errors import InputError
 from ckplan.probe import fio
 from ckplan.probe.base import PRESETS, Preset, Progress, Silent, noise_notes, writer_counts
@@ -126,7 +127,7 @@ def run_clients(run: ClusterRun, jobs_by_host: dict[Host, list[fio.FioJob]], wha
             job.write_text(run.jobfile(host, jobs))
             args += [host.client_arg, str(job)]
         try:
-            proc = subprocess.run(args, capture_output=True, text=True, timeout=timeout_s)
+            proc = subprocess.run(args, capture_output=True, text=True, timeout=timeout_s, preexec_fn=children.preexec())
         except subprocess.TimeoutExpired:
             raise InputError(f"fio's client did not finish {what} within {timeout_s:.0f} s (a host may have hung)") from None
     out, err = proc.stdout, proc.stderr
@@ -162,7 +163,8 @@ def cleanup(run: ClusterRun) -> None:
             job.write(cleanup_job(run.scratch(host)).render())
             job.flush()
             try:
-                subprocess.run([fio.fio_binary(), host.client_arg, job.name], capture_output=True, timeout=20)
+                subprocess.run([fio.fio_binary(), host.client_arg, job.name], capture_output=True, timeout=20,
+                               preexec_fn=children.preexec())
             except subprocess.TimeoutExpired:
                 pass
 

@@ -46,6 +46,9 @@ def torch_available() -> bool:
 
 
 def _serializer_worker(sample_bytes: int, tensor_bytes: int, repeats: int, results) -> None:
+    from ckplan.children import worker_dies_with_parent
+
+    worker_dies_with_parent()
     try:
         import torch
         torch.set_num_threads(1)

@@ -82,6 +82,9 @@ def save_files(root: Path, state: dict[str, dict], framework: str) -> None:
 
 def worker(rank: int, world: int, files: list[dict], framework: str, root: str, repeats: int, mode: str,
            port: int, barrier, results) -> None:
+    from ckplan.children import worker_dies_with_parent
+
+    worker_dies_with_parent()
     import torch
 
     torch.set_num_threads(1)
