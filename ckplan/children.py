@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import ctypes
 import os
+import queue
 import signal
 import sys
+import time
 from typing import Callable
 
 PR_SET_PDEATHSIG = 1
@@ -54,3 +56,56 @@ def worker_dies_with_parent() -> None:
     parent = multiprocessing.parent_process()
     if parent is not None and parent.pid is not None:
         die_with_parent(parent.pid)
+
+
+def exit_reason(code: int) -> str:
+    """A child's exit status in words: a negative returncode is the signal that killed it."""
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exited with code {code}"
+
+
+def collect(results, procs, count: int, timeout_s: float, on_dead: Callable[[str], Exception],
+            check: Callable[[object], None] | None = None) -> list:
+    """`count` items from a multiprocessing queue, each passed to `check` (which raises for a worker's
+    error report); raises `on_dead(why)` as soon as a worker died without reporting, instead of waiting
+    out the timeout for items that cannot come."""
+    items: list = []
+    deadline = time.monotonic() + timeout_s
+
+    def take(timeout: float) -> bool:
+        try:
+            item = results.get(timeout=timeout)
+        except queue.Empty:
+            return False
+        if check:
+            check(item)
+        items.append(item)
+        return True
+
+    while len(items) < count:
+        if take(0.5):
+            continue
+        dead = [p.exitcode for p in procs if p.exitcode]
+        if dead:
+            while take(0.5):  # a report it sent just before dying says more than its exit status
+                pass
+            raise on_dead(f"a worker process {exit_reason(dead[0])}")
+        if time.monotonic() > deadline:
+            raise on_dead(f"no result within {timeout_s:.0f} s")
+    return items
+
+
+def stop_all(procs, grace_s: float = 5.0) -> None:
+    """Terminate, then kill, every worker still alive, and reap them."""
+    for p in procs:
+        if p.is_alive():
+            p.terminate()
+    for p in procs:
+        p.join(timeout=grace_s)
+        if p.is_alive():
+            p.kill()
+            p.join()

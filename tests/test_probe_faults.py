@@ -163,3 +163,86 @@ def test_kill_9_takes_fio_with_it_and_clean_removes_the_scratch(tmp_path):
     assert len(left) == 1  # kill -9 ran no clean-up: the directory is stale now
     result = run_json("clean", str(tmp_path))
     assert result["removed"] == [str(left[0])] and scratch_dirs(tmp_path) == []
+
+
+# --- failed measurements: exit 4, one line, nothing left ---------------------------------------------------
+
+def test_fio_killed_mid_run_is_a_failed_measurement(tmp_path):
+    proc = start_probe(tmp_path, "--writers", "2")
+    fio_pid = wait_for(lambda: fio_touching(tmp_path), 30, "fio to start", proc)[0]
+    os.kill(fio_pid, signal.SIGKILL)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 4, err
+    assert "fio was killed by SIGKILL" in one_error_line(err)
+    assert scratch_dirs(tmp_path) == [] and fio_touching(tmp_path) == []
+
+
+class Filler:
+    """Keeps a filesystem full from outside the probe once `trigger()` is true: whatever the probe frees,
+    the filler takes again."""
+
+    def __init__(self, path: Path, trigger):
+        self.path, self.trigger, self.started = path, trigger, False
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        n = 0
+        while not self._stop.is_set():
+            if self.started or self.trigger():
+                self.started = True
+                st = os.statvfs(self.path)
+                if st.f_bavail:
+                    n += 1
+                    with open(self.path / f"filler-{n}", "wb") as f:
+                        try:
+                            os.posix_fallocate(f.fileno(), 0, st.f_bavail * st.f_frsize)
+                        except OSError:
+                            pass
+            time.sleep(0.005)
+
+    def __enter__(self) -> "Filler":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        for f in self.path.glob("filler-*"):
+            f.unlink()
+
+
+@needs_root
+def test_target_fills_up_during_fio(tmp_path):
+    """Another writer fills a 96 MiB tmpfs once fio is running: exit 4, one line, nothing left."""
+    with mounted(tmp_path / "small", "tmpfs", "size=96m") as small:
+        proc = start_probe(small, "--writers", "2")
+        with Filler(small, lambda: fio_touching(small)) as filler:
+            _, err = proc.communicate(timeout=60)
+        assert filler.started
+        assert proc.returncode == 4, err
+        assert "ENOSPC" in one_error_line(err)
+        assert scratch_dirs(small) == [] and fio_touching(small) == []
+
+
+@needs_root
+def test_target_fills_up_during_the_replay(tmp_path):
+    """The plan's replay (torch.save from one process per rank) meets a full target: the failed save
+    is reported as ENOSPC with exit 4, the other rank is stopped, and nothing is left."""
+    pytest.importorskip("torch")
+    plan = tmp_path / "plan.json"
+    plan.write_text(run_cli("size", "--params", "1e9", "--gpus", "2", "--gpus-per-node", "2", "--json", check=True).stdout)
+    with mounted(tmp_path / "small", "tmpfs", "size=96m") as small:
+        proc = start_probe(small, "--writers", "2", "--plan", str(plan), "--scale", "0.001")
+        before = set(processes())
+        # the save processes take seconds to import torch before they write: the target fills up meanwhile
+        with Filler(small, lambda: saver_processes(proc.pid)) as filler:
+            _, err = proc.communicate(timeout=120)
+        assert filler.started
+        assert proc.returncode == 4, err
+        line = one_error_line(err)
+        assert "ENOSPC" in line and "replay" in line
+        assert scratch_dirs(small) == []
+    time.sleep(0.5)
+    savers = [pid for pid, (_, argv, _) in processes().items() if pid not in before and "multiprocessing" in " ".join(argv)]
+    assert savers == [], "a save process outlived the failed probe"

@@ -125,21 +125,25 @@ def run_probe(job: ProbeJob, progress: Progress | None = None) -> StorageProfile
     notes = list(job.notes)
     calibration = None
     with target.ScratchDir(path) as scratch:
-        direct = _direct_io_works(scratch.path)
-        if not direct:
-            notes.append("the target refused O_DIRECT (EINVAL): only the buffered write path was measured; "
-                         "direct-I/O writers are predicted on it")
-        curves, page_cache, runtime_s = _bandwidth(scratch.path, settings, job.writers, job.bytes_per_writer, direct, progress, raw)
-        small = _small_files(scratch.path, settings, job.writers, job.budget_bytes, job.plan, progress, raw)
-        fsync_lat, sync_write_lat = _latency(scratch.path, settings, job.budget_bytes, progress, raw)
-        if job.calibrate:
-            from ckplan.validate.calibrate import calibrate
-            calibration = calibrate(settings.name, job.writers, progress)
-        else:
-            notes.append("serialisers not calibrated (PyTorch is not installed, or --no-calibrate): "
-                         "predictions use the named defaults")
-        replayed = (_replay(scratch.path, job.plan, list(job.replay_files), job.scale, settings, direct, calibration, progress)
-                    if job.plan is not None else None)
+        try:
+            direct = _direct_io_works(scratch.path)
+            if not direct:
+                notes.append("the target refused O_DIRECT (EINVAL): only the buffered write path was measured; "
+                             "direct-I/O writers are predicted on it")
+            curves, page_cache, runtime_s = _bandwidth(scratch.path, settings, job.writers, job.bytes_per_writer, direct,
+                                                       progress, raw)
+            small = _small_files(scratch.path, settings, job.writers, job.budget_bytes, job.plan, progress, raw)
+            fsync_lat, sync_write_lat = _latency(scratch.path, settings, job.budget_bytes, progress, raw)
+            if job.calibrate:
+                from ckplan.validate.calibrate import calibrate
+                calibration = calibrate(settings.name, job.writers, progress)
+            else:
+                notes.append("serialisers not calibrated (PyTorch is not installed, or --no-calibrate): "
+                             "predictions use the named defaults")
+            replayed = (_replay(scratch.path, job.plan, list(job.replay_files), job.scale, settings, direct, calibration,
+                                progress) if job.plan is not None else None)
+        except OSError as exc:  # ckplan's own file operations on the target (mkdir, job files) mid-run
+            raise replay.oserror_message(exc, "the probe") from None
     bandwidth = curves["buffered"]
     best = max(p.bytes_per_s for p in bandwidth)
     mount = job.mount
@@ -328,7 +332,8 @@ def _replay(scratch, plan, files, scale, settings, direct_ok, calibration, progr
                        f"warm-up + {repeats} runs", 0)
         root = scratch / "replay"
         try:
-            walls, _ = run_saves(root, files_by_rank(share, scale), plan.setup.framework, repeats + 1, "sync")
+            walls, _ = run_saves(root, files_by_rank(share, scale), plan.setup.framework, repeats + 1, "sync",
+                                 what="the replay")
         finally:
             shutil.rmtree(root, ignore_errors=True)
         times, serialize = walls[1:], 0.0

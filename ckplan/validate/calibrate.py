@@ -28,7 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ckplan.errors import EnvironmentProblem, InputError
+from ckplan.errors import EnvironmentProblem, InputError, MeasurementFailed
 from ckplan.profile import Calibration, Spread
 
 MiB = 2**20
@@ -86,19 +86,20 @@ def measure_serializers(sample_bytes: int, repeats: int) -> tuple[int, dict[str,
     """Bytes per run and throughput (bytes/s) of each serialiser, one process on one core."""
     import multiprocessing as mp
 
+    from ckplan.children import collect, stop_all
+
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
     proc = ctx.Process(target=_serializer_worker, args=(sample_bytes, TENSOR_BYTES, repeats, results))
     proc.start()
     try:
-        status, nbytes, payload = results.get(timeout=600)
+        [(status, nbytes, payload)] = collect(results, [proc], 1, 600,
+                                              lambda why: MeasurementFailed(f"the serialiser calibration stopped: {why}"))
         proc.join()
     finally:
-        if proc.is_alive():
-            proc.terminate()
-            proc.join()
+        stop_all([proc])
     if status != "ok":
-        raise InputError(f"the serialiser calibration failed: {payload}")
+        raise MeasurementFailed(f"the serialiser calibration failed: {payload}")
     return nbytes, {name: Spread.of([nbytes / t for t in ts]) for name, ts in payload.items()}
 
 
@@ -110,7 +111,7 @@ def measure_dcp_fixed(ranks: int, repeats: int) -> Spread:
     root = Path(tempfile.mkdtemp(prefix="ckplan-calibrate-", dir=base))
     try:
         files = {r: [{"path": f"tiny-{r}", "bytes": DCP_TINY_BYTES, "kind": "small", "rank": r}] for r in range(ranks)}
-        walls, _ = run_saves(root, files, "dcp", repeats + 1, "sync")
+        walls, _ = run_saves(root, files, "dcp", repeats + 1, "sync", what="the DCP calibration")
     finally:
         shutil.rmtree(root, ignore_errors=True)
     return Spread.of(walls[1:])
