@@ -165,6 +165,30 @@ def test_kill_9_takes_fio_with_it_and_clean_removes_the_scratch(tmp_path):
     assert result["removed"] == [str(left[0])] and scratch_dirs(tmp_path) == []
 
 
+# --- concurrent probes -------------------------------------------------------------------------------------
+
+def test_two_probes_at_once_each_name_the_other(tmp_path):
+    procs = [start_probe(tmp_path, "--writers", "1", "--json") for _ in range(2)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [o[1] for o in outs]
+    for me, other, (out, err) in ((procs[0], procs[1], outs[0]), (procs[1], procs[0], outs[1])):
+        said = f"another ckplan probe (pid {other.pid}) was writing to this target during the probe"
+        assert [n for n in json.loads(out)["notes"] if said in n], (me.pid, json.loads(out)["notes"])
+        assert f"ckplan: warning: {said}" in err
+    assert scratch_dirs(tmp_path) == []
+
+
+def test_a_probe_alone_gives_no_such_warning(tmp_path):
+    # a stale directory of a killed probe is not a live one: it gets the clean-up note, not the warning
+    stale = tmp_path / f"{SCRATCH}{os.uname().nodename}-999999999-dead"
+    stale.mkdir()
+    (stale / "ckplan-probe.json").write_text(json.dumps({"host": os.uname().nodename, "pid": 999999999}))
+    proc = run_cli("probe", str(tmp_path), *NO_CALIBRATE, "--writers", "1", "--json")
+    assert proc.returncode == 0 and "warning" not in proc.stderr, proc.stderr
+    notes = json.loads(proc.stdout)["notes"]
+    assert not [n for n in notes if "another ckplan probe" in n] and [n for n in notes if "ckplan clean" in n]
+
+
 # --- failed measurements: exit 4, one line, nothing left ---------------------------------------------------
 
 def test_fio_killed_mid_run_is_a_failed_measurement(tmp_path):

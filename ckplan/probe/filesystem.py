@@ -39,6 +39,7 @@ LATENCY_FILE_BYTES = 64 * MiB
 # take them past the budget either: the whole probe stays within half the free space or --max-bytes.
 SCRATCH_RESERVE_BYTES = MiB
 PAGE_BYTES = 4096
+SHARED_TARGET = "the bandwidth measured here was shared with it: probe again when it is done"
 
 
 @dataclass(frozen=True)
@@ -125,6 +126,7 @@ def run_probe(job: ProbeJob, progress: Progress | None = None) -> StorageProfile
     notes = list(job.notes)
     calibration = None
     with target.ScratchDir(path) as scratch:
+        others = _OtherProbes(path, scratch.path)
         try:
             direct = _direct_io_works(scratch.path)
             if not direct:
@@ -132,8 +134,11 @@ def run_probe(job: ProbeJob, progress: Progress | None = None) -> StorageProfile
                              "direct-I/O writers are predicted on it")
             curves, page_cache, runtime_s = _bandwidth(scratch.path, settings, job.writers, job.bytes_per_writer, direct,
                                                        progress, raw)
+            others.look()
             small = _small_files(scratch.path, settings, job.writers, job.budget_bytes, job.plan, progress, raw)
+            others.look()
             fsync_lat, sync_write_lat = _latency(scratch.path, settings, job.budget_bytes, progress, raw)
+            others.look()
             if job.calibrate:
                 from ckplan.validate.calibrate import calibrate
                 calibration = calibrate(settings.name, job.writers, progress)
@@ -144,6 +149,8 @@ def run_probe(job: ProbeJob, progress: Progress | None = None) -> StorageProfile
                                 progress) if job.plan is not None else None)
         except OSError as exc:  # ckplan's own file operations on the target (mkdir, job files) mid-run
             raise replay.oserror_message(exc, "the probe") from None
+        others.look()
+    notes += others.notes()
     bandwidth = curves["buffered"]
     best = max(p.bytes_per_s for p in bandwidth)
     mount = job.mount
@@ -158,6 +165,41 @@ def run_probe(job: ProbeJob, progress: Progress | None = None) -> StorageProfile
                                 host=socket.gethostname(), preset=settings.name, duration_s=time.monotonic() - started,
                                 bandwidth_bytes_per_writer=job.bytes_per_writer, runtime_cap_s=runtime_s,
                                 repeats=settings.repeats))
+
+
+class _OtherProbes:
+    """Other live probes writing to the same target: they share its bandwidth, so each one's figures
+    come out low (two quick probes at once each measured about a third). Seen through their scratch
+    directories, looked at between phases; on this host a probe is live while its pid runs (the test
+    `ckplan clean` uses), and another host's directory counts where it appeared during this probe."""
+
+    def __init__(self, path: Path, own: Path):
+        self.path, self.own = path, own
+        self.pids: dict[int, None] = {}  # in the order seen
+        self.hosts: dict[str, None] = {}
+        self.before = {s.path for s in self._scan()}
+        self.look()
+
+    def _scan(self) -> list:
+        return [s for s in target.scratch_dirs(self.path, (target.SCRATCH_PREFIX,)) if s.path != self.own]
+
+    def look(self) -> None:
+        for s in self._scan():
+            if s.live and s.pid is not None:
+                self.pids[s.pid] = None
+            elif s.host not in (None, socket.gethostname()) and s.path not in self.before:
+                self.hosts[s.host] = None
+
+    def notes(self) -> list[str]:
+        out = [f"another ckplan probe (pid {pid}) was writing to this target during the probe; {SHARED_TARGET}"
+               for pid in self.pids]
+        return out + [f"a ckplan probe on host {host} started writing to this target during the probe; {SHARED_TARGET}"
+                      for host in self.hosts]
+
+
+def shared_target_warnings(profile: StorageProfile) -> list[str]:
+    """The notes that say another probe ran at the same time: the CLI repeats them on stderr."""
+    return [n for n in profile.notes if n.endswith(SHARED_TARGET)]
 
 
 def _direct_io_works(scratch: Path) -> bool:

@@ -142,24 +142,39 @@ class ScratchDir:
         shutil.rmtree(self.path, ignore_errors=True)
 
 
-def leftovers(parent: Path) -> list[Path]:
-    """Scratch directories under `parent` whose probe is no longer running on this host."""
+@dataclass(frozen=True)
+class Scratch:
+    """A scratch directory found under a target, with what its marker says about its owner."""
+
+    path: Path
+    host: str | None
+    pid: int | None
+    live: bool  # its owner runs on this host now; another host's cannot be told, and counts as not live
+
+
+def scratch_dirs(parent: Path, prefixes: tuple[str, ...] = (SCRATCH_PREFIX,)) -> list[Scratch]:
+    """Every ckplan scratch directory directly under `parent`."""
     out = []
     try:
         entries = list(parent.iterdir())
     except OSError:
         return []
     for entry in entries:
-        if not entry.name.startswith(SCRATCH_PREFIX) or not entry.is_dir():
+        if not entry.name.startswith(prefixes) or not entry.is_dir():
             continue
         try:
             info = json.loads((entry / MARKER).read_text())
-        except (OSError, ValueError):
-            info = {}
-        if info.get("host") == socket.gethostname() and _alive(int(info.get("pid", -1))):
-            continue
-        out.append(entry)
+            host, pid = info.get("host"), int(info.get("pid"))
+        except (OSError, ValueError, TypeError, AttributeError):
+            host, pid = None, None
+        live = host == socket.gethostname() and pid is not None and _alive(pid)
+        out.append(Scratch(entry, host, pid, live))
     return out
+
+
+def leftovers(parent: Path) -> list[Path]:
+    """Scratch directories under `parent` whose probe is no longer running on this host."""
+    return [s.path for s in scratch_dirs(parent) if not s.live]
 
 
 def _alive(pid: int) -> bool:
