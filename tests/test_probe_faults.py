@@ -165,6 +165,30 @@ def test_kill_9_takes_fio_with_it_and_clean_removes_the_scratch(tmp_path):
     assert result["removed"] == [str(left[0])] and scratch_dirs(tmp_path) == []
 
 
+def test_kill_9_during_calibrate_takes_its_workers_and_clean_removes_its_scratch():
+    """The DCP calibration saves into /dev/shm from spawned processes; after kill -9 of ckplan they die
+    with it, and `ckplan clean /dev/shm` knows the stale directory by its dead owner."""
+    pytest.importorskip("torch")
+    shm = Path("/dev/shm")
+    before = set(scratch_dirs(shm, CALIBRATE))
+    proc = subprocess.Popen(ckplan_exe() + ["calibrate", "--quick"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        mine = wait_for(lambda: [d for d in scratch_dirs(shm, CALIBRATE) if d not in before and f"-{proc.pid}-" in d.name],
+                        120, "the calibration's scratch directory", proc)
+        wait_for(lambda: len(saver_processes(proc.pid)) >= 2, 60, "the two save processes", proc)
+        workers = descendants(proc.pid)
+    finally:
+        proc.kill()
+        proc.wait()
+    killed = time.monotonic()
+    while set(workers) & set(processes()) and time.monotonic() - killed < 2:
+        time.sleep(0.02)
+    assert not set(workers) & set(processes()), "a calibration process outlived ckplan"
+    assert mine[0].exists()
+    result = run_json("clean", str(shm))
+    assert str(mine[0]) in result["removed"] and not mine[0].exists()
+
+
 # --- concurrent probes -------------------------------------------------------------------------------------
 
 def test_two_probes_at_once_each_name_the_other(tmp_path):

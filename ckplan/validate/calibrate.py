@@ -22,7 +22,6 @@ to every other is a guess, so the probe measures it here and stores it in the pr
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 import tempfile
 import time
@@ -105,15 +104,14 @@ def measure_serializers(sample_bytes: int, repeats: int) -> tuple[int, dict[str,
 
 def measure_dcp_fixed(ranks: int, repeats: int) -> Spread:
     """Wall time of a DCP save of a few KiB per rank, from `ranks` processes in a gloo group."""
+    from ckplan.probe.target import CALIBRATE_PREFIX, ScratchDir
     from ckplan.validate.saver import run_saves
 
-    base = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
-    root = Path(tempfile.mkdtemp(prefix="ckplan-calibrate-", dir=base))
-    try:
+    base = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else tempfile.gettempdir()
+    # a scratch directory with its owner's pid, so `ckplan clean /dev/shm` removes one a kill -9 left
+    with ScratchDir(Path(base), prefix=CALIBRATE_PREFIX) as scratch:
         files = {r: [{"path": f"tiny-{r}", "bytes": DCP_TINY_BYTES, "kind": "small", "rank": r}] for r in range(ranks)}
-        walls, _ = run_saves(root, files, "dcp", repeats + 1, "sync", what="the DCP calibration")
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+        walls, _ = run_saves(scratch.path, files, "dcp", repeats + 1, "sync", what="the DCP calibration")
     return Spread.of(walls[1:])
 
 
