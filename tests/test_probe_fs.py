@@ -131,15 +131,6 @@ def test_paths_fio_cannot_take_are_refused_before_writing(tmp_path, name):
     assert list(odd.iterdir()) == []
 
 
-def test_two_probes_at_once_do_not_collide(tmp_path):
-    cmd = ckplan_exe() + ["probe", str(tmp_path), "--quick", "--writers", "1", "--no-calibrate", "--json"]
-    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
-    outs = [p.communicate(timeout=120) for p in procs]
-    assert [p.returncode for p in procs] == [0, 0], [o[1] for o in outs]
-    assert all(json.loads(o[0])["buffered_bandwidth"] for o in outs)
-    assert scratch_dirs(tmp_path) == []
-
-
 @pytest.mark.parametrize("args,fragment", [
     (["/definitely/not/here"], "does not exist"), (["/etc/hostname"], "not a directory"),
     (["--quick", "--thorough", "/tmp"], "not both"), (["/tmp", "--scale", "2"], "--scale"),
