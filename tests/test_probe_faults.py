@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import assert_one_line_error, ckplan_exe, run_cli, run_json
+from tests.conftest import ckplan_exe, run_cli, run_json
 from tests.mounts import mounted, needs_root
 
 pytestmark = pytest.mark.fio

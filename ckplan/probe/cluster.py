@@ -129,7 +129,8 @@ def run_clients(run: ClusterRun, jobs_by_host: dict[Host, list[fio.FioJob]], wha
         try:
             proc = subprocess.run(args, capture_output=True, text=True, timeout=timeout_s, preexec_fn=children.preexec())
         except subprocess.TimeoutExpired:
-            raise MeasurementFailed(f"fio's client did not finish {what} within {timeout_s:.0f} s (a host may have hung)") from None
+            raise MeasurementFailed(f"fio's client did not finish {what} within {timeout_s:.0f} s "
+                                    "(a host may have hung)") from None
     out, err = proc.stdout, proc.stderr
     # Exit codes: a name that does not resolve is a typo in --hosts (2); a host nobody answers on, or a
     # server of another fio version, is the environment (3); a server that answered and then went away,
