@@ -115,3 +115,10 @@ def test_agent_prints_its_command_and_warns_off_loopback():
                                            (["--hosts-file", "/nonexistent"], "cannot read")])
 def test_bad_host_lists(args, fragment):
     assert_one_line_error(run_cli("probe", "/tmp", *args), fragment)
+
+
+def test_a_host_name_that_does_not_resolve_is_bad_input(tmp_path):
+    # .invalid never resolves (RFC 2606); fio's client says so, and ckplan names the flag instead of a dead server
+    proc = run_cli("probe", str(tmp_path), "--hosts", "nosuchhost.invalid", "--quick", "--writers", "1")
+    assert_one_line_error(proc, "does not resolve", code=2)
+    assert "--hosts" in proc.stderr and scratch(tmp_path) == []
