@@ -19,9 +19,48 @@ import time
 
 import pytest
 
+from ckplan import children
+
 
 def _sh(*cmd: str) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, capture_output=True, text=True)
+
+
+def server_processes(addresses, port: int, workdir: str) -> list[int]:
+    """Live processes of the fio servers a fixture started: the servers, the children they fork per
+    connection and their job processes, all with the server's command line and working directory.
+    fio puts each job process in a session of its own, so killing a server's process group misses
+    them, and a job whose server died can hang on: one was found still running 1.5 h after a suite."""
+    args = {f"--server=ip:{addr},{port}" for addr in addresses}
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            argv = [a.decode(errors="replace") for a in open(f"/proc/{entry}/cmdline", "rb").read().split(b"\0") if a]
+            cwd = os.readlink(f"/proc/{entry}/cwd")
+        except OSError:
+            continue
+        # a zombie has no command line: it is dead, waiting for init to reap it
+        if len(argv) == 2 and os.path.basename(argv[0]) == "fio" and argv[1] in args and cwd == workdir:
+            found.append(int(entry))
+    return found
+
+
+def _kill_servers(addresses, port: int, workdir: str) -> None:
+    """SIGKILL every process of these servers until none is left; fails the test if one survives."""
+    deadline = time.monotonic() + 10
+    while True:
+        left = server_processes(addresses, port, workdir)
+        if not left:
+            return
+        assert time.monotonic() < deadline, f"fio server processes {left} survived SIGKILL"
+        for pid in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.05)
 
 
 def _wait(addr: str, port: int, proc: subprocess.Popen, netns: str | None) -> None:
@@ -68,8 +107,9 @@ def fio_hosts(count: int, port: int = 8765, workdir=None):
             else:
                 ns, addr = None, f"127.0.0.{n + 1}"
                 cmd = ["fio", f"--server=ip:{addr},{port}"]
+            # the server dies with this process too (ip netns exec execs fio, which keeps the setting)
             proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
-                                    cwd=workdir)
+                                    cwd=workdir, preexec_fn=children.preexec())
             servers.append((addr, proc))
             _wait(addr, port, proc, ns)
         yield servers
@@ -77,7 +117,8 @@ def fio_hosts(count: int, port: int = 8765, workdir=None):
         for _, proc in servers:
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+            proc.wait()
+        _kill_servers([addr for addr, _ in servers], port, os.path.realpath(workdir))
         for ns, veth in made:
             _sh("ip", "link", "del", veth)
             _sh("ip", "netns", "del", ns)

@@ -547,14 +547,14 @@ def test_measurement_failed_exits_4(run, monkeypatch):
     assert "filled up" in _check(*run("recommend", "--json"), 4)
 
 
-def test_input_error_subclasses_keep_exit_2(run, monkeypatch):
+def test_fio_failing_mid_run_exits_4(run, monkeypatch):
     from ckplan.probe.fio import FioError
 
     def fails(*args, **kwargs):
         raise FioError("fio exited 1")
 
     monkeypatch.setattr("ckplan.planning.recommend.compare", fails)
-    assert "fio exited 1" in _check(*run("recommend", "--json"), 2)
+    assert "fio exited 1" in _check(*run("recommend", "--json"), 4)
 
 
 # What stays accepted: the limits are inclusive and the defaults unchanged.

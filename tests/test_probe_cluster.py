@@ -71,7 +71,7 @@ def test_unreachable_host_is_named_and_others_cleaned(tmp_path):
         start = time.monotonic()
         proc = run_cli("probe", str(tmp_path), "--hosts", f"{addr},{dead}", "--quick", "--writers", "1")
         assert time.monotonic() - start < 60
-    assert_one_line_error(proc, "127.0.0.1")
+    assert_one_line_error(proc, "127.0.0.1", code=3)  # nobody answers there: the environment
     assert scratch(tmp_path) == []
 
 
@@ -89,7 +89,7 @@ def test_host_dies_mid_run(tmp_path):
         _, err = probe.communicate(timeout=180)
         time.sleep(0.5)
         left = scratch(tmp_path)
-    assert probe.returncode == 2, err
+    assert probe.returncode == 4, err  # the server answered, then died: a failed measurement
     assert servers[1][0] in err and len([l for l in err.splitlines() if l.strip()]) == 1
     # the surviving host's scratch directory is gone; the dead host's (if it made one) is all that may remain
     assert all(servers[1][0] in name for name in left), left
@@ -115,3 +115,10 @@ def test_agent_prints_its_command_and_warns_off_loopback():
                                            (["--hosts-file", "/nonexistent"], "cannot read")])
 def test_bad_host_lists(args, fragment):
     assert_one_line_error(run_cli("probe", "/tmp", *args), fragment)
+
+
+def test_a_host_name_that_does_not_resolve_is_bad_input(tmp_path):
+    # .invalid never resolves (RFC 2606); fio's client says so, and ckplan names the flag instead of a dead server
+    proc = run_cli("probe", str(tmp_path), "--hosts", "nosuchhost.invalid", "--quick", "--writers", "1")
+    assert_one_line_error(proc, "does not resolve", code=2)
+    assert "--hosts" in proc.stderr and scratch(tmp_path) == []

@@ -131,15 +131,6 @@ def test_paths_fio_cannot_take_are_refused_before_writing(tmp_path, name):
     assert list(odd.iterdir()) == []
 
 
-def test_two_probes_at_once_do_not_collide(tmp_path):
-    cmd = ckplan_exe() + ["probe", str(tmp_path), "--quick", "--writers", "1", "--no-calibrate", "--json"]
-    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
-    outs = [p.communicate(timeout=120) for p in procs]
-    assert [p.returncode for p in procs] == [0, 0], [o[1] for o in outs]
-    assert all(json.loads(o[0])["buffered_bandwidth"] for o in outs)
-    assert scratch_dirs(tmp_path) == []
-
-
 @pytest.mark.parametrize("args,fragment", [
     (["/definitely/not/here"], "does not exist"), (["/etc/hostname"], "not a directory"),
     (["--quick", "--thorough", "/tmp"], "not both"), (["/tmp", "--scale", "2"], "--scale"),
@@ -196,10 +187,6 @@ def test_kill_9_then_clean(tmp_path):
     proc.wait()
     left = scratch_dirs(tmp_path)
     assert len(left) == 1
-    for _ in range(100):  # fio runs on briefly in its own session after its parent dies
-        if subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True).returncode:
-            break
-        time.sleep(0.1)
     warned = run_json("probe", str(tmp_path), "--quick", "--writers", "1", "--no-calibrate")
     assert any("ckplan clean" in n for n in warned["notes"])
     result = run_json("clean", str(tmp_path))
@@ -211,25 +198,6 @@ def test_kill_9_then_clean(tmp_path):
 def test_read_only_filesystem(tmp_path):
     with mounted(tmp_path / "ro", "tmpfs", "ro,size=16m") as ro:
         assert_one_line_error(run_cli("probe", str(ro)), "read-only")
-
-
-@needs_root
-def test_full_disk_mid_probe(tmp_path):
-    """Another writer fills a 96 MiB tmpfs while the probe runs: one line, exit 2, nothing left."""
-    with mounted(tmp_path / "small", "tmpfs", "size=96m") as small:
-        proc = _start_probe(small)
-        free = os.statvfs(small).f_bavail * os.statvfs(small).f_frsize
-        with open(small / "filler", "wb") as f:
-            try:
-                os.posix_fallocate(f.fileno(), 0, free)
-            except OSError:
-                pass
-        _, err = proc.communicate(timeout=60)
-        os.unlink(small / "filler")
-        assert proc.returncode == 2, err
-        lines = [line for line in err.splitlines() if line.strip()]
-        assert len(lines) == 1 and "ENOSPC" in lines[0], err
-        assert scratch_dirs(small) == []
 
 
 @needs_root

@@ -136,6 +136,10 @@ def probe(
     from ckplan.render.profile import live_progress
     with live_progress(job.estimated_seconds) as live:
         result = run(job, live)
+    if run is run_probe:
+        from ckplan.probe.filesystem import shared_target_warnings
+        for warning in shared_target_warnings(result):
+            print(f"ckplan: warning: {warning}", file=sys.stderr)
     if save:
         where = profile_store.save(result, save)
         print(f"saved profile {save!r} to {where}", file=sys.stderr)

@@ -30,7 +30,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ckplan.errors import InputError
+from ckplan import children
+from ckplan.errors import EnvironmentProblem, InputError, MeasurementFailed
 from ckplan.probe import fio
 from ckplan.probe.base import PRESETS, Preset, Progress, Silent, noise_notes, writer_counts
 from ckplan.profile import BandwidthPoint, Latency, Measurement, Replay, SmallFiles, Spread, StorageProfile
@@ -126,32 +127,39 @@ def run_clients(run: ClusterRun, jobs_by_host: dict[Host, list[fio.FioJob]], wha
             job.write_text(run.jobfile(host, jobs))
             args += [host.client_arg, str(job)]
         try:
-            proc = subprocess.run(args, capture_output=True, text=True, timeout=timeout_s)
+            proc = subprocess.run(args, capture_output=True, text=True, timeout=timeout_s, preexec_fn=children.preexec())
         except subprocess.TimeoutExpired:
-            raise InputError(f"fio's client did not finish {what} within {timeout_s:.0f} s (a host may have hung)") from None
+            raise MeasurementFailed(f"fio's client did not finish {what} within {timeout_s:.0f} s "
+                                    "(a host may have hung)") from None
     out, err = proc.stdout, proc.stderr
+    # Exit codes: a name that does not resolve is a typo in --hosts (2); a host nobody answers on, or a
+    # server of another fio version, is the environment (3); a server that answered and then went away,
+    # or a job that failed, is a failed measurement (4).
     for line in (err + out).splitlines():
+        m = re.search(r"failed to resolve <(.*?)>", line)
+        if m:
+            raise InputError(f"host {m.group(1)!r} does not resolve to an address: check --hosts or --hosts-file")
         m = re.search(r"failed to connect to (\S+?):(\d+)", line)
         if m:
-            raise InputError(f"host {m.group(1)}:{m.group(2)} is unreachable during {what}: no fio server answers there "
-                             f"(start one with `ckplan agent`)")
+            raise EnvironmentProblem(f"host {m.group(1)}:{m.group(2)} is unreachable during {what}: no fio server answers "
+                                     f"there (start one with `ckplan agent`)")
         m = re.search(r"host=(\S+) (disconnected|timed out)", line)
         if m:
-            raise InputError(f"host {m.group(1)} {m.group(2)} during {what}: its fio server is unreachable, died, "
-                             "or runs another fio version")
+            raise MeasurementFailed(f"host {m.group(1)} {m.group(2)} during {what}: its fio server is unreachable, died, "
+                                    "or runs another fio version")
         if "version" in line.lower() and "mismatch" in line.lower():
-            raise InputError(f"fio version mismatch between this client and a server during {what}: {line.strip()}")
+            raise EnvironmentProblem(f"fio version mismatch between this client and a server during {what}: {line.strip()}")
     docs = fio.json_documents(out)
     stats = docs[-1].get("client_stats", []) if docs else []
     reported = {c.get("hostname") for c in stats if c.get("jobname") not in ("All clients", CLEANUP_JOB)}
     missing = [h for h in hosts if h.name not in reported]
     if missing:
         dropped = next((l.split("> ", 1)[-1] for l in out.splitlines() if l.startswith("<") and "fio:" in l), "")
-        raise InputError(f"host(s) {', '.join(map(str, missing))} did not report {what}"
+        raise MeasurementFailed(f"host(s) {', '.join(map(str, missing))} did not report {what}"
                          + (f": {dropped.strip()}" if dropped else " (a server died or dropped the job)"))
     for c in stats:
         if int(c.get("error", 0)):
-            raise InputError(f"host {c.get('hostname')}: {fio.describe_errno(int(c['error']), what)}")
+            raise MeasurementFailed(f"host {c.get('hostname')}: {fio.describe_errno(int(c['error']), what)}")
     return docs[-1]
 
 
@@ -162,7 +170,8 @@ def cleanup(run: ClusterRun) -> None:
             job.write(cleanup_job(run.scratch(host)).render())
             job.flush()
             try:
-                subprocess.run([fio.fio_binary(), host.client_arg, job.name], capture_output=True, timeout=20)
+                subprocess.run([fio.fio_binary(), host.client_arg, job.name], capture_output=True, timeout=20,
+                               preexec_fn=children.preexec())
             except subprocess.TimeoutExpired:
                 pass
 

@@ -31,6 +31,15 @@ SMALL_FILES_PER_WRITER_CAP = 1024
 PAGE_CACHE_SAMPLE_BYTES = 256 * MiB
 MIN_RUNTIME_S = 1.0  # shortest runtime cap of a bandwidth run, however tight the budget
 UNSIZED_DEFAULT_BYTES = 2**30  # what the probe may write on a filesystem that reports no size, unless --max-bytes
+# the latency runs' file, unless the byte budget is smaller: far more 4 KiB fsynced writes than a disk
+# does in a run's time; on memory-backed targets, where fsync costs nothing, the size ends the run first
+LATENCY_FILE_BYTES = 64 * MiB
+# Held back from the byte budget for ckplan's own files in the scratch directory (its marker, fio's job
+# files, directories); the data files are sized in whole pages or MiB, so filesystem rounding cannot
+# take them past the budget either: the whole probe stays within half the free space or --max-bytes.
+SCRATCH_RESERVE_BYTES = MiB
+PAGE_BYTES = 4096
+SHARED_TARGET = "the bandwidth measured here was shared with it: probe again when it is done"
 
 
 @dataclass(frozen=True)
@@ -42,7 +51,7 @@ class ProbeJob:
     preset: Preset
     writers: int
     bytes_per_writer: int
-    budget_bytes: int
+    budget_bytes: int  # what one phase's files may take: the byte budget less the scratch reserve
     plan: object | None
     replay_files: tuple
     scale: float
@@ -80,20 +89,21 @@ def prepare_probe(path: Path, *, preset: str = "default", writers: int | None = 
     budget = free_budget = free // 2
     if max_bytes is not None:
         budget = min(budget, max_bytes)
+    data = max(0, budget - SCRATCH_RESERVE_BYTES)  # what every phase's files may take, one phase at a time
     replay_files: list[replay.FileToWrite] = []
     if plan is not None:
         _, share = replay.node_share(plan.manifest)
         replay_files = replay.scaled_files(share, scale)
-        need = sum(f.bytes for f in replay_files)
-        if need > budget:
-            fit = budget / sum(f.bytes for f in share)
+        need = sum(-(-f.bytes // PAGE_BYTES) * PAGE_BYTES for f in replay_files)
+        if need > data:
+            fit = data / sum(f.bytes for f in share)
             raise InputError(f"replaying the plan at --scale {scale:g} writes {need / 1e9:.2f} GB but the probe may use "
                              f"{budget / 1e9:.2f} GB here (half the free space or --max-bytes); try --scale {fit * 0.9:.2g}")
-    per_writer = min(settings.bytes_per_writer, budget // max_writers)
+    per_writer = min(settings.bytes_per_writer, data // max_writers // MiB * MiB)  # whole 1 MiB blocks
     if per_writer < 4 * MiB:
         raise InputError(f"too little free space on {path}: the probe may use {budget / 1e6:.1f} MB "
                          f"(half the free space, {free_budget / 1e6:.1f} MB, or --max-bytes), and needs at least "
-                         f"{4 * max_writers} MiB for {max_writers} writers")
+                         f"{4 * max_writers + SCRATCH_RESERVE_BYTES // MiB} MiB for {max_writers} writers")
     stale = target.leftovers(path)
     if stale:
         notes.append(f"found {len(stale)} scratch director{'y' if len(stale) == 1 else 'ies'} from a killed probe: "
@@ -102,7 +112,7 @@ def prepare_probe(path: Path, *, preset: str = "default", writers: int | None = 
 
     calibrate = calibrate and torch_available()
     return ProbeJob(path=path, mount=mount, preset=settings, writers=max_writers, bytes_per_writer=per_writer,
-                    budget_bytes=budget, plan=plan, replay_files=tuple(replay_files), scale=scale, name=name,
+                    budget_bytes=data, plan=plan, replay_files=tuple(replay_files), scale=scale, name=name,
                     notes=tuple(notes), calibrate=calibrate)
 
 
@@ -116,21 +126,31 @@ def run_probe(job: ProbeJob, progress: Progress | None = None) -> StorageProfile
     notes = list(job.notes)
     calibration = None
     with target.ScratchDir(path) as scratch:
-        direct = _direct_io_works(scratch.path)
-        if not direct:
-            notes.append("the target refused O_DIRECT (EINVAL): only the buffered write path was measured; "
-                         "direct-I/O writers are predicted on it")
-        curves, page_cache, runtime_s = _bandwidth(scratch.path, settings, job.writers, job.bytes_per_writer, direct, progress, raw)
-        small = _small_files(scratch.path, settings, job.writers, job.budget_bytes, job.plan, progress, raw)
-        fsync_lat, sync_write_lat = _latency(scratch.path, settings, progress, raw)
-        if job.calibrate:
-            from ckplan.validate.calibrate import calibrate
-            calibration = calibrate(settings.name, job.writers, progress)
-        else:
-            notes.append("serialisers not calibrated (PyTorch is not installed, or --no-calibrate): "
-                         "predictions use the named defaults")
-        replayed = (_replay(scratch.path, job.plan, list(job.replay_files), job.scale, settings, direct, calibration, progress)
-                    if job.plan is not None else None)
+        others = _OtherProbes(path, scratch.path)
+        try:
+            direct = _direct_io_works(scratch.path)
+            if not direct:
+                notes.append("the target refused O_DIRECT (EINVAL): only the buffered write path was measured; "
+                             "direct-I/O writers are predicted on it")
+            curves, page_cache, runtime_s = _bandwidth(scratch.path, settings, job.writers, job.bytes_per_writer, direct,
+                                                       progress, raw)
+            others.look()
+            small = _small_files(scratch.path, settings, job.writers, job.budget_bytes, job.plan, progress, raw)
+            others.look()
+            fsync_lat, sync_write_lat = _latency(scratch.path, settings, job.budget_bytes, progress, raw)
+            others.look()
+            if job.calibrate:
+                from ckplan.validate.calibrate import calibrate
+                calibration = calibrate(settings.name, job.writers, progress)
+            else:
+                notes.append("serialisers not calibrated (PyTorch is not installed, or --no-calibrate): "
+                             "predictions use the named defaults")
+            replayed = (_replay(scratch.path, job.plan, list(job.replay_files), job.scale, settings, direct, calibration,
+                                progress) if job.plan is not None else None)
+        except OSError as exc:  # ckplan's own file operations on the target (mkdir, job files) mid-run
+            raise replay.oserror_message(exc, "the probe") from None
+        others.look()
+    notes += others.notes()
     bandwidth = curves["buffered"]
     best = max(p.bytes_per_s for p in bandwidth)
     mount = job.mount
@@ -145,6 +165,41 @@ def run_probe(job: ProbeJob, progress: Progress | None = None) -> StorageProfile
                                 host=socket.gethostname(), preset=settings.name, duration_s=time.monotonic() - started,
                                 bandwidth_bytes_per_writer=job.bytes_per_writer, runtime_cap_s=runtime_s,
                                 repeats=settings.repeats))
+
+
+class _OtherProbes:
+    """Other live probes writing to the same target: they share its bandwidth, so each one's figures
+    come out low (two quick probes at once each measured about a third). Seen through their scratch
+    directories, looked at between phases; on this host a probe is live while its pid runs (the test
+    `ckplan clean` uses), and another host's directory counts where it appeared during this probe."""
+
+    def __init__(self, path: Path, own: Path):
+        self.path, self.own = path, own
+        self.pids: dict[int, None] = {}  # in the order seen
+        self.hosts: dict[str, None] = {}
+        self.before = {s.path for s in self._scan()}
+        self.look()
+
+    def _scan(self) -> list:
+        return [s for s in target.scratch_dirs(self.path, (target.SCRATCH_PREFIX,)) if s.path != self.own]
+
+    def look(self) -> None:
+        for s in self._scan():
+            if s.live and s.pid is not None:
+                self.pids[s.pid] = None
+            elif s.host not in (None, socket.gethostname()) and s.path not in self.before:
+                self.hosts[s.host] = None
+
+    def notes(self) -> list[str]:
+        out = [f"another ckplan probe (pid {pid}) was writing to this target during the probe; {SHARED_TARGET}"
+               for pid in self.pids]
+        return out + [f"a ckplan probe on host {host} started writing to this target during the probe; {SHARED_TARGET}"
+                      for host in self.hosts]
+
+
+def shared_target_warnings(profile: StorageProfile) -> list[str]:
+    """The notes that say another probe ran at the same time: the CLI repeats them on stderr."""
+    return [n for n in profile.notes if n.endswith(SHARED_TARGET)]
 
 
 def _direct_io_works(scratch: Path) -> bool:
@@ -273,9 +328,11 @@ def _small_files(scratch, settings, writers, budget, plan, progress, raw) -> Sma
                       file_bytes_max=high, writers=writers, spread=spread)
 
 
-def _latency(scratch, settings, progress, raw) -> tuple[Latency, Latency]:
+def _latency(scratch, settings, budget, progress, raw) -> tuple[Latency, Latency]:
     progress.phase("latency: 4 KiB write + fsync", settings.latency_runtime_s)
-    common = {"directory": fio.escape_path(scratch), "rw": "write", "bs": "4k", "size": "64M", "ioengine": "psync",
+    # within the byte budget as every other phase (fio allocates the whole file up front)
+    size = min(LATENCY_FILE_BYTES, budget // MiB * MiB)
+    common = {"directory": fio.escape_path(scratch), "rw": "write", "bs": "4k", "size": size, "ioengine": "psync",
               "runtime": f"{settings.latency_runtime_s}s", "percentile_list": "50:99:99.9", "unlink": 1}
     doc = fio.run_fio([fio.FioJob("fsync-lat", {**common, "fsync": 1})], scratch, "the fsync latency phase", on_status=progress.update)
     raw.append(doc)
@@ -317,7 +374,8 @@ def _replay(scratch, plan, files, scale, settings, direct_ok, calibration, progr
                        f"warm-up + {repeats} runs", 0)
         root = scratch / "replay"
         try:
-            walls, _ = run_saves(root, files_by_rank(share, scale), plan.setup.framework, repeats + 1, "sync")
+            walls, _ = run_saves(root, files_by_rank(share, scale), plan.setup.framework, repeats + 1, "sync",
+                                 what="the replay")
         finally:
             shutil.rmtree(root, ignore_errors=True)
         times, serialize = walls[1:], 0.0

@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from ckplan.errors import InputError
+from ckplan import children
+from ckplan.errors import InputError, MeasurementFailed
 
 INSTALL_HINT = "fio is not installed; install it with `apt-get install fio` (Debian/Ubuntu) or `dnf install fio` (RHEL/Fedora)"
 
@@ -65,7 +66,8 @@ def fio_binary() -> str:
 
 
 def fio_version() -> str:
-    return subprocess.run([fio_binary(), "--version"], capture_output=True, text=True, check=False).stdout.strip()
+    return subprocess.run([fio_binary(), "--version"], capture_output=True, text=True, check=False,
+                          preexec_fn=children.preexec()).stdout.strip()
 
 
 def json_documents(text: str) -> list[dict]:
@@ -84,7 +86,9 @@ def json_documents(text: str) -> list[dict]:
     return docs
 
 
-class FioError(InputError):
+class FioError(MeasurementFailed):
+    """fio failed while measuring: the target filled up, fio died, a job reported an errno (exit code 4)."""
+
     def __init__(self, message: str, errno_value: int | None = None):
         super().__init__(message)
         self.errno = errno_value
@@ -95,7 +99,7 @@ def job_errors(doc: dict) -> list[int]:
     return [int(j.get("error", 0)) for j in jobs if int(j.get("error", 0))]
 
 
-def describe_errno(code: int, what: str) -> str:
+def describe_errno(code: int, what: str, failed: str = "fio failed") -> str:
     if code == errno.ENOSPC:
         return f"the target filled up (ENOSPC) during {what}; nothing was left behind"
     if code == errno.EROFS:
@@ -104,7 +108,7 @@ def describe_errno(code: int, what: str) -> str:
         return f"permission denied during {what}"
     if code == errno.EINVAL:
         return f"the target refused the I/O mode (EINVAL) during {what}"
-    return f"fio failed during {what}: {os.strerror(code)} (errno {code})"
+    return f"{failed} during {what}: {os.strerror(code)} (errno {code})"
 
 
 def write_bytes(doc: dict) -> int:
@@ -120,13 +124,24 @@ def run_fio(jobs: list[FioJob], workdir: Path, what: str, global_options: dict |
     """
     exe = fio_binary()
     jobfile = workdir / f"{jobs[0].name}.fio"
-    glob = FioJob("global", global_options or {})
-    jobfile.write_text(glob.render() + "".join(j.render() for j in jobs))
+    # Jobs run as threads of the one fio process, not as forked processes: fio puts each job process in
+    # a session of its own, so neither stop()'s killpg nor the parent-death signal reached them, and
+    # after `kill -9` of ckplan they wrote on until their runtime ended. As threads they die with fio.
+    # Threads and processes measured alike here (alternating runs, /var/tmp and /dev/shm: within the
+    # runs' own scatter); the I/O calls are the same.
+    glob = FioJob("global", {"thread": 1, **(global_options or {})})
+    try:
+        jobfile.write_text(glob.render() + "".join(j.render() for j in jobs))
+    except OSError as exc:  # the target filled up (or went away) between two runs
+        raise FioError(describe_errno(exc.errno, what) if exc.errno else f"cannot write fio's job file: {exc}",
+                       exc.errno) from None
     cmd = [exe, "--output-format=json", "--status-interval=1", str(jobfile)]
     start = time.monotonic()
     chunks: list[bytes] = []
     with tempfile.TemporaryFile() as err:
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, start_new_session=True)
+        # its own session: Ctrl-C reaches ckplan, which stops fio and removes the scratch directory
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, start_new_session=True,
+                                preexec_fn=children.preexec())
         reader = threading.Thread(target=_drain, args=(proc, chunks), daemon=True)
         reader.start()
         try:
@@ -151,6 +166,8 @@ def run_fio(jobs: list[FioJob], workdir: Path, what: str, global_options: dict |
     codes = job_errors(final) if final else []
     if codes:
         raise FioError(describe_errno(codes[0], what), codes[0])
+    if proc.returncode < 0:  # killed by a signal: its stderr, if any, is not the reason
+        raise FioError(f"fio was {children.exit_reason(proc.returncode)} during {what}")
     if proc.returncode != 0 or final is None:
         line = next((l for l in stderr.splitlines() if l.strip()), f"fio exited {proc.returncode}")
         code = errno.EINVAL if "O_DIRECT" in stderr or "direct=1" in stderr else None
@@ -168,7 +185,7 @@ def _drain(proc: subprocess.Popen, chunks: list[bytes]) -> None:
 
 
 def stop(proc: subprocess.Popen) -> None:
-    """End fio and everything it forked; it runs in its own session so Ctrl-C reaches us first."""
+    """End fio (its jobs are its threads); it runs in its own session so Ctrl-C reaches us first."""
     if proc.poll() is None:
         try:
             os.killpg(proc.pid, signal.SIGTERM)

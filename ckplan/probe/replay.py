@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from ckplan.errors import InputError
+from ckplan.errors import MeasurementFailed
 
 CHUNK_BYTES = 4 * 2**20  # one write() call; large enough that syscall cost is noise
 DIRECT_ALIGN = 4096  # O_DIRECT offsets and lengths: a multiple of the logical block size (4 KiB covers 512 and 4K disks)
@@ -123,8 +123,10 @@ def write_files(root: Path, files: list[FileToWrite], on_progress: Callable[[int
     return time.perf_counter() - start
 
 
-def oserror_message(exc: OSError, what: str) -> InputError:
-    import errno
-    if exc.errno == errno.ENOSPC:
-        return InputError(f"the target filled up (ENOSPC) during {what}; nothing was left behind")
-    return InputError(f"{what} failed: {exc.strerror or exc}")
+def oserror_message(exc: OSError, what: str) -> MeasurementFailed:
+    """A write that failed mid-measurement (the target filled up, went read-only): exit code 4."""
+    from ckplan.probe.fio import describe_errno
+
+    if exc.errno:
+        return MeasurementFailed(describe_errno(exc.errno, what, failed="a write failed"))
+    return MeasurementFailed(f"{what} failed: {exc}")

@@ -20,6 +20,8 @@ from pathlib import Path
 from ckplan.errors import InputError
 
 SCRATCH_PREFIX = ".ckplan-probe-"
+CALIBRATE_PREFIX = "ckplan-calibrate-"  # the calibration's DCP saves, in /dev/shm where it exists
+SCRATCH_PREFIXES = (SCRATCH_PREFIX, CALIBRATE_PREFIX)
 MARKER = "ckplan-probe.json"
 
 # fs type -> storage class; fuse.* maps to 'fuse'
@@ -118,11 +120,12 @@ def free_bytes(path: Path) -> int | None:
 
 
 class ScratchDir:
-    """A uniquely named directory under the target, removed on exit, error, Ctrl-C or SIGTERM."""
+    """A uniquely named directory under the target, removed on exit, error, Ctrl-C or SIGTERM. Its marker
+    names the host and pid that own it, so a live one is told from one a `kill -9` left behind."""
 
-    def __init__(self, parent: Path):
+    def __init__(self, parent: Path, prefix: str = SCRATCH_PREFIX):
         self.parent = parent
-        name = f"{SCRATCH_PREFIX}{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(4)}"
+        name = f"{prefix}{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(4)}"
         self.path = parent / name
 
     def __enter__(self) -> "ScratchDir":
@@ -142,24 +145,39 @@ class ScratchDir:
         shutil.rmtree(self.path, ignore_errors=True)
 
 
-def leftovers(parent: Path) -> list[Path]:
-    """Scratch directories under `parent` whose probe is no longer running on this host."""
+@dataclass(frozen=True)
+class Scratch:
+    """A scratch directory found under a target, with what its marker says about its owner."""
+
+    path: Path
+    host: str | None
+    pid: int | None
+    live: bool  # its owner runs on this host now; another host's cannot be told, and counts as not live
+
+
+def scratch_dirs(parent: Path, prefixes: tuple[str, ...] = SCRATCH_PREFIXES) -> list[Scratch]:
+    """Every ckplan scratch directory directly under `parent`."""
     out = []
     try:
         entries = list(parent.iterdir())
     except OSError:
         return []
     for entry in entries:
-        if not entry.name.startswith(SCRATCH_PREFIX) or not entry.is_dir():
+        if not entry.name.startswith(prefixes) or not entry.is_dir():
             continue
         try:
             info = json.loads((entry / MARKER).read_text())
-        except (OSError, ValueError):
-            info = {}
-        if info.get("host") == socket.gethostname() and _alive(int(info.get("pid", -1))):
-            continue
-        out.append(entry)
+            host, pid = info.get("host"), int(info.get("pid"))
+        except (OSError, ValueError, TypeError, AttributeError):
+            host, pid = None, None
+        live = host == socket.gethostname() and pid is not None and _alive(pid)
+        out.append(Scratch(entry, host, pid, live))
     return out
+
+
+def leftovers(parent: Path) -> list[Path]:
+    """Scratch directories under `parent` whose probe or calibration is no longer running on this host."""
+    return [s.path for s in scratch_dirs(parent) if not s.live]
 
 
 def _alive(pid: int) -> bool:

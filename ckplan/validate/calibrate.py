@@ -22,13 +22,12 @@ to every other is a guess, so the probe measures it here and stores it in the pr
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 import tempfile
 import time
 from pathlib import Path
 
-from ckplan.errors import EnvironmentProblem, InputError
+from ckplan.errors import EnvironmentProblem, InputError, MeasurementFailed
 from ckplan.profile import Calibration, Spread
 
 MiB = 2**20
@@ -46,6 +45,9 @@ def torch_available() -> bool:
 
 
 def _serializer_worker(sample_bytes: int, tensor_bytes: int, repeats: int, results) -> None:
+    from ckplan.children import worker_dies_with_parent
+
+    worker_dies_with_parent()
     try:
         import torch
         torch.set_num_threads(1)
@@ -83,33 +85,33 @@ def measure_serializers(sample_bytes: int, repeats: int) -> tuple[int, dict[str,
     """Bytes per run and throughput (bytes/s) of each serialiser, one process on one core."""
     import multiprocessing as mp
 
+    from ckplan.children import collect, stop_all
+
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
     proc = ctx.Process(target=_serializer_worker, args=(sample_bytes, TENSOR_BYTES, repeats, results))
     proc.start()
     try:
-        status, nbytes, payload = results.get(timeout=600)
+        [(status, nbytes, payload)] = collect(results, [proc], 1, 600,
+                                              lambda why: MeasurementFailed(f"the serialiser calibration stopped: {why}"))
         proc.join()
     finally:
-        if proc.is_alive():
-            proc.terminate()
-            proc.join()
+        stop_all([proc])
     if status != "ok":
-        raise InputError(f"the serialiser calibration failed: {payload}")
+        raise MeasurementFailed(f"the serialiser calibration failed: {payload}")
     return nbytes, {name: Spread.of([nbytes / t for t in ts]) for name, ts in payload.items()}
 
 
 def measure_dcp_fixed(ranks: int, repeats: int) -> Spread:
     """Wall time of a DCP save of a few KiB per rank, from `ranks` processes in a gloo group."""
+    from ckplan.probe.target import CALIBRATE_PREFIX, ScratchDir
     from ckplan.validate.saver import run_saves
 
-    base = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
-    root = Path(tempfile.mkdtemp(prefix="ckplan-calibrate-", dir=base))
-    try:
+    base = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else tempfile.gettempdir()
+    # a scratch directory with its owner's pid, so `ckplan clean /dev/shm` removes one a kill -9 left
+    with ScratchDir(Path(base), prefix=CALIBRATE_PREFIX) as scratch:
         files = {r: [{"path": f"tiny-{r}", "bytes": DCP_TINY_BYTES, "kind": "small", "rank": r}] for r in range(ranks)}
-        walls, _ = run_saves(root, files, "dcp", repeats + 1, "sync")
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+        walls, _ = run_saves(scratch.path, files, "dcp", repeats + 1, "sync", what="the DCP calibration")
     return Spread.of(walls[1:])
 
 

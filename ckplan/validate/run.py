@@ -41,7 +41,7 @@ def validate(path: Path, plan: CheckpointPlan, profile: StorageProfile, *, scale
     with target.ScratchDir(path) as scratch:
         # one unrecorded warm-up save first, as the probe's replay has: the first save of a process pays
         # first-touch costs (host memory faulted back in, page-cache growth) that later saves do not
-        walls, blocking = run_saves(scratch.path, by_rank, plan.setup.framework, repeats + 1, mode)
+        walls, blocking = run_saves(scratch.path, by_rank, plan.setup.framework, repeats + 1, mode, what="the saves")
         walls, blocking = walls[1:], blocking[1:]
     measured = Spread.of(walls)
     stall_pred = prediction.seconds

@@ -80,8 +80,41 @@ def save_files(root: Path, state: dict[str, dict], framework: str) -> None:
         _fsync(path)
 
 
+def _failure(exc: BaseException, root: str) -> tuple[int | None, str]:
+    """(errno, one line) for a save that raised. torch.save's own writer drops the errno ("file write
+    failed"), so a target with no space left at that moment is taken as the cause."""
+    import errno
+
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno:
+            return seen.errno, str(seen)
+        seen = seen.__cause__ or seen.__context__
+    try:
+        full = os.statvfs(root if os.path.isdir(root) else os.path.dirname(root)).f_bavail == 0
+    except OSError:
+        full = False
+    lines = str(exc).strip().splitlines()
+    return (errno.ENOSPC if full else None), f"{type(exc).__name__}: {lines[0] if lines else ''}"
+
+
 def worker(rank: int, world: int, files: list[dict], framework: str, root: str, repeats: int, mode: str,
            port: int, barrier, results) -> None:
+    from ckplan.children import worker_dies_with_parent
+
+    worker_dies_with_parent()
+    try:
+        _save_repeats(rank, world, files, framework, root, repeats, mode, port, barrier, results)
+    except BaseException as exc:  # reported to the parent, which stops the other ranks
+        import threading
+        if not isinstance(exc, threading.BrokenBarrierError):  # another rank failed first and reports it
+            results.put(("error", rank, *_failure(exc, root)))
+            barrier.abort()  # ranks waiting at the barrier stop waiting for this one
+        raise SystemExit(1)
+
+
+def _save_repeats(rank: int, world: int, files: list[dict], framework: str, root: str, repeats: int, mode: str,
+                  port: int, barrier, results) -> None:
     import torch
 
     torch.set_num_threads(1)
@@ -119,7 +152,7 @@ def worker(rank: int, world: int, files: list[dict], framework: str, root: str, 
         else:
             save_files(directory, state, framework)
         end = time.perf_counter()
-        results.put((rank, r, start, end, blocking))
+        results.put(("ok", rank, r, start, end, blocking))
         barrier.wait()
         if rank == 0:
             shutil.rmtree(directory, ignore_errors=True)
@@ -127,10 +160,22 @@ def worker(rank: int, world: int, files: list[dict], framework: str, root: str, 
         dist.destroy_process_group()
 
 
-def run_saves(root: Path, files_by_rank: dict[int, list[dict]], framework: str, repeats: int, mode: str) -> tuple[list[float], list[float]]:
-    """Run the save `repeats` times; return wall times (first start to last end) and async blocking times."""
+def run_saves(root: Path, files_by_rank: dict[int, list[dict]], framework: str, repeats: int, mode: str,
+              what: str = "the saves") -> tuple[list[float], list[float]]:
+    """Run the save `repeats` times; return wall times (first start to last end) and async blocking times.
+    A save process that fails or dies raises MeasurementFailed naming `what`, and the others are stopped."""
     import multiprocessing as mp
     import socket
+
+    from ckplan.children import collect, stop_all
+    from ckplan.errors import MeasurementFailed
+    from ckplan.probe.fio import describe_errno
+
+    def check(item) -> None:
+        if item[0] == "error":
+            _, rank, code, line = item
+            raise MeasurementFailed(describe_errno(code, what, failed=f"rank {rank}'s save failed") if code
+                                    else f"rank {rank}'s save failed during {what}: {line}")
 
     ctx = mp.get_context("spawn")
     world = len(files_by_rank)
@@ -143,17 +188,16 @@ def run_saves(root: Path, files_by_rank: dict[int, list[dict]], framework: str, 
     for p in procs:
         p.start()
     try:
-        rows = [results.get(timeout=3600) for _ in range(world * repeats)]
+        rows = collect(results, procs, world * repeats, 3600,
+                       lambda why: MeasurementFailed(f"a save process stopped during {what}: {why}"), check)
         for p in procs:
             p.join()
     finally:
-        for p in procs:
-            if p.is_alive():
-                p.terminate()
+        stop_all(procs)
     if any(p.exitcode for p in procs):
-        raise RuntimeError(f"a save process failed (exit codes {[p.exitcode for p in procs]})")
+        raise MeasurementFailed(f"a save process failed during {what} (exit codes {[p.exitcode for p in procs]})")
     by_repeat = defaultdict(list)
-    for rank, r, start, end, blocking in rows:
+    for _, rank, r, start, end, blocking in rows:
         by_repeat[r].append((start, end, blocking))
     walls = [max(e for _, e, _ in v) - min(s for s, _, _ in v) for _, v in sorted(by_repeat.items())]
     blocking = [max(b for _, _, b in v) for _, v in sorted(by_repeat.items()) if all(b is not None for _, _, b in v)]

@@ -1,0 +1,111 @@
+"""Nothing ckplan starts outlives it: fio, fio clients, save and calibration processes.
+
+Ctrl-C and SIGTERM run ckplan's own clean-up, which stops its children; `kill -9` runs nothing, so each
+child asks the kernel for SIGKILL when its parent goes (Linux prctl PR_SET_PDEATHSIG; elsewhere nothing
+is set). The kernel sends it when the *thread* that started the child exits, so children are started
+from ckplan's main thread only.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import queue
+import signal
+import sys
+import time
+from typing import Callable
+
+PR_SET_PDEATHSIG = 1
+_prctl = None
+
+
+def _load_prctl():
+    global _prctl
+    if _prctl is None and sys.platform.startswith("linux"):
+        try:
+            _prctl = ctypes.CDLL(None, use_errno=True).prctl
+        except (OSError, AttributeError):
+            _prctl = False
+    return _prctl
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """Have the kernel SIGKILL this process when its parent exits; the caller is the child."""
+    prctl = _load_prctl()
+    if not prctl or prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) != 0:
+        return
+    # the parent may have died between our fork and the prctl: then no signal will come, and our
+    # parent is already someone else (init or a subreaper)
+    if os.getppid() != parent_pid:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def preexec() -> Callable[[], None]:
+    """A Popen preexec_fn: the setting survives exec. prctl is looked up here, in the parent, so the
+    forked child only makes the call."""
+    _load_prctl()
+    parent = os.getpid()
+    return lambda: die_with_parent(parent)
+
+
+def worker_dies_with_parent() -> None:
+    """First thing in a multiprocessing worker (spawned, so no preexec_fn to give)."""
+    import multiprocessing
+
+    parent = multiprocessing.parent_process()
+    if parent is not None and parent.pid is not None:
+        die_with_parent(parent.pid)
+
+
+def exit_reason(code: int) -> str:
+    """A child's exit status in words: a negative returncode is the signal that killed it."""
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exited with code {code}"
+
+
+def collect(results, procs, count: int, timeout_s: float, on_dead: Callable[[str], Exception],
+            check: Callable[[object], None] | None = None) -> list:
+    """`count` items from a multiprocessing queue, each passed to `check` (which raises for a worker's
+    error report); raises `on_dead(why)` as soon as a worker died without reporting, instead of waiting
+    out the timeout for items that cannot come."""
+    items: list = []
+    deadline = time.monotonic() + timeout_s
+
+    def take(timeout: float) -> bool:
+        try:
+            item = results.get(timeout=timeout)
+        except queue.Empty:
+            return False
+        if check:
+            check(item)
+        items.append(item)
+        return True
+
+    while len(items) < count:
+        if take(0.5):
+            continue
+        dead = [p.exitcode for p in procs if p.exitcode]
+        if dead:
+            while take(0.5):  # a report it sent just before dying says more than its exit status
+                pass
+            raise on_dead(f"a worker process {exit_reason(dead[0])}")
+        if time.monotonic() > deadline:
+            raise on_dead(f"no result within {timeout_s:.0f} s")
+    return items
+
+
+def stop_all(procs, grace_s: float = 5.0) -> None:
+    """Terminate, then kill, every worker still alive, and reap them."""
+    for p in procs:
+        if p.is_alive():
+            p.terminate()
+    for p in procs:
+        p.join(timeout=grace_s)
+        if p.is_alive():
+            p.kill()
+            p.join()
