@@ -35,10 +35,10 @@ def build_document(plan: CheckpointPlan, profile: StorageProfile, rec: Recommend
             Para(f"Generated {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC by ckplan {rec.ckplan_version}.", quiet=True))
     doc.add(Heading("What one save writes"),
             Para(f"{fmt_bytes(plan.total_bytes)} in {plan.file_count:,} files from {plan.writers:,} writers on "
-                 f"{plan.nodes_writing} node(s); {plan.bytes_per_parameter:.2f} bytes/parameter; busiest node "
+                 f"{plan.nodes_writing} node(s); {f'{plan.bytes_per_parameter:.2f}' if plan.bytes_per_parameter is not None else 'unknown'} bytes/parameter; busiest node "
                  f"{fmt_bytes(plan.bytes_per_node_max)}, busiest rank {fmt_bytes(plan.bytes_per_rank_max)}."),
             TableBlock(["state", "dtype", "bytes/param", "bytes"],
-                       [[s.name, s.dtype, f"{s.bytes / plan.parameters:.3f}", fmt_bytes(s.bytes)] for s in plan.breakdown]
+                       [[s.name, s.dtype, f"{s.bytes / plan.parameters:.3f}" if plan.parameters else "–", fmt_bytes(s.bytes)] for s in plan.breakdown]
                        + [["small files + overhead", "", "", fmt_bytes(plan.small_file_bytes)]]))
     m = profile.measurement
     doc.add(Heading("Storage"),

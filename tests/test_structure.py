@@ -10,7 +10,7 @@ import pytest
 
 ROOT = Path(__file__).parent.parent / "ckplan"
 EDGES = ("ckplan.probe", "ckplan.render", "ckplan.cli", "ckplan.catalog", "ckplan.readers", "ckplan.profile_store",
-         "ckplan.validate", "ckplan.diagnose", "ckplan.report")
+         "ckplan.validate", "ckplan.diagnose", "ckplan.report", "ckplan.scan")
 FILE_CALLS = {"open", "read_text", "read_bytes", "write_text", "write_bytes", "load_toml", "read_json", "scandir", "listdir"}
 
 

@@ -269,7 +269,7 @@ def validate(
 
 
 @app.command()
-@o.plan_options(plan_file=False, exclude=("gpus",), framework="megatron", tp=8)
+@o.plan_options(plan_file=False, exclude=("gpus", "from_dir"), framework="megatron", tp=8)
 @o.policy_options(exclude=("mode", "iteration_time", "local_disk", "changed_fraction", "save_time", "stall_time"))
 def provision(
     spec: o.PlanSpec, policy: Policy,

@@ -99,6 +99,7 @@ class PlanSpec(BaseModel):
     """A plan as the user gave it: a plan file, or the plan flags (None = not given: build_plan's default)."""
 
     plan_file: Path | None = None
+    from_dir: Path | None = None
     params: str | None = None
     model: str | None = None
     config: Path | None = None
@@ -120,9 +121,13 @@ class PlanSpec(BaseModel):
     def plan(self, gpus: int | None = None) -> CheckpointPlan:
         """The plan: read from the file, or built from the flags (at `gpus`, for a sweep)."""
         if self.plan_file is not None:
+            if self.from_dir is not None:
+                raise InputError("give --plan or --from, not both: each is a whole plan")
             if self.given_flags():
                 raise InputError(f"give --plan or the plan flags, not both (got --plan and {', '.join(self.given_flags())})")
             return load_plan(self.plan_file)
+        if self.from_dir is not None:
+            return self._measured(gpus)
         from ckplan import catalog
         from ckplan.sizing.plan import build_plan, nearest_shape
         from ckplan.units import parse_count
@@ -145,10 +150,26 @@ class PlanSpec(BaseModel):
         return build_plan(arch=arch, parameters=parameters, model_name=arch.name if self.model or self.config else None,
                           dtype_overrides=pairs(self.dtype, "--dtype"), options=pairs(self.option, "--option"), **chosen)
 
+    def _measured(self, gpus: int | None) -> CheckpointPlan:
+        """--from DIR: the plan measured from a checkpoint's files; only the flags that the names leave open."""
+        from ckplan.scan import scan_plan
+        from ckplan.units import parse_count
+
+        others = [f for f in self.given_flags() if f not in ("--from", "--gpus-per-node", "--gpus", "--params")]
+        if others:
+            raise InputError(f"--from measures the plan from the checkpoint's files: drop {', '.join(others)} "
+                             "(--gpus-per-node, --gpus and --params go with it)")
+        if gpus is not None:
+            raise InputError("--from measures one checkpoint: it cannot be resized to other GPU counts")
+        params = int(parse_count(self.params, "--params")) if self.params is not None else None
+        assert self.from_dir is not None
+        return scan_plan(self.from_dir, gpus_per_node=self.gpus_per_node, gpus=self.gpus, parameters=params)
+
 
 PLAN_FLAG_NAMES = {"params": "--params", "model": "--model", "config": "--config", "optimizer": "--optimizer",
                    "precision": "--precision", "framework": "--framework", "gpus": "--gpus", "gpus_per_node": "--gpus-per-node",
-                   "tp": "--tp", "pp": "--pp", "zero": "--zero", "ep": "--ep", "dtype": "--dtype", "option": "--option"}
+                   "tp": "--tp", "pp": "--pp", "zero": "--zero", "ep": "--ep", "dtype": "--dtype", "option": "--option",
+                   "from_dir": "--from"}
 
 
 def _plan_flags(defaults: dict[str, Any], exclude: tuple[str, ...]) -> list[Flag]:
@@ -157,6 +178,8 @@ def _plan_flags(defaults: dict[str, Any], exclude: tuple[str, ...]) -> list[Flag
 
     d = {**_build_defaults(), **defaults}
     flags = [
+        Flag("from_dir", "--from", Path, "An existing checkpoint directory (DeepSpeed, DCP, Megatron, HF Trainer): "
+             "its files, sizes and writer ranks measured from disk instead of the flags."),
         Flag("params", "--params", str, "Parameter count: 7e9, 7B, 70b, 1.5T.", DEFAULT_PARAMS),
         Flag("model", "--model", str, "A catalog model (see `ckplan models`)."),
         Flag("config", "--config", Path, "A Hugging Face config.json: the model's exact tensors, read locally."),
@@ -186,7 +209,8 @@ def plan_options(*, plan_file: bool = True, exclude: tuple[str, ...] = (), **def
 
     def build(values: dict[str, Any]) -> PlanSpec:
         given = {k: v for k, v in values.items() if v is not None}
-        chosen = {k: v for k, v in defaults.items() if k not in given and not given.get("plan_file")}
+        whole = given.get("plan_file") or given.get("from_dir")  # a plan file or a directory is the whole plan
+        chosen = {k: v for k, v in defaults.items() if k not in given and not whole}
         return PlanSpec(**chosen, **given)
     return _with_group("spec", flags, build)
 

@@ -15,18 +15,21 @@ def render_plan(plan: CheckpointPlan, full_manifest: bool = False) -> None:
     out = console()
     out.print(f"[bold]{plan.describe()}[/bold]")
     out.print(f"One save writes [bold]{fmt_bytes(plan.total_bytes)}[/bold] in {plan.file_count:,} files "
-              f"from {plan.writers:,} writer(s) on {plan.nodes_writing} node(s); "
-              f"{plan.bytes_per_parameter:.2f} bytes/param of state.\n")
+              f"from {plan.writers:,} writer(s) on {plan.nodes_writing} node(s)"
+              + (f"; {plan.bytes_per_parameter:.2f} bytes/param of state.\n" if plan.parameters else ".\n"))
+
+    def per_param(nbytes: int, digits: int = 3) -> str:  # a plan measured from disk may not know its parameters
+        return f"{nbytes / plan.parameters:.{digits}f}" if plan.parameters else "–"
 
     states = Table(title="What one save holds", title_justify="left")
     for col in ("state", "dtype", "bytes/param", "bytes"):
         states.add_column(col, justify="right" if col != "state" else "left")
     for s in plan.breakdown:
-        states.add_row(s.name, s.dtype, f"{s.bytes / plan.parameters:.3f}", fmt_bytes(s.bytes))
+        states.add_row(s.name, s.dtype, per_param(s.bytes), fmt_bytes(s.bytes))
     for s in plan.not_saved:
         states.add_row(f"[dim]{s.name} (held, not saved)[/dim]", f"[dim]{s.dtype}[/dim]", "[dim]0[/dim]", "[dim]–[/dim]")
-    states.add_row("small files + file overhead", "", f"{plan.small_file_bytes / plan.parameters:.4f}", fmt_bytes(plan.small_file_bytes))
-    states.add_row("[bold]total[/bold]", "", f"[bold]{plan.total_bytes / plan.parameters:.3f}[/bold]", f"[bold]{fmt_bytes(plan.total_bytes)}[/bold]")
+    states.add_row("small files + file overhead", "", per_param(plan.small_file_bytes, 4), fmt_bytes(plan.small_file_bytes))
+    states.add_row("[bold]total[/bold]", "", f"[bold]{per_param(plan.total_bytes)}[/bold]", f"[bold]{fmt_bytes(plan.total_bytes)}[/bold]")
     out.print(states)
 
     nodes = Table(title="Who writes it", title_justify="left")

@@ -20,6 +20,7 @@ from ckplan.units import MAX_GPUS, MAX_PARAMETERS, check_range, fmt_bytes
 WRITE_CALL_BYTES = 2**20  # ops are counted at one write() per MiB, the probe's block size
 PLAN_SCHEMA_VERSION = 1
 DEFAULT_GPUS_PER_NODE = 8
+MEASURED = "measured from disk"  # the shape_source of a plan read from a checkpoint directory (size --from)
 
 # Bounds on what a plan file may hold: the constraints build_plan's own plans meet, so that a hand-edited
 # or truncated plan is refused where it is read rather than producing negative or infinite figures.
@@ -32,8 +33,8 @@ Amount = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 
 class TrainingSetup(BaseModel):
     model: str | None = None
-    parameters: Annotated[int, Field(ge=1, le=MAX_PARAMETERS)]
-    shape_source: str  # the catalog model whose tensor shapes were used
+    parameters: Annotated[int | None, Field(ge=1, le=MAX_PARAMETERS)]  # None: unknown (a plan measured from disk)
+    shape_source: str  # the catalog model whose tensor shapes were used, or "measured from disk: DIR" (size --from)
     optimizer: str = "adam"
     precision: str = "bf16-mixed"
     framework: str = "deepspeed"
@@ -103,8 +104,8 @@ class CheckpointPlan(BaseModel):
     schema_version: int = PLAN_SCHEMA_VERSION
     ckplan_version: str = __version__
     setup: TrainingSetup
-    parameters: Annotated[int, Field(ge=1, le=MAX_PARAMETERS)]
-    bytes_per_parameter: Amount  # persisted model and optimizer state per parameter
+    parameters: Annotated[int | None, Field(ge=1, le=MAX_PARAMETERS)]  # None: unknown (size --from without --params)
+    bytes_per_parameter: Amount | None  # persisted model and optimizer state per parameter; None when the parameters are unknown
     state_bytes: Count
     # small files and per-file overhead; not bounded: DeepSpeed ZeRO-3 without mixed precision comes out negative
     # (its manifest leaves out the fp32 weights that state_bytes counts), and a plan must read back what size wrote
@@ -153,9 +154,14 @@ class CheckpointPlan(BaseModel):
         from ckplan.units import fmt_count
 
         s = self.setup
-        model = s.model or f"{fmt_count(s.parameters)} parameters"
         zero = f" ZeRO-{s.zero}" if s.framework in ("deepspeed", "dcp", "megatron", "dlio") or s.framework == "hf" and s.zero else ""
-        text = f"{model} ({s.parameters:,} params) · {s.optimizer} · {s.precision} · {s.framework}{zero}"
+        if s.shape_source.startswith(MEASURED):  # size --from: only what the files tell
+            params = f" ({s.parameters:,} params)" if s.parameters else ", parameters unknown"
+            zero = f" ZeRO-{s.zero}" if s.framework in ("deepspeed", "hf") and s.zero else ""  # from DeepSpeed's names
+            text = f"{s.framework}{zero} checkpoint measured from disk{params}"
+        else:
+            model = s.model or f"{fmt_count(s.parameters or 0)} parameters"
+            text = f"{model} ({s.parameters:,} params) · {s.optimizer} · {s.precision} · {s.framework}{zero}"
         ep = f" ep {s.ep}" if s.ep > 1 else ""
         if world:
             return text + f" · {s.gpus} GPUs on {s.nodes} node(s), tp {s.tp} pp {s.pp} dp {s.dp}{ep}"
