@@ -30,15 +30,8 @@ from pathlib import PurePosixPath
 
 from ckplan.errors import InputError
 from ckplan.sizing.layouts.base import FileKind, ManifestFile, Parallelism
-from ckplan.sizing.plan import (
-    DEFAULT_GPUS_PER_NODE,
-    MEASURED,
-    WRITE_CALL_BYTES,
-    CheckpointPlan,
-    NodeLoad,
-    Operations,
-    TrainingSetup,
-)
+from ckplan.sizing.plan import (DEFAULT_GPUS_PER_NODE, MEASURED, WRITE_CALL_BYTES, CheckpointPlan, TrainingSetup,
+                                manifest_totals)
 from ckplan.sizing.states import StateBytes
 from ckplan.units import MAX_GPUS, MAX_PARAMETERS, check_range, fmt_bytes
 
@@ -102,19 +95,8 @@ def measured_plan(files: list[tuple[str, int]], *, source: str, gpus_per_node: i
                  for key, name, kind in (("weights", "weight files", "weights"), ("optimizer", "optimizer files", "optimizer"),
                                          ("mixed", "weight + optimizer files", "optimizer")) if by_kind[key]]
     state_bytes = sum(s.bytes for s in breakdown)
-    per_rank: dict[int, int] = defaultdict(int)
-    per_node: dict[int, tuple[list[int], set[int]]] = defaultdict(lambda: ([0, 0], set()))
-    for m in manifest:
-        per_rank[m.rank] += m.bytes
-        (load, ranks) = per_node[m.node]
-        load[0] += m.bytes
-        load[1] += 1
-        ranks.add(m.rank)
-    nodes = [NodeLoad(node=n, bytes=b, files=c, writers=len(r)) for n, ([b, c], r) in sorted(per_node.items())]
-    writes = sum(max(1, math.ceil(m.bytes / WRITE_CALL_BYTES)) for m in manifest)
     renames = sum(1 for f in seen if PurePosixPath(f.path).name == ".metadata")  # DCP: .metadata.tmp -> .metadata
-    ops = Operations(creates=len(manifest), writes=writes, fsyncs=len(manifest), renames=renames,
-                     total=2 * len(manifest) + writes + renames)
+    per_rank, nodes, ops = manifest_totals(manifest, renames)
     steps = [int(s[1]) for f in seen for part in PurePosixPath(f.path).parts[:-1] if (s := STEP_DIR.fullmatch(part))]
     setup = TrainingSetup(
         model=None, parameters=parameters, shape_source=f"{MEASURED}: {source}", optimizer="unknown",

@@ -231,19 +231,7 @@ def build_plan(*, arch: Architecture, parameters: int | None = None, model_name:
 
     state_bytes = sum(s.bytes for s in breakdown)
     total_bytes = sum(f.bytes for f in manifest)
-    per_rank: dict[int, int] = defaultdict(int)
-    per_node: dict[int, list] = defaultdict(lambda: [0, 0, set()])
-    for f in manifest:
-        per_rank[f.rank] += f.bytes
-        load = per_node[f.node]
-        load[0] += f.bytes
-        load[1] += 1
-        load[2].add(f.rank)
-    nodes = [NodeLoad(node=n, bytes=b, files=c, writers=len(r)) for n, (b, c, r) in sorted(per_node.items())]
-    writes = sum(max(1, math.ceil(f.bytes / WRITE_CALL_BYTES)) for f in manifest)
-    renames = getattr(layout, "renames_per_save", 0)
-    ops = Operations(creates=len(manifest), writes=writes, fsyncs=len(manifest), renames=renames,
-                     total=2 * len(manifest) + writes + renames)
+    per_rank, nodes, ops = manifest_totals(manifest, getattr(layout, "renames_per_save", 0))
     assumptions = _assumptions(arch, model_name, params, derived, layout, par, held, saved, options or {})
     return CheckpointPlan(
         setup=TrainingSetup(model=model_name, parameters=params, shape_source=arch.name, optimizer=optimizer,
@@ -327,6 +315,24 @@ def _assumptions(arch, model_name, params, derived, layout, par, held, saved, op
     out.append("gradients are never saved; small-file sizes are typical values (RNG ~15 KB, scheduler ~1.5 KB)")
     out.append(f"operations: one create, one fsync per file, one write() per {fmt_bytes(WRITE_CALL_BYTES)}")
     return out
+
+
+def manifest_totals(manifest: list[ManifestFile], renames: int) -> tuple[dict[int, int], list[NodeLoad], Operations]:
+    """Bytes per rank, each node's load, and the operations of one save of these files (one create and one fsync
+    per file, one write() per WRITE_CALL_BYTES, and the framework's renames)."""
+    per_rank: dict[int, int] = defaultdict(int)
+    per_node: dict[int, tuple[list[int], set[int]]] = defaultdict(lambda: ([0, 0], set()))
+    for f in manifest:
+        per_rank[f.rank] += f.bytes
+        load, ranks = per_node[f.node]
+        load[0] += f.bytes
+        load[1] += 1
+        ranks.add(f.rank)
+    nodes = [NodeLoad(node=n, bytes=b, files=c, writers=len(r)) for n, ([b, c], r) in sorted(per_node.items())]
+    writes = sum(max(1, math.ceil(f.bytes / WRITE_CALL_BYTES)) for f in manifest)
+    ops = Operations(creates=len(manifest), writes=writes, fsyncs=len(manifest), renames=renames,
+                     total=2 * len(manifest) + writes + renames)
+    return dict(per_rank), nodes, ops
 
 
 TYPICAL_INTERVALS_S = (300.0, 900.0, 1800.0, 3600.0)  # the demand `size` shows when no interval is given
