@@ -15,6 +15,7 @@ from pydantic import BaseModel, Field
 from ckplan.planning.compression import CompressionDefault
 from ckplan.planning.data import PlanningData
 from ckplan.planning.policy import Policy
+from ckplan.planning.savetime import SaveOverrides
 from ckplan.planning.scenario import Scenario, async_scenario, evaluate, staged_scenario, sync_scenario
 from ckplan.profile import StorageProfile
 from ckplan.sizing.plan import CheckpointPlan
@@ -33,15 +34,15 @@ class WhatIf(BaseModel):
     notes: list[str] = Field(default_factory=list)
 
 
-def _compressed(plan: CheckpointPlan, codec: CompressionDefault) -> dict:
+def _compressed(plan: CheckpointPlan, codec: CompressionDefault) -> SaveOverrides:
     return {"total_bytes": plan.total_bytes / codec.ratio, "node_bytes": plan.busiest_node.bytes / codec.ratio}
 
 
-def _merged(plan: CheckpointPlan) -> dict:
+def _merged(plan: CheckpointPlan) -> SaveOverrides:
     return {"node_files": plan.busiest_node.writers, "total_files": plan.writers}
 
 
-def _changed(plan: CheckpointPlan, fraction: float) -> dict:
+def _changed(plan: CheckpointPlan, fraction: float) -> SaveOverrides:
     return {"total_bytes": plan.total_bytes * fraction, "node_bytes": plan.busiest_node.bytes * fraction}
 
 
@@ -57,7 +58,7 @@ def build(plan: CheckpointPlan, profile: StorageProfile, policy: Policy, data: P
     stage on that node-local tier and drain to the target. `policy` must use the save-time
     model (no --save-time): every mitigation changes the save.
     """
-    overrides: dict = {}
+    overrides: SaveOverrides = {}
     notes: list[str] = []
     codec = data.codec
     if compress:

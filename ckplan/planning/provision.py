@@ -154,7 +154,8 @@ def provision_one(plan: CheckpointPlan, policy: Policy, mode: str, goodput: floa
                      expected_waste_fraction=ev.expected_waste_fraction, headroom=headroom, **base)
 
 
-def _dominant(plan, policy, mode, mtbf, goodput, floor, local) -> str:
+def _dominant(plan: CheckpointPlan, policy: Policy, mode: str, mtbf: float, goodput: float | None, floor: float,
+              local: float) -> str:
     """Why no bandwidth is enough: the term that fails even with an instant persist."""
     s = _scenario(plan, policy, mode, floor, local)
     ev, _ = evaluate(s, mtbf, policy)

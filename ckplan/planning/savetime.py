@@ -35,7 +35,7 @@ See docs/benchmarks.md (issues 7 and 13) for the measurements behind each term.
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import Literal, TypedDict
 
 from pydantic import BaseModel
 
@@ -124,6 +124,15 @@ def writer_loads(plan: CheckpointPlan, node: int, serialize_bytes_per_s: dict[st
             load[0] += f.bytes
             load[1] += f.bytes / serialize_bytes_per_s.get(f.format, math.inf)
     return {rank: (b, ser) for rank, (b, ser) in loads.items()}
+
+
+class SaveOverrides(TypedDict, total=False):
+    """What a what-if changes about a save (compressed bytes, merged files): predict_save's keyword overrides."""
+
+    total_bytes: float
+    node_bytes: float
+    node_files: int
+    total_files: int
 
 
 def predict_save(plan: CheckpointPlan, profile: StorageProfile, *, total_bytes: float | None = None,

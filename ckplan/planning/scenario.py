@@ -22,14 +22,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable, Literal
+from typing import Callable, Literal, Unpack
 
 from pydantic import BaseModel, Field
 
 from ckplan.errors import InputError
 from ckplan.planning import interval
 from ckplan.planning.policy import TIGHT_FRACTION, Policy
-from ckplan.planning.savetime import SaveTime, predict_save
+from ckplan.planning.savetime import SaveOverrides, SaveTime, predict_save
 from ckplan.profile import StorageProfile
 from ckplan.sizing.plan import CheckpointPlan
 
@@ -168,7 +168,7 @@ def snapshot_seconds(plan: CheckpointPlan, policy: Policy) -> float:
     return plan.bytes_per_rank_max / policy.snapshot_bytes_per_s
 
 
-def sync_scenario(plan: CheckpointPlan, profile: StorageProfile, policy: Policy, name: str = "as planned", **overrides) -> Scenario:
+def sync_scenario(plan: CheckpointPlan, profile: StorageProfile, policy: Policy, name: str = "as planned", **overrides: Unpack[SaveOverrides]) -> Scenario:
     if policy.save_time_s is not None:
         return Scenario(name=name, mode="sync", save_seconds=policy.save_time_s, stall_seconds=policy.save_time_s,
                         notes=["save time given (--save-time), model skipped"])
@@ -186,7 +186,7 @@ def async_stall(plan: CheckpointPlan, policy: Policy) -> tuple[float, list[str]]
     return stall, []
 
 
-def async_scenario(plan: CheckpointPlan, profile: StorageProfile, policy: Policy, name: str = "async save", **overrides) -> Scenario:
+def async_scenario(plan: CheckpointPlan, profile: StorageProfile, policy: Policy, name: str = "async save", **overrides: Unpack[SaveOverrides]) -> Scenario:
     base = sync_scenario(plan, profile, policy, name, **overrides)
     stall, notes = async_stall(plan, policy)
     return Scenario(name=name, mode="async", save_seconds=base.save_seconds, stall_seconds=stall,
@@ -194,7 +194,7 @@ def async_scenario(plan: CheckpointPlan, profile: StorageProfile, policy: Policy
 
 
 def staged_scenario(plan: CheckpointPlan, profile: StorageProfile, tier: StorageProfile, policy: Policy,
-                    capacity_bytes: float, name: str, **overrides) -> Scenario:
+                    capacity_bytes: float, name: str, **overrides: Unpack[SaveOverrides]) -> Scenario:
     """Write to a node-local tier (blocking), then drain to the shared target in the background."""
     # the staging tier is written on this machine: its serialisers are the main profile's calibration, if any
     local = predict_save(plan, tier.model_copy(update={"shared": False, "replay": None, "calibration": profile.calibration}),

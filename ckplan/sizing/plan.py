@@ -5,15 +5,15 @@ from __future__ import annotations
 import hashlib
 import math
 from collections import defaultdict
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, field_validator, model_serializer, model_validator
 
 from ckplan import __version__
 from ckplan.errors import InputError, did_you_mean
-from ckplan.sizing.architecture import Architecture, parameter_count, tensors as model_tensors
+from ckplan.sizing.architecture import Architecture, Tensor, parameter_count, tensors as model_tensors
 from ckplan.sizing.layouts import LAYOUTS
-from ckplan.sizing.layouts.base import LayoutInput, ManifestFile, Parallelism, WritePath
+from ckplan.sizing.layouts.base import Layout, LayoutInput, ManifestFile, Parallelism, WritePath
 from ckplan.sizing.states import OPTIMIZERS, PRECISIONS, StateBytes, state_breakdown
 from ckplan.units import MAX_GPUS, MAX_PARAMETERS, check_range, fmt_bytes
 
@@ -61,8 +61,8 @@ class TrainingSetup(BaseModel):
         return self
 
     @model_serializer(mode="wrap")
-    def _omit_dense_ep(self, handler: SerializerFunctionWrapHandler) -> dict:
-        data = handler(self)
+    def _omit_dense_ep(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
         if self.ep == 1:
             data.pop("ep", None)
         return data
@@ -220,8 +220,8 @@ def build_plan(*, arch: Architecture, parameters: int | None = None, model_name:
     params = int(parameters) if parameters else derived
     scale = params / derived
 
-    def states(subset):
-        return state_breakdown(subset, optimizer, precision, overrides)
+    def states(tensors: list[Tensor]) -> list[StateBytes]:
+        return state_breakdown(tensors, optimizer, precision, overrides)
 
     held = states(ts)
     saved = layout.persisted(held, zero, options or {})
@@ -286,7 +286,8 @@ def _dropped(held: list[StateBytes], saved: list[StateBytes]) -> list[StateBytes
     return [s for s in held if s.name not in names and (s.kind, s.dtype, s.bytes) not in kept]
 
 
-def _assumptions(arch, model_name, params, derived, layout, par, held, saved, options) -> list[str]:
+def _assumptions(arch: Architecture, model_name: str | None, params: int, derived: int, layout: Layout, par: Parallelism,
+                 held: list[StateBytes], saved: list[StateBytes], options: dict[str, str]) -> list[str]:
     out = []
     if model_name:
         out.append(f"{arch.display}: {derived:,} parameters derived from its config ({arch.source})")

@@ -51,7 +51,7 @@ def default_dtypes(precision: str) -> dict[str, str | None]:
         "fp16-mixed": {"weights": "fp16", "master": "fp32", "optimizer": "fp32"},
         "fp32": {"weights": "fp32", "master": None, "optimizer": "fp32"},
         "bf16": {"weights": "bf16", "master": None, "optimizer": "bf16"},
-    }[precision]
+    }[precision]  # type: ignore[return-value]  # mypy joins the four literals' value types to object
 
 
 def _numel(ts: Iterable[Tensor]) -> int:
@@ -98,11 +98,12 @@ def state_breakdown(tensors: list[Tensor], optimizer: str, precision: str,
             raise InputError(f"unknown dtype {value!r} for {key} (use {', '.join(DTYPE_BYTES)} or none)")
     dtypes = {**default_dtypes(precision), **{k: v for k, v in overrides.items() if k in ("weights", "master", "optimizer")}}
     n = _numel(tensors)
-    out = [StateBytes(name="weights", kind="weights", dtype=dtypes["weights"], bytes=n * DTYPE_BYTES[dtypes["weights"]])]
+    weights, opt_dtype = dtypes["weights"], dtypes["optimizer"]
+    assert weights is not None and opt_dtype is not None  # only the master copy may be absent
+    out = [StateBytes(name="weights", kind="weights", dtype=weights, bytes=n * DTYPE_BYTES[weights])]
     master = dtypes["master"]
-    if master not in (None, "none"):
+    if master is not None and master != "none":
         out.append(StateBytes(name="master_weights", kind="master", dtype=master, bytes=n * DTYPE_BYTES[master]))
-    opt_dtype = dtypes["optimizer"]
     for name, nbytes in _optimizer_states(optimizer, tensors, DTYPE_BYTES[opt_dtype]):
         dtype = "int8+fp32 absmax" if optimizer == "adam-8bit" else opt_dtype
         if name in overrides and optimizer != "adam-8bit":

@@ -13,13 +13,16 @@
 
 from __future__ import annotations
 
+from typing import Callable
+
 from ckplan.sizing.layouts.base import (
     BufferedWriter, DCP_METADATA_PER_CHUNK_BYTES, LayoutInput, ManifestFile, Parallelism, fp32_copy_only, split_even, total,
 )
 from ckplan.sizing.states import StateBytes
 
 
-def distcp_files(inp: LayoutInput, directory: str, states_of) -> list[ManifestFile]:
+def distcp_files(inp: LayoutInput, directory: str,
+                 states_of: Callable[[list[StateBytes]], list[StateBytes]]) -> list[ManifestFile]:
     """One `.distcp` per rank holding an even share of its pipeline stage, plus `.metadata`.
 
     Under expert parallelism a rank holds the stage's dense tensors and only its EP rank's experts: it writes

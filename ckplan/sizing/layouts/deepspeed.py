@@ -33,6 +33,7 @@ from ckplan.sizing.layouts.base import (
     LATEST_TAG_BYTES, ZERO_TO_FP32_SCRIPT_BYTES, LayoutInput, ManifestFile, Parallelism, WritePath,
     split_even, torch_save_bytes, total,
 )
+from ckplan.sizing.architecture import Tensor
 from ckplan.sizing.states import StateBytes
 
 
@@ -123,15 +124,15 @@ class DeepSpeedLayout:
                                 bytes=int(torch_save_bytes(0, per_tp_tensors)), rank=rank, node=par.node(rank), kind="small"))
         return out
 
-    def _expert_files(self, inp: LayoutInput, tag: str, stage_tensors) -> list[ManifestFile]:
+    def _expert_files(self, inp: LayoutInput, tag: str, stage_tensors: list[Tensor]) -> list[ManifestFile]:
         """DeepSpeed-MoE's per-expert weight files, from the EP rank holding each expert (tp 1, pp 1)."""
         par = inp.par
-        experts = [t for t in stage_tensors if t.expert is not None]
-        local = (1 + max(t.expert for t in experts)) // par.ep
+        experts = [(t, t.expert, t.layer) for t in stage_tensors if t.expert is not None and t.layer is not None]
+        local = (1 + max(e for _, e, _ in experts)) // par.ep
         out = []
-        for moe_layer, layer in enumerate(sorted({t.layer for t in experts})):
-            for e in sorted({t.expert for t in experts if t.layer == layer}):
-                ts = [t for t in experts if t.layer == layer and t.expert == e]
+        for moe_layer, layer in enumerate(sorted({lay for _, _, lay in experts})):
+            for e in sorted({e for _, e, lay in experts if lay == layer}):
+                ts = [t for t, te, tl in experts if tl == layer and te == e]
                 writer = par.rank(0, e // local, 0)
                 weights = total(self.persisted(inp.states(ts), par.zero), ("weights",))
                 out.append(ManifestFile(
@@ -139,11 +140,12 @@ class DeepSpeedLayout:
                     node=par.node(writer), bytes=inp.scaled(weights) + int(torch_save_bytes(0, len(ts))), kind="weights"))
         return out
 
-    def _layer_files(self, inp: LayoutInput, tag: str, stage: int, tp: int, stage_tensors, layers, writer) -> list[ManifestFile]:
+    def _layer_files(self, inp: LayoutInput, tag: str, stage: int, tp: int, stage_tensors: list[Tensor], layers: list[int],
+                     writer: int) -> list[ManifestFile]:
         """Per-layer weight files; indices follow the PipelineModule's layer list."""
         par = inp.par
         first_block = 1  # index 0 is the embedding layer
-        groups: list[tuple[int, list]] = []
+        groups: list[tuple[int, list[Tensor]]] = []
         if stage == 0:
             groups.append((0, [t for t in stage_tensors if t.role == "embedding"]))
         for layer in layers:

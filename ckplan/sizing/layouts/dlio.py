@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
 from ckplan.errors import InputError
 from ckplan.sizing.architecture import Architecture, Tensor, parameter_count
@@ -120,11 +121,11 @@ def _dlio_layers(tensors: list[Tensor]) -> list[list[tuple[int, bool]]]:
     """DLIO's layer list, [0 embedding, 1..L blocks, L+1 head, L+2 final norm], each a list of (values, split by tp)
     with q/k/v and gate/up merged into one tensor as DLIO allocates them."""
     blocks = 1 + max(t.layer for t in tensors if t.layer is not None)
-    layers: list[dict[str, list]] = [{} for _ in range(blocks + 3)]
+    layers: list[dict[str, tuple[int, bool]]] = [{} for _ in range(blocks + 3)]
 
     def add(index: int, key: str, t: Tensor) -> None:
-        entry = layers[index].setdefault(key, [0, t.role in SPLIT_BY_TP])
-        entry[0] += t.numel
+        numel, split = layers[index].get(key, (0, t.role in SPLIT_BY_TP))
+        layers[index][key] = (numel + t.numel, split)
 
     for t in tensors:
         if t.role == "embedding":
@@ -166,7 +167,7 @@ class Workload:
     published_gib: float  # Submission_guidelines.md Table 2 "Checkpoint size", GiB written as "GB"/"TB"
     source: str
 
-    def plan_arguments(self) -> dict:
+    def plan_arguments(self) -> dict[str, Any]:
         """build_plan's keyword arguments that reproduce this workload."""
         return dict(arch=self.arch, model_name=self.arch.name, framework="dlio", optimizer="adam",
                     precision="fp16-mixed", gpus=self.gpus, tp=self.tp, pp=self.pp, zero=self.zero)
