@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 
 from ckplan.errors import InputError
 
@@ -59,7 +60,7 @@ def _split(text: str, what: str) -> tuple[float, str]:
     return float(match.group(1)), match.group(2).lower()
 
 
-def _number(text: str | float, what: str, suffixes: dict[str, float], units: str) -> float:
+def _number(text: str | float, what: str, suffixes: Mapping[str, float], units: str) -> float:
     """A number with an optional unit suffix, scaled to the base unit."""
     if isinstance(text, (int, float)):
         return float(text)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Callable, Optional
@@ -64,7 +65,7 @@ class Flag:
                                  annotation=Annotated[Optional[self.type], option])
 
 
-def _with_group(inject: str, flags: list[Flag], build: Callable[[dict[str, Any]], Any]) -> Callable:
+def _with_group(inject: str, flags: Sequence[Flag], build: Callable[[dict[str, Any]], Any]) -> Callable:
     """Replace the command's `inject` parameter by `flags` in what typer sees; call it with build(the flags' values)."""
     def decorate(func: Callable) -> Callable:
         # the command's own parameters, their annotations evaluated where the command was written (typer reads
@@ -143,7 +144,7 @@ class PlanSpec(BaseModel):
         else:  # an empty --params is refused by parse_count, not replaced by the default
             parameters = int(parse_count(DEFAULT_PARAMS if self.params is None else self.params, "--params"))
             arch = nearest_shape(parameters, catalog.models())
-        chosen = {k: v for k, v in dict(optimizer=self.optimizer, precision=self.precision, framework=self.framework,
+        chosen: dict[str, Any] = {k: v for k, v in dict(optimizer=self.optimizer, precision=self.precision, framework=self.framework,
                                         gpus=gpus if gpus is not None else self.gpus, gpus_per_node=self.gpus_per_node,
                                         tp=self.tp, pp=self.pp, zero=self.zero, ep=self.ep).items() if v is not None}
         chosen.update({k: v.lower() for k, v in chosen.items() if isinstance(v, str)})

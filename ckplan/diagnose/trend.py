@@ -75,15 +75,15 @@ def diagnose(saves: list[Save], logs: list[str], bytes_read: int, by: str = "sav
         raise InputError(f"found {len(saves)} checkpoint save(s) in the logs; a trend needs at least 2 "
                          "(give --pattern for another log format)")
     ys = [s.seconds for s in saves]
-    stamped = all(s.at is not None for s in saves)
+    ats = [s.at for s in saves if s.at is not None]
+    stamped = len(ats) == len(saves)
     if by == "wall time" and not stamped:
         raise InputError("--by time needs timestamps on every save line")
-    gaps = [b.at - a.at for a, b in zip(saves, saves[1:])] if stamped else []
+    gaps = [b - a for a, b in zip(ats, ats[1:])] if stamped else []
     gap = statistics.median(gaps) if gaps else None
-    if by == "wall time":
-        xs = [(s.at - saves[0].at) / gap for s in saves] if gap else list(range(len(saves)))
-    else:
-        xs = list(range(len(saves)))
+    xs: list[float] = [float(i) for i in range(len(saves))]
+    if by == "wall time" and gap:
+        xs = [(at - ats[0]) / gap for at in ats]
     slope, intercept, se = fit(xs, ys)
     t = _t95(len(saves) - 2)
     ci = (slope - t * se, slope + t * se) if math.isfinite(se) else (-math.inf, math.inf)
@@ -92,7 +92,7 @@ def diagnose(saves: list[Save], logs: list[str], bytes_read: int, by: str = "sav
     p99 = ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
     mean = sum(ys) / len(ys)
     interval = interval_s if interval_s is not None else gap
-    fraction = (sum(ys) / (saves[-1].at - saves[0].at + ys[0])) if stamped and saves[-1].at > saves[0].at else None
+    fraction = (sum(ys) / (ats[-1] - ats[0] + ys[0])) if stamped and ats[-1] > ats[0] else None
     until = None
     growing = ci[0] > 0 and slope * (len(saves) - 1) > GROWTH_SHARE * mean
     if growing:

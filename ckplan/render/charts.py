@@ -73,9 +73,9 @@ def report_charts(rec: Recommendation, profile: StorageProfile, out: Path, plt) 
             continue
         ws = sorted({*ws, *(b.writers for b in curve)})
         med = [b.bytes_per_s / 1e9 for b in curve]
-        lo = [(b.bytes_per_s - (b.spread.min if b.spread else b.bytes_per_s)) / 1e9 for b in curve]
-        hi = [((b.spread.max if b.spread else b.bytes_per_s) - b.bytes_per_s) / 1e9 for b in curve]
-        ax.errorbar([b.writers for b in curve], med, yerr=[lo, hi], marker="o", capsize=4,
+        below = [(b.bytes_per_s - (b.spread.min if b.spread else b.bytes_per_s)) / 1e9 for b in curve]
+        above = [((b.spread.max if b.spread else b.bytes_per_s) - b.bytes_per_s) / 1e9 for b in curve]
+        ax.errorbar([b.writers for b in curve], med, yerr=[below, above], marker="o", capsize=4,
                     label=f"{label}: median, min…max of repeats")
     ax.set_xscale("log", base=2)
     ax.set_xticks(ws, [str(w) for w in ws])
@@ -94,9 +94,10 @@ def provision_chart(sweeps: list[ProvisionSweep], path: Path) -> None:
     plt = pyplot("--chart")
     fig, ax = plt.subplots(figsize=(8, 4.5))
     for sweep in sweeps:
-        rows = [r for r in sweep.rows if r.feasible]
-        ax.plot([r.gpus for r in rows], [r.burst_bandwidth_bytes_per_s / 1e9 for r in rows], marker="o", label=f"{sweep.mode}: burst")
-        ax.plot([r.gpus for r in rows], [r.sustained_bandwidth_bytes_per_s / 1e9 for r in rows], marker="x", ls="--",
+        rows = [r for r in sweep.rows if r.burst_bandwidth_bytes_per_s and r.sustained_bandwidth_bytes_per_s]  # feasible
+        ax.plot([r.gpus for r in rows], [(r.burst_bandwidth_bytes_per_s or 0) / 1e9 for r in rows], marker="o",
+                label=f"{sweep.mode}: burst")
+        ax.plot([r.gpus for r in rows], [(r.sustained_bandwidth_bytes_per_s or 0) / 1e9 for r in rows], marker="x", ls="--",
                 label=f"{sweep.mode}: sustained")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")

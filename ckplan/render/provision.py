@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 from rich.table import Table
 
 from ckplan.planning.provision import ProvisionSweep
@@ -25,18 +24,22 @@ def render_provision(sweep: ProvisionSweep) -> None:
             table.add_row(f"{r.gpus:,}", fmt_duration(r.mtbf_s), f"[red]not possible: {r.dominant_term}[/red]",
                           *[""] * (len(cols) - 3))
             continue
+        # a feasible row has every figure (Provision's fields are optional for the infeasible ones)
+        assert (r.interval_s is not None and r.save_seconds is not None and r.burst_bandwidth_bytes_per_s is not None
+                and r.sustained_bandwidth_bytes_per_s is not None and r.node_bandwidth_bytes_per_s is not None
+                and r.files_per_s is not None and r.expected_ettr is not None)
         row = [f"{r.gpus:,}", fmt_duration(r.mtbf_s), fmt_duration(r.interval_s), fmt_duration(r.save_seconds),
                fmt_rate(r.burst_bandwidth_bytes_per_s), fmt_rate(r.sustained_bandwidth_bytes_per_s),
                fmt_rate(r.node_bandwidth_bytes_per_s), f"{r.files_per_s:,.0f}", fmt_bytes(r.capacity_bytes),
                fmt_bytes(r.staging_bytes_per_node) if r.staging_bytes_per_node else "–", fmt_percent(r.expected_ettr)]
-        if sweep.storage:
+        if sweep.storage and r.headroom is not None:
             style = "green" if r.headroom >= 1 else "red"
             row.append(f"[{style}]{r.headroom:.2f}×[/{style}]")
         table.add_row(*row)
     out.print(table)
     if sweep.storage:
         for r in sweep.rows:
-            if r.feasible:
+            if r.feasible and r.headroom is not None and r.burst_bandwidth_bytes_per_s is not None:
                 out.print(f"{sweep.storage} gives {fmt_rate(r.headroom * r.burst_bandwidth_bytes_per_s)} to {r.nodes} nodes; "
                           f"the {r.gpus:,}-GPU plan needs {fmt_rate(r.burst_bandwidth_bytes_per_s)}; headroom {r.headroom:.2f}×")
     out.print("[bold]Assumptions[/bold]")
