@@ -195,7 +195,8 @@ def test_random_logs_match_line_by_line(tmp_path, parts, block):
     path = tmp_path / "random.log"
     path.write_bytes(b"".join(parts))
     assert blocks([path], block=block) == line_by_line([path])
-    assert blocks([path], r"(?P<duration>\d+\.\d) sec", block) == line_by_line([path], r"(?P<duration>\d+\.\d) sec")
+    for pattern in (r"(?P<duration>\d+\.\d) sec", r"(?i)(?P<duration>\d+\.\d) SEC", r"^(?P<duration>\W*)$"):
+        assert blocks([path], pattern, block) == line_by_line([path], pattern)
 
 
 @pytest.mark.parametrize("capture", ["nan", "1e400", "inf", "-nan"])

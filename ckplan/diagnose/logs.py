@@ -341,6 +341,20 @@ class _Reader:
 
     def feed_lines(self, buf, lo: int, hi: int) -> None:
         """Every line in buf[lo:hi] (whole lines; the last may lack its end only at the end of the log)."""
+        if b"" in self.needles:  # a pattern with no literal: every line, decoded in one go
+            text = buf[lo:hi].decode("utf-8", "replace")  # as line by line: no UTF-8 sequence spans a \n or \r
+            if "\r" in text:
+                text = text.replace("\r\n", "\n").replace("\r", "\n")
+            lines = text.split("\n")
+            last = lines.pop()  # "" after a final line end, else a last line without one
+            for line in lines:
+                line += "\n"
+                for ex in self.extractors:
+                    self.saves.extend(ex.feed(line))
+            if last:
+                for ex in self.extractors:
+                    self.saves.extend(ex.feed(last))
+            return
         found: dict = {}  # needle or regex -> where it next occurs from the last place searched (hi: nowhere)
         pos = lo
         while pos < hi:
