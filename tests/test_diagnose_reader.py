@@ -142,6 +142,17 @@ def test_state_carries_across_files(tmp_path):
     assert [s.seconds for s in blocks([a, b])[0]] == [3.0, 1.0]
 
 
+def test_a_timestamp_in_unicode_digits_is_seen_in_the_bytes(tmp_path):
+    """TIMESTAMP's \\d matches Arabic-Indic digits: the line that ends an open Lightning save is found, and refused, as before."""
+    path = tmp_path / "digits.log"
+    path.write_bytes("2024-05-02 09:00:00,000 INFO saving model to '/c/a.ckpt'\nno stamp\n"
+                     "٢٠٢٤-٠٥-٠٢ ٠٩:٠٠:٠٧ x\n2024-05-02 09:00:09,000 y\n".encode())
+    expected = line_by_line([path])
+    assert expected == ("error", "cannot read the timestamp '٢٠٢٤-٠٥-٠٢ ٠٩:٠٠:٠٧'")
+    for block in SMALL_BLOCKS:
+        assert blocks([path], block=block) == expected
+
+
 PATTERNS = [
     r"took=(?P<duration>[\d.]+)s",
     r"^took=(?P<duration>[\d.]+)s$",  # ^ and $ at the line's ends, as per line
@@ -184,7 +195,7 @@ def test_required_literals(pattern, needles):
 
 
 @given(st.lists(st.sampled_from([
-    b"\n", b"\r", b"\r\n", b"\xff", b"\xe2\x82", " ٣".encode(), b"x", b" ",
+    b"\n", b"\r", b"\r\n", b"\xff", b"\xe2\x82", " ٣".encode(), "٣".encode(), b"x", b" ",
     b"2024-05-02 09:00:0", b"1,000 ", b"2,500 ", b"Finished saving the checkpoint in ", b"3.5 seconds",
     b"successfully saved checkpoint from iteration 7", b"save-checkpoint ....: (10.0, 2", b"0.0)",
     b"[Torch] Checkpoint g1 is about to be saved!", b"[Torch] Checkpoint g1 is ready now!",
