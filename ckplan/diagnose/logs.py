@@ -18,20 +18,40 @@ Built-in patterns, one per framework, from the strings the frameworks print
   the next timestamped line, an upper bound.
 A user pattern (--pattern) has a named group `duration` (seconds) or groups
 `start` and `end` (timestamps).
+
+How a log is read (issue 17): in binary blocks of BLOCK bytes, never line by
+line in Python. Each extractor names byte strings (`needles`) of which every
+line it acts on contains one; bytes.find locates them in the block, and only
+the lines around them are decoded (UTF-8, undecodable bytes replaced) and fed
+to the extractors, in file order, exactly as the whole log once was, line by
+line: a line no extractor acts on changes nothing. Lines end at \n, \r\n or
+\r, as in Python's text mode, and a line cut by a block boundary is carried
+into the next block. Two extractors also want lines that depend on their state:
+the Hugging Face one, every line naming the open checkpoint directory, and the
+Lightning one, the next timestamped line. A user pattern's needle is a literal
+its every match contains, read from the parsed regex; a pattern with none is
+tried on every line (correct, and as slow as before).
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import BinaryIO, Iterator
 
 from ckplan.errors import InputError
 from ckplan.readers import check_regular_file
 
 TIMESTAMP = re.compile(r"(\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:[,.]\d+)?)")
+# Finds, in the undecoded bytes, every line in which TIMESTAMP matches once decoded, and perhaps more:
+# TIMESTAMP's \d also matches non-ASCII (Unicode) digits, each one or more bytes from 0x80 up in UTF-8,
+# so n digits are n or more bytes of [0-9\x80-\xff]. (This form is 10× faster than (?:[0-9]|[\x80-\xff]+).)
+_D = rb"[0-9\x80-\xff]"
+TIMESTAMP_BYTES = re.compile(_D + rb"{4,}-" + _D + rb"{2,}-" + _D + rb"{2,}[ T]" + _D + rb"{2,}:" + _D + rb"{2,}:" + _D + rb"{2,}")
+BLOCK = 4 * 2**20  # bytes read at a time: as fast as 8 or 16 MiB here (issue 17), and the old reader's buffer size
 
 
 @dataclass(frozen=True)
@@ -55,10 +75,32 @@ def _stamp(line: str) -> float | None:
     return parse_time(m.group(1)) if m else None
 
 
+def _number(text: str | None, what: str, unit: str = "seconds") -> float:
+    """A captured duration: a finite number, or one line saying what was captured."""
+    try:
+        value = float(text)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise InputError(f"{what} {text!r}, not a number of {unit}") from None
+    if not math.isfinite(value):  # nan, inf, or more digits than a float holds (1e400)
+        raise InputError(f"{what} {text!r}, not a finite number of {unit}")
+    return value
+
+
+def _literal_runs(text: str) -> list[str]:
+    """The parts of text whose UTF-8 bytes are in the log as they are: not a line end, U+FFFD or a surrogate."""
+    return [run for run in re.split(r"[\r\n\ufffd\ud800-\udfff]+", text) if run]
+
+
 class Extractor:
-    """Consumes lines one at a time and yields saves as they complete."""
+    """Consumes lines one at a time and yields saves as they complete.
+
+    `needles`: byte strings of which every line that feed acts on contains one, given the state
+    `wanted` leaves out; a line with none of them must change nothing. `wanted()`: a byte string
+    or a bytes regex that finds the further lines the extractor's present state acts on, or None.
+    """
 
     name = "base"
+    needles: tuple[bytes, ...] = ()
 
     def feed(self, line: str) -> Iterator[Save]:
         raise NotImplementedError
@@ -66,9 +108,13 @@ class Extractor:
     def finish(self) -> Iterator[Save]:
         return iter(())
 
+    def wanted(self) -> bytes | re.Pattern[bytes] | None:
+        return None
+
 
 class Torchtitan(Extractor):
     name = "torchtitan"
+    needles = (b"Finished saving the checkpoint",)
     pattern = re.compile(r"Finished saving the checkpoint(?: \(or staging if async is enabled\))?\s*in ([\d.]+) seconds")
 
     def __init__(self):
@@ -77,11 +123,12 @@ class Torchtitan(Extractor):
     def feed(self, line):
         if "Finished saving the checkpoint" in line and (m := self.pattern.search(line)):
             self.n += 1
-            yield Save(float(m.group(1)), _stamp(line), f"save {self.n}", self.name)
+            yield Save(_number(m.group(1), "torchtitan's save time is"), _stamp(line), f"save {self.n}", self.name)
 
 
 class Megatron(Extractor):
     name = "megatron"
+    needles = (b"successfully saved checkpoint", b"save-checkpoint")
     saved = re.compile(r"successfully saved checkpoint from iteration\s+(\d+)")
     timer = re.compile(r"save-checkpoint \.*: (?:\(([\d.]+), ([\d.]+)\)|([\d.]+))")
 
@@ -93,13 +140,14 @@ class Megatron(Extractor):
         if "successfully saved checkpoint" in line and (m := self.saved.search(line)):
             self.iteration, self.at = m.group(1), _stamp(line)
         if "save-checkpoint" in line and (m := self.timer.search(line)):
-            ms = float(m.group(2) or m.group(3))
+            ms = _number(m.group(2) or m.group(3), "megatron's save-checkpoint timer is", "milliseconds")
             yield Save(ms / 1000, self.at, f"iteration {self.iteration or '?'}", self.name)
             self.iteration = None
 
 
 class DeepSpeed(Extractor):
     name = "deepspeed"
+    needles = (b"[Torch] Checkpoint",)
     start = re.compile(r"\[Torch\] Checkpoint (\S+) is about to be saved!")
     ready = re.compile(r"\[Torch\] Checkpoint (\S+) is ready now!")
 
@@ -127,10 +175,12 @@ class DeepSpeed(Extractor):
 
 class HfTrainer(Extractor):
     name = "hf"
+    needles = (b"Saving model checkpoint to",)
     start = re.compile(r"Saving model checkpoint to (\S+)")
 
     def __init__(self):
         self.dir: str | None = None
+        self.dir_needle = b""
         self.begin = self.last = 0.0
 
     def feed(self, line):
@@ -139,6 +189,7 @@ class HfTrainer(Extractor):
             t = _stamp(line)
             if t is not None:
                 self.dir, self.begin, self.last = m.group(1).rstrip("/."), t, t
+                self.dir_needle = max(_literal_runs(self.dir), key=len, default="").encode()
         elif self.dir and self.dir in line and (t := _stamp(line)) is not None:
             self.last = t
 
@@ -147,9 +198,13 @@ class HfTrainer(Extractor):
             yield Save(self.last - self.begin, self.last, self.dir.rsplit("/", 1)[-1], self.name)
         self.dir = None
 
+    def wanted(self):
+        return self.dir_needle if self.dir else None  # every line naming the directory
+
 
 class Lightning(Extractor):
     name = "lightning"
+    needles = (b"saving model to",)
     start = re.compile(r"saving model to '([^']+)'")
 
     def __init__(self):
@@ -163,6 +218,9 @@ class Lightning(Extractor):
         if "saving model to" in line and (m := self.start.search(line)) and (t := _stamp(line)) is not None:
             self.path, self.begin = m.group(1), t
 
+    def wanted(self):
+        return TIMESTAMP_BYTES if self.path else None  # the next timestamped line ends the save
+
 
 class Custom(Extractor):
     name = "custom"
@@ -175,6 +233,7 @@ class Custom(Extractor):
         groups = set(self.regex.groupindex)
         if "duration" not in groups and not {"start", "end"} <= groups:
             raise InputError("--pattern needs a named group (?P<duration>…) in seconds, or (?P<start>…) and (?P<end>…) timestamps")
+        self.needles = required_literals(pattern)
         self.n = 0
 
     def feed(self, line):
@@ -183,35 +242,198 @@ class Custom(Extractor):
             return
         self.n += 1
         if "duration" in self.regex.groupindex:
-            try:
-                seconds = float(m.group("duration"))
-            except (TypeError, ValueError):
-                raise InputError(f"--pattern's duration group matched {m.group('duration')!r}, not a number of seconds") from None
+            seconds = _number(m.group("duration"), "--pattern's duration group matched")
             yield Save(seconds, _stamp(line), f"save {self.n}", self.name)
         else:
             start, end = parse_time(m.group("start")), parse_time(m.group("end"))
             yield Save(end - start, end, f"save {self.n}", self.name)
 
 
+def required_literals(pattern: str) -> tuple[bytes, ...]:
+    """Byte strings of which every line the (str) pattern matches contains one, as UTF-8 bytes.
+
+    (b"",) when no literal is certain (the pattern ignores case, or every part of it is optional
+    or a class): then every line is tried. The regex itself still runs on the decoded line, so its
+    meaning (\\d and \\w in Unicode, . as one character, ^ and $ at the line's ends) is unchanged;
+    the literal only decides which lines it runs on.
+    """
+    try:
+        from re import _constants as c  # CPython's own regex parser: private, hence the fallback below
+        from re import _parser
+
+        parsed = _parser.parse(pattern)
+        if parsed.state.flags & c.SRE_FLAG_IGNORECASE:
+            return (b"",)
+
+        def requirements(items) -> list[tuple[str, ...]]:
+            """Sets of strings of which every match contains one (at least one string of each set)."""
+            found: list[tuple[str, ...]] = []
+            run: list[str] = []
+
+            def flush():
+                found.extend((part,) for part in _literal_runs("".join(run)))
+                run.clear()
+
+            for op, av in items:
+                if op is c.LITERAL:
+                    run.append(chr(av))
+                    continue
+                flush()
+                if op is c.SUBPATTERN and not av[1] & c.SRE_FLAG_IGNORECASE:
+                    found += requirements(av[3])
+                elif op in (c.MAX_REPEAT, c.MIN_REPEAT, c.POSSESSIVE_REPEAT) and av[0] >= 1:
+                    found += requirements(av[2])
+                elif op is c.ATOMIC_GROUP:
+                    found += requirements(av)
+                elif op is c.BRANCH:
+                    alternatives: list[str] = []
+                    for branch in av[1]:
+                        best = _best(requirements(branch))
+                        if best is None:
+                            break
+                        alternatives += best
+                    else:
+                        found.append(tuple(alternatives))
+            flush()
+            return found
+
+        best = _best(requirements(parsed))
+    except Exception:  # a parser that differs from the one this was written against: try every line
+        return (b"",)
+    return tuple(dict.fromkeys(s.encode() for s in best)) if best else (b"",)
+
+
+def _best(options: list[tuple[str, ...]]) -> tuple[str, ...] | None:
+    """The set to search for: its shortest string the longest, then the fewest strings."""
+    return max(options, key=lambda o: (min(map(len, o)), -len(o)), default=None)
+
+
 BUILTIN = (Torchtitan, Megatron, DeepSpeed, HfTrainer, Lightning)
 
 
-def extract(paths: list[Path], pattern: str | None = None) -> tuple[list[Save], int]:
-    """Every save in the logs, in order, and the bytes read. Memory stays bounded by the number of saves."""
+def _line_end(buf, p: int, hi: int) -> tuple[int, int]:
+    """(end, end of text) of the line around p in buf[:hi]: after its \\n, \\r\\n or \\r, and before it.
+
+    (hi, hi) if no line end comes before hi. Searches in growing windows, so that finding the
+    end costs the line's length, not the block's, whichever of \\n and \\r the log does not use.
+    """
+    width = 512
+    while True:
+        top = min(hi, p + width)
+        nl = buf.find(b"\n", p, top)
+        cr = buf.find(b"\r", p, top if nl < 0 else nl)
+        if cr >= 0:
+            return (cr + 2 if cr + 1 < hi and buf[cr + 1] == 10 else cr + 1), cr
+        if nl >= 0:
+            return nl + 1, nl
+        if top == hi:
+            return hi, hi
+        p, width = top, width * 8
+
+
+class _Reader:
+    """Feeds the extractors the lines of blocks of a log that any of them may act on, in order."""
+
+    def __init__(self, extractors: list[Extractor]):
+        self.extractors = extractors
+        self.needles = tuple(dict.fromkeys(n for ex in extractors for n in ex.needles))
+        self.stateful = [ex for ex in extractors if type(ex).wanted is not Extractor.wanted]
+        self.saves: list[Save] = []
+
+    def feed_lines(self, buf, lo: int, hi: int) -> None:
+        """Every line in buf[lo:hi] (whole lines; the last may lack its end only at the end of the log)."""
+        if b"" in self.needles:  # a pattern with no literal: every line, decoded in one go
+            text = buf[lo:hi].decode("utf-8", "replace")  # as line by line: no UTF-8 sequence spans a \n or \r
+            if "\r" in text:
+                text = text.replace("\r\n", "\n").replace("\r", "\n")
+            lines = text.split("\n")
+            last = lines.pop()  # "" after a final line end, else a last line without one
+            for line in lines:
+                line += "\n"
+                for ex in self.extractors:
+                    self.saves.extend(ex.feed(line))
+            if last:
+                for ex in self.extractors:
+                    self.saves.extend(ex.feed(last))
+            return
+        found: dict = {}  # needle or regex -> where it next occurs from the last place searched (hi: nowhere)
+        pos = lo
+        while pos < hi:
+            at = hi
+            for needle in self.needles:
+                at = min(at, self._next(found, needle, buf, pos, hi))
+            for ex in self.stateful:
+                if (want := ex.wanted()) is not None:
+                    at = min(at, self._next(found, want, buf, pos, hi))
+            if at >= hi:
+                return
+            start = max(pos - 1, buf.rfind(b"\n", pos, at), buf.rfind(b"\r", pos, at)) + 1
+            end, text_end = _line_end(buf, at, hi)
+            line = buf[start:text_end].decode("utf-8", "replace")
+            if end > text_end:
+                line += "\n"  # as text mode gives it, whichever line end the log uses
+            for ex in self.extractors:
+                self.saves.extend(ex.feed(line))
+            pos = end
+
+    @staticmethod
+    def _next(found: dict, what, buf, pos: int, hi: int) -> int:
+        at = found.get(what, -1)
+        if at < pos:
+            if isinstance(what, bytes):
+                at = buf.find(what, pos, hi)
+            else:
+                at = m.start() if (m := what.search(buf, pos, hi)) else -1
+            found[what] = at = hi if at < 0 else at
+        return at
+
+    def read(self, f: BinaryIO, block: int) -> int:
+        """Every line of the file, in blocks; the bytes read."""
+        buf = bytearray(block)
+        carry: list[bytes] = []  # the start of a line that the last block cut
+        read = 0
+        while n := f.readinto(buf):
+            read += n
+            lo = 0
+            if carry:  # finish the cut line first
+                if carry[-1].endswith(b"\r"):  # it ended there; a \n here is part of its \r\n
+                    lo = 1 if buf[0] == 10 else 0
+                else:
+                    end, text_end = _line_end(buf, 0, n)
+                    if text_end == n or text_end == n - 1 and buf[text_end] == 13:  # not ended, or maybe by a \r\n
+                        carry.append(bytes(buf[:n]))
+                        continue
+                    lo = end
+                carry.append(bytes(buf[:lo]))
+                line = b"".join(carry)
+                carry = []
+                self.feed_lines(line, 0, len(line))
+            # whole lines up to the last line end; a \r in the last byte may be the start of a \r\n
+            cut = max(buf.rfind(b"\n", lo, n), buf.rfind(b"\r", lo, n - 1)) + 1
+            if cut > lo:
+                self.feed_lines(buf, lo, cut)
+            lo = max(lo, cut)
+            if lo < n:
+                carry.append(bytes(buf[lo:n]))
+        if carry:  # a last line without a line end
+            line = b"".join(carry)
+            self.feed_lines(line, 0, len(line))
+        return read
+
+
+def extract(paths: list[Path], pattern: str | None = None, block: int = BLOCK) -> tuple[list[Save], int]:
+    """Every save in the logs, in order, and the bytes read. Memory stays bounded by the number of saves
+    (and one block, or the longest line if it is longer)."""
     extractors = [Custom(pattern)] if pattern else [cls() for cls in BUILTIN]
-    saves: list[Save] = []
+    reader = _Reader(extractors)
     read = 0
     for path in paths:
         check_regular_file(path, "log")  # logs are streamed, so any size goes, but a FIFO or device must not
         try:
-            f = open(path, "r", errors="replace", buffering=4 * 2**20)
+            with open(path, "rb", buffering=0) as f:
+                read += reader.read(f, block)
         except OSError as exc:
             raise InputError(f"cannot read log {path}: {exc.strerror}") from None
-        with f:
-            for line in f:
-                read += len(line)
-                for ex in extractors:
-                    saves.extend(ex.feed(line))
         for ex in extractors:
-            saves.extend(ex.finish())
-    return saves, read
+            reader.saves.extend(ex.finish())
+    return reader.saves, read
