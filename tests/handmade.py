@@ -6,6 +6,8 @@ ckplan (`.pt` torch.save, `.distcp` dcp, `.safetensors`, anything else raw: no s
 
 from __future__ import annotations
 
+from ckplan.planning.compression import CompressionDefault
+from ckplan.planning.policy import PlanningData, Policy
 from ckplan.profile import BandwidthPoint, Calibration, Latency, Measurement, Replay, SmallFiles, StorageProfile
 from ckplan.sizing.layouts.base import ManifestFile
 from ckplan.sizing.plan import CheckpointPlan, NodeLoad, Operations, TrainingSetup
@@ -61,3 +63,18 @@ def hand_profile(curve: dict[int, float], *, name: str = "hand", direct: dict[in
 def hand_calibration(rates: dict[str, float], dcp_fixed_s: float | None = None) -> Calibration:
     return Calibration(serialize_bytes_per_s=rates, sample_bytes=1, tensor_bytes=1, dcp_fixed_seconds=dcp_fixed_s,
                        dcp_ranks=2 if dcp_fixed_s is not None else None, torch_version="hand", host="hand", duration_s=0)
+
+
+# A two-node case worked out by hand in tests/test_mitigations.py (and rendered in tests/test_render.py): each node's
+# one writer writes a 10 GB torch.save file and 99 empty raw files; the target is shared, 1 GB/s per node, 100 files/s.
+GB = 10**9
+FILES = [(f"n{n}.pt", 10 * GB, n, n) for n in range(2)] + [(f"n{n}-{k}.json", 0, n, n) for n in range(2) for k in range(99)]
+PLAN = hand_plan(FILES)
+TARGET = hand_profile({1: 1e9}, name="target", shared=True, files_per_s=100)
+TMPFS = hand_profile({1: 10e9}, name="tmpfs", files_per_s=1000, storage_class="tmpfs")
+NVME = hand_profile({1: 5e9}, name="local-nvme", files_per_s=500, storage_class="local-nvme")
+FAST = hand_profile({1: 4e9}, name="fast", shared=True, files_per_s=1000, storage_class="lustre")
+SLOW = hand_profile({1: 0.5e9}, name="slow", shared=True, files_per_s=1000, storage_class="nfs")
+CODEC = CompressionDefault(codec="zstd-1", ratio=2.0, bytes_per_s_per_core=10e9, measured="by hand")
+DATA = PlanningData(storage_classes={"tmpfs": TMPFS, "local-nvme": NVME, "fast": FAST, "slow": SLOW}, codec=CODEC)
+POLICY = Policy(serialize_bytes_per_s={"torch.save": 10e9}, changed_fraction=0.25, mtbf_s=3600)

@@ -1,4 +1,5 @@
-"""Every mitigation in planning/mitigations.py, alone and combined, on a hand-built plan, target and PlanningData.
+"""Every mitigation in planning/mitigations.py, alone and combined, on a hand-built plan, target and PlanningData
+(tests/handmade.py).
 
 The plan: two nodes, one writer each; each writer writes a 10 GB torch.save file and 99 empty raw files
 (100 files per node). Serialiser 10 GB/s (given): 1 s per writer. The target: shared, 1 GB/s per node, no
@@ -12,22 +13,10 @@ import math
 
 import pytest
 
-from ckplan.planning.compression import CompressionDefault
 from ckplan.planning.mitigations import build, what_ifs
-from ckplan.planning.policy import PlanningData, Policy
-from tests.handmade import hand_plan, hand_profile
+from tests.handmade import CODEC, DATA, FAST, NVME, PLAN, POLICY, SLOW, TARGET, TMPFS
 
 GB = 10**9
-FILES = [(f"n{n}.pt", 10 * GB, n, n) for n in range(2)] + [(f"n{n}-{k}.json", 0, n, n) for n in range(2) for k in range(99)]
-PLAN = hand_plan(FILES)
-TARGET = hand_profile({1: 1e9}, name="target", shared=True, files_per_s=100)
-TMPFS = hand_profile({1: 10e9}, name="tmpfs", files_per_s=1000, storage_class="tmpfs")
-NVME = hand_profile({1: 5e9}, name="local-nvme", files_per_s=500, storage_class="local-nvme")
-FAST = hand_profile({1: 4e9}, name="fast", shared=True, files_per_s=1000, storage_class="lustre")
-SLOW = hand_profile({1: 0.5e9}, name="slow", shared=True, files_per_s=1000, storage_class="nfs")
-CODEC = CompressionDefault(codec="zstd-1", ratio=2.0, bytes_per_s_per_core=10e9, measured="by hand")
-DATA = PlanningData(storage_classes={"tmpfs": TMPFS, "local-nvme": NVME, "fast": FAST, "slow": SLOW}, codec=CODEC)
-POLICY = Policy(serialize_bytes_per_s={"torch.save": 10e9}, changed_fraction=0.25, mtbf_s=3600)
 
 
 def run(**kw):
