@@ -54,9 +54,10 @@ def fsync_p50(directory: Path, n: int = 200) -> float:
 
 
 # A probe's fsync p50 and the test's own os.fsync loop, timed seconds apart on a shared VM, agree within this factor:
-# on this VM's disk they came 0.2-4.6× apart from run to run (fio's 155 µs against the loop's 719 µs once), on tmpfs
-# 0.2 µs against 0.3 µs. A unit slip (ms read as µs: 1000×) is far outside it.
-FSYNC_FACTOR = 20
+# on this VM's disk they came 0.2-4.6× apart in quiet runs (fio's 155 µs against the loop's 719 µs once), on tmpfs
+# 0.2 µs against 0.3 µs; once, with other jobs writing to the same disk, the probe saw 3 ms where the loop later saw
+# over 20× less. A unit slip (ms read as µs, or ns as µs: 1000×) stays far outside 50×.
+FSYNC_FACTOR = 50
 
 
 def check_figures(p: dict, directory: Path) -> None:
