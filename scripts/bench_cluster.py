@@ -15,10 +15,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent.parent))
-from tests.netns import fio_hosts  # noqa: E402
+from _harness import fio_hosts  # beside this script
 
 
 def main() -> None:

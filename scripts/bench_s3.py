@@ -22,8 +22,8 @@ import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent.parent))
-from tests.s3server import credentials_env, moto_server, s3_client  # noqa: E402
+sys.path.insert(0, str(Path(__file__).parent.parent))  # ckplan from this checkout
+from _harness import credentials_env, moto_server, s3_client  # noqa: E402  (beside this script)
 
 BUCKET = "bench"
 TOTAL = 512 * 2**20

@@ -57,6 +57,7 @@ def test_size_bad_input(args, fragment):
 def test_malformed_model_profile_is_one_line(tmp_path):
     """A broken catalog file in an installed copy gives one line, not a traceback."""
     import shutil
+
     import ckplan
     pkg = tmp_path / "ckplan"
     shutil.copytree(Path(ckplan.__file__).parent, pkg, ignore=shutil.ignore_patterns("__pycache__"))

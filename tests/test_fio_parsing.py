@@ -99,3 +99,41 @@ def test_noisy_repeats_are_flagged_and_steady_ones_are_not():
     assert noise_notes(noisy_low) == []
     noisy_best = [steady[0], steady[1].model_copy(update={"spread": Spread.of([1.6e9, 2e9, 2.1e9])})]
     assert "2-writer bandwidth varied by 25%" in noise_notes(noisy_best)[0]
+
+
+def test_latency_percentiles_in_seconds():
+    """fio reports latencies in nanoseconds: fsync-every-write.json's sync.lat_ns has p50 187,392 ns, p99 288,768 ns,
+    p99.9 366,592 ns, mean 197,165.04 ns over 1,023 fsyncs; in seconds, 1.87392e-4 … (read off the document by hand).
+    Independently, 1,023 fsyncs of that mean take 0.2017 s, which must fit in the job's own runtime (205 ms, fio's clock
+    for the whole job, writes included).
+
+    Deliberate break (issue 16) this catches: latency read 1000× too large (÷ 1e6 instead of ÷ 1e9)."""
+    import json
+    doc = json.loads((FIO / "fsync-every-write.json").read_text())
+    job = doc["jobs"][0]
+    p50, p99, p999, mean, n = fio.percentiles_s(job["sync"], "lat_ns")
+    assert (p50, p99, p999) == pytest.approx((187_392e-9, 288_768e-9, 366_592e-9), rel=1e-12)
+    assert mean == pytest.approx(197_165.036168e-9) and n == 1023
+    assert mean * n <= job["write"]["runtime"] / 1000 == 0.205
+    # the O_SYNC-style write completion latency: clat_ns p50 2,192 ns
+    assert fio.percentiles_s(job["write"])[0] == pytest.approx(2.192e-6)
+
+
+@pytest.mark.fio
+def test_run_fio_returns_the_final_status_interval_document(tmp_path):
+    """A real fio run, rate-limited to 2 MiB/s for 6 MiB (~3 s), prints a JSON document every second
+    (--status-interval=1). run_fio must return the last, whole-run one: its write figures equal what is on disk
+    (6 MiB in one file, 6 writes of 1 MiB). The first document holds only the first second's ~2 MiB.
+
+    Deliberate break (issue 16) this catches: fio's first status-interval document used instead of the final one."""
+    seen: list[tuple[int, float]] = []
+    job = fio.FioJob("paced", {"directory": fio.escape_path(tmp_path), "filename": "paced.bin", "rw": "write", "bs": "1M",
+                               "size": "6M", "rate": "2m", "ioengine": "psync"})
+    doc = fio.run_fio([job], tmp_path, "a paced write", on_status=lambda b, t: seen.append((b, t)))
+    on_disk = (tmp_path / "paced.bin").stat().st_size
+    assert on_disk == 6 * 2**20
+    write = doc["jobs"][0]["write"]
+    assert (write["io_bytes"], write["total_ios"]) == (on_disk, 6)
+    assert write["runtime"] >= 2000  # 6 MiB at 2 MiB/s: the first MiB at once, then one every 0.5 s
+    # the live figures came from the earlier documents: at least one, and never more than the final count
+    assert seen and all(b <= on_disk for b, _ in seen)

@@ -11,8 +11,16 @@ import time
 import pytest
 
 from tests.conftest import assert_one_line_error, ckplan_exe, run_cli
-from tests.s3server import (ACCESS_KEY, SECRET_KEY, DroppingProxy, credentials_env, leftovers, moto_server,
-                            s3_client)
+from tests.s3server import (
+    ACCESS_KEY,
+    SECRET_KEY,
+    CountingProxy,
+    DroppingProxy,
+    credentials_env,
+    leftovers,
+    moto_server,
+    s3_client,
+)
 
 pytest.importorskip("boto3", reason="the s3 extra is not installed")
 BUCKET = "ckpt"
@@ -154,4 +162,51 @@ def test_kill_9_then_clean(endpoint, tmp_path):
     result = json.loads(run_cli("clean", f"s3://{BUCKET}/killed", "--endpoint-url", endpoint, "--json",
                                 env=credentials_env(tmp_path), check=True).stdout)
     assert len(result["removed"]) == 1 and ".ckplan-probe-" in result["removed"][0]
+    assert_clean(endpoint)
+
+
+class Phases:
+    """A probe Progress that notes when each phase starts, on the test's clock."""
+
+    def __init__(self):
+        self.starts: list[tuple[str, float]] = []
+
+    def phase(self, name: str, budget_s: float) -> None:
+        self.starts.append((name, time.perf_counter()))
+
+    def update(self, bytes_written: int, elapsed_s: float) -> None:
+        pass
+
+    def spans(self, prefix: str) -> list[tuple[float, float]]:
+        """(start, end) of each phase whose name starts with `prefix`: it ends where the next phase starts."""
+        return [(t, self.starts[i + 1][1]) for i, (name, t) in enumerate(self.starts[:-1]) if name.startswith(prefix)]
+
+
+def test_stream_bandwidth_against_bytes_the_server_received(endpoint, tmp_path, monkeypatch):
+    """Each bandwidth point (1 and 2 multipart streams) against an independent count: the bytes a proxy in front of
+    the endpoint forwarded to it during that point's phase (request bodies and headers, as the server receives them),
+    over the phase's length on the test's clock (from its start to the next phase's). Headers add ~0.01% to 8 MiB
+    parts, and the phase's edges (creating and completing the uploads) a few ms: they agreed within 0.1% here.
+    Bounds 0.8-1.25: Python threads on a loaded 2-core VM forward the bytes, and the probe's clock and the test's
+    differ by the bookkeeping between them.
+
+    Deliberate break (issue 16) this catches: S3 stream bandwidth × 2."""
+    from ckplan.probe import s3 as s3probe
+
+    for key, value in credentials_env(tmp_path).items():
+        monkeypatch.setenv(key, value)
+    proxy = CountingProxy(endpoint)
+    phases = Phases()
+    try:
+        job = s3probe.prepare_s3_probe(f"s3://{BUCKET}/counted", endpoint_url=proxy.endpoint, preset="quick", writers=2)
+        profile = s3probe.run_s3_probe(job, phases)
+    finally:
+        proxy.close()
+    spans = phases.spans("bandwidth:")
+    assert [b.writers for b in profile.buffered_bandwidth] == [1, 2] and len(spans) == 2
+    for point, (start, end) in zip(profile.buffered_bandwidth, spans):
+        received = proxy.bytes_between(start, end)
+        assert received > 5 * 2**20, "the phase uploaded at least one part"
+        ours = received / (end - start)
+        assert 0.8 < point.bytes_per_s / ours < 1.25, (point.writers, point.bytes_per_s, ours)
     assert_clean(endpoint)

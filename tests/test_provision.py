@@ -1,7 +1,8 @@
 """provision is recommend's model solved for the storage: inverse and monotonicity checks."""
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ckplan import catalog
 from ckplan.planning.policy import Policy
@@ -103,6 +104,8 @@ def test_headroom_uses_the_measured_curve_over_hosts():
 
     The storage gives 5 + (128 − 1)/(256 − 1) × 95 = 52.31 GB/s to 128 nodes at once (the save-time model's
     aggregate), not 5 GB/s × 128 = 640 GB/s.
+
+    Deliberate break (issue 16) this catches: the headroom without × nodes (aggregate over 1 node: 5 GB/s).
     """
     from ckplan.profile_store import resolve
     hosts = resolve("tests/golden/profile-lustre-hosts.json")
@@ -119,3 +122,41 @@ def test_async_provision_without_a_goodput_target_is_refused():
     """Issue 15: async sized only to the loss window reported ETTR 64.9% against sync's 83.8% at 16k GPUs."""
     proc = run_cli("provision", "--model", "llama-3.1-70b", "--gpus", "16384", "--mode", "async")
     assert_one_line_error(proc, "async provision needs --target-goodput")
+
+
+def test_sustained_bandwidth_is_one_checkpoint_per_interval():
+    """Sustained bandwidth = one checkpoint per interval, in two cases worked out by hand.
+
+    Deliberate break (issue 16) this catches: the sustained bandwidth changed (total ÷ persist: 20× too much in the sync
+    case; ×2)."""
+    p = plan(1024)
+    assert p.total_bytes == 988_492_259_156
+    # sync, MTBF 1 day (Daly's optimum for a few minutes' save is over an hour): the 1 h loss window binds. The budget
+    # needs τ ≥ S/0.05 and the window τ ≤ 3,600 − S; the largest S meets both at S = 3,600 × 0.05/1.05 = 171.43 s,
+    # τ = 3,600 − 171.43 = 3,428.57 s (20 S)
+    row = provision_one(p, Policy(mtbf_s=86400), "sync", None, keep=2, data=DATA)
+    assert (row.save_seconds, row.interval_s) == (pytest.approx(171.428571), pytest.approx(3428.571429))
+    # 988,492,259,156 bytes every 3,428.57 s = 288.31 MB/s
+    assert row.sustained_bandwidth_bytes_per_s == pytest.approx(988_492_259_156 / 3428.571429)
+    assert row.sustained_bandwidth_bytes_per_s == pytest.approx(288.31e6, rel=1e-4)
+    # async: the snapshot (1.7 GB per GPU ÷ 20 GB/s = 0.085 s) fits any budget, so the largest persist meets
+    # one-in-flight and the loss window at S = L − S → S = L/2 = 1,800 s, and τ is pinned there: 549.16 MB/s
+    row = provision_one(p, Policy(mode="async"), "async", None, keep=2, data=DATA)
+    assert row.stall_seconds == pytest.approx(p.bytes_per_rank_max / 20e9)
+    assert (row.save_seconds, row.interval_s) == (pytest.approx(1800), pytest.approx(1800))
+    assert row.sustained_bandwidth_bytes_per_s == pytest.approx(549.16e6, rel=1e-5)
+
+
+def test_headroom_without_a_curve_over_hosts_is_per_node_times_nodes_capped():
+    """No curve over hosts: the measured per-host figure at 8 writers (2 GB/s) times the plan's 128 nodes, capped by the
+    shared system's limit where one is known.
+
+    Deliberate break (issue 16) this catches, with test_headroom_uses_the_measured_curve_over_hosts: the headroom
+    without × nodes (aggregate_bandwidth over 1 node instead of plan.nodes_writing)."""
+    from tests.handmade import hand_profile
+    p = plan(1024)
+    assert (p.nodes_writing, p.max_writers_per_node) == (128, 8)
+    free = provision_one(p, Policy(), "sync", None, 2, DATA, hand_profile({8: 2e9}, shared=True))
+    assert free.headroom * free.burst_bandwidth_bytes_per_s == pytest.approx(2e9 * 128)  # 256 GB/s
+    capped = provision_one(p, Policy(), "sync", None, 2, DATA, hand_profile({8: 2e9}, shared=True, limit=100e9))
+    assert capped.headroom * capped.burst_bandwidth_bytes_per_s == pytest.approx(100e9)

@@ -59,10 +59,14 @@ def test_bytes_per_parameter(optimizer, precision):
     assert plan.bytes_per_parameter == pytest.approx(EXPECTED[(optimizer, precision)], rel=1e-9)
 
 
-def test_reference_rounded_figures():
-    """The reference table's rounded figures: 8-bit Adam ≈ 6 (fp32 weights), Muon ≈ 10.5 mixed for an 8B Llama."""
-    assert EXPECTED[("adam-8bit", "fp32")] == pytest.approx(6.0, abs=0.01)
-    assert EXPECTED[("muon", "bf16-mixed")] == pytest.approx(10.5, abs=0.05)
+@pytest.mark.parametrize("optimizer,precision,rounded,within", [("adam-8bit", "fp32", 6.0, 0.01), ("muon", "bf16-mixed", 10.5, 0.05)])
+def test_reference_rounded_figures(optimizer, precision, rounded, within):
+    """ckplan's bytes/param against the reference table's rounded figures for an 8B Llama: 8-bit Adam ≈ 6 (fp32
+    weights 4 + two 1-byte states + the absmax per 2,048 values), Muon ≈ 10.5 mixed (2 + 4 master + 4 momentum on
+    the hidden matrices, 8 for AdamW's two states on the rest)."""
+    plan = build_plan(arch=L8, model_name="llama-3.1-8b", optimizer=optimizer, precision=precision, gpus=8, zero=1)
+    assert plan.bytes_per_parameter == pytest.approx(rounded, abs=within)
+    assert plan.state_bytes == pytest.approx(rounded * N8, abs=within * N8)
 
 
 def test_dtype_override_and_unknown_state():
@@ -91,6 +95,20 @@ def test_deepspeed_zero1_single_node():
     assert plan.writers == 8 and plan.file_count == 11
     model_states = next(f for f in plan.manifest if f.path.endswith("mp_rank_00_model_states.pt"))
     assert model_states.rank == 0 and model_states.bytes == pytest.approx(2 * N8, rel=1e-4)
+
+
+def test_deepspeed_zero0_model_states_hold_the_optimizer():
+    """ZeRO-0 keeps the optimizer inside mp_rank_00_model_states.pt, written by rank 0 alone: bf16 weights (2) + fp32
+    master (4) + Adam's two fp32 states (8) = 14 bytes per parameter, plus torch.save's 4,096-byte header and 300 bytes
+    for each of the model's 291 tensors (32 layers × 9 + embedding, final norm, head).
+
+    Deliberate break (issue 16) this catches: ZeRO-0 model states without their optimizer bytes (2 B/param only)."""
+    plan = build_plan(arch=L8, model_name="x", framework="deepspeed", zero=0, gpus=8)
+    assert [(f.path, f.rank) for f in plan.manifest] == [("latest", 0), ("global_step1000/mp_rank_00_model_states.pt", 0)]
+    states = plan.manifest[1]
+    assert states.bytes == 14 * N8 + 4096 + 300 * 291 == 112_423_748_868
+    assert plan.total_bytes == 112_423_748_868 + 16  # and the 'latest' tag file
+    assert plan.writers == 1 and plan.bytes_per_rank_max == plan.total_bytes
 
 
 def test_deepspeed_zero3_every_rank_writes_model_states():

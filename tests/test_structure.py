@@ -94,3 +94,14 @@ def test_cli_holds_no_arithmetic():
     numeric = [n for n in ops if not any(isinstance(side, ast.Constant) and isinstance(side.value, str) or isinstance(side, ast.JoinedStr)
                                          for side in (n.left, n.right))]
     assert not numeric, "arithmetic in cli/app.py at lines " + ", ".join(str(n.lineno) for n in numeric)
+
+
+def test_scripts_import_nothing_from_tests():
+    """The benchmarks share the test hosts and the S3 endpoint through scripts/_harness.py, not by reaching into tests/."""
+    offenders = []
+    for path in sorted((ROOT.parent / "scripts").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            offenders += [f"{path.name}: {n}" for n in names if n == "tests" or n.startswith("tests.")]
+    assert not offenders

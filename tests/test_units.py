@@ -37,3 +37,15 @@ def test_bad_input_raises_input_error(fn, text):
 def test_fmt_bytes_shows_both_units():
     assert fmt_bytes(98e9) == "98.00 GB (91.27 GiB)"
     assert fmt_bytes(2**30) == "1.07 GB (1.00 GiB)"
+
+
+def test_decimal_and_binary_terabytes():
+    """TB is 10^12 (storage vendors' and ckplan's decimal units), TiB is 2^40.
+
+    Deliberate break (issue 16) this catches: TB read as 2^40 (the CLI's default --local-disk 30.72TB would be
+    33.78e12 bytes instead of 30.72e12)."""
+    assert parse_bytes("30.72TB") == 30_720_000_000_000
+    assert parse_bytes("1TB") == 1_000_000_000_000 and parse_bytes("1tb") == 10**12
+    assert parse_bytes("1TiB") == 1_099_511_627_776
+    assert parse_rate("2TB/s") == 2e12 and parse_rate("1TiB/s") == 2**40
+    assert parse_bytes("1PB") == 10**15 and parse_bytes("1PiB") == 2**50

@@ -12,15 +12,22 @@ import time
 
 import pytest
 
+from ckplan import catalog
 from ckplan.planning.policy import DEFAULT_DCP_FIXED_S, DEFAULT_SERIALIZE_BYTES_PER_S, Policy
 from ckplan.planning.recommend import recommend
 from ckplan.planning.savetime import predict_save
 from ckplan.probe.base import noise_notes
 from ckplan.profile import (
-    BandwidthPoint, Calibration, Latency, Measurement, Replay, SmallFiles, Spread, StorageProfile,
+    BandwidthPoint,
+    Calibration,
+    Latency,
+    Measurement,
+    Replay,
+    SmallFiles,
+    Spread,
+    StorageProfile,
 )
 from ckplan.sizing.plan import build_plan
-from ckplan import catalog
 from tests.conftest import assert_one_line_error, run_cli, run_json
 
 GB = 1e9
