@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -124,9 +125,9 @@ def test_server_drops_the_connection_mid_upload(endpoint, tmp_path):
     assert_clean(endpoint)
 
 
-def _start(endpoint, tmp_path, name):
-    import os
-    proc = subprocess.Popen(ckplan_exe() + ["probe", f"s3://{BUCKET}/{name}", "--endpoint-url", endpoint, "--writers", "2"],
+def _start(endpoint, tmp_path, name, *extra):
+    proc = subprocess.Popen(ckplan_exe() + ["probe", f"s3://{BUCKET}/{name}", "--endpoint-url", endpoint, "--writers", "2",
+                                            *extra],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, **credentials_env(tmp_path)})
     deadline = time.monotonic() + 30
@@ -154,4 +155,64 @@ def test_kill_9_then_clean(endpoint, tmp_path):
     result = json.loads(run_cli("clean", f"s3://{BUCKET}/killed", "--endpoint-url", endpoint, "--json",
                                 env=credentials_env(tmp_path), check=True).stdout)
     assert len(result["removed"]) == 1 and ".ckplan-probe-" in result["removed"][0]
+    assert_clean(endpoint)
+
+
+def _marker_keys(endpoint, prefix: str) -> list[str]:
+    from ckplan.probe.s3 import MARKER
+    return [k for k in leftovers(endpoint, BUCKET)[0] if k.startswith(prefix) and k.endswith("/" + MARKER)]
+
+
+def _dead_pid() -> int:
+    """A pid that ran on this host and is gone (reaped)."""
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
+
+
+def test_liveness_rules():
+    from ckplan.probe.s3 import STALE_AFTER_S, probe_alive
+
+    here = socket.gethostname()
+    me = os.getpid()
+    assert probe_alive(here, me, 0.0)
+    assert not probe_alive(here, _dead_pid(), 0.0)  # killed a moment ago: no need to wait for the heartbeat to age
+    assert not probe_alive(here, me, STALE_AFTER_S + 1)  # a running pid with a stale heartbeat: the pid was reused
+    assert probe_alive("another-host", 1, STALE_AFTER_S - 1)  # another host's pid means nothing here
+    assert not probe_alive("another-host", 1, STALE_AFTER_S + 1)
+    assert not probe_alive(here, None, 0.0)
+
+
+def test_clean_keeps_a_live_probe(endpoint, tmp_path):
+    proc = _start(endpoint, tmp_path, "live", "--quick")  # about 10 s: long enough for two cleans
+    try:
+        result = json.loads(run_cli("clean", f"s3://{BUCKET}/live", "--endpoint-url", endpoint, "--json",
+                                    env=credentials_env(tmp_path), check=True).stdout)
+        assert result["removed"] == [] and len(result["kept"]) == 1, result
+        kept = result["kept"][0]
+        assert f"-{proc.pid}-" in kept and f"pid {proc.pid}" in result["why"][kept], result
+        assert _marker_keys(endpoint, "live/")  # still there: the probe's objects were not deleted under it
+        text = run_cli("clean", f"s3://{BUCKET}/live", "--endpoint-url", endpoint, env=credentials_env(tmp_path),
+                       check=True).stdout
+        assert "kept" in text and "a live probe owns it" in text and "--force" in text, text
+    finally:
+        out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err  # it ran to its end, and removed its own prefix
+    assert_clean(endpoint)
+
+
+def test_clean_keeps_another_hosts_fresh_probe_unless_forced(endpoint, tmp_path):
+    prefix = "elsewhere/.ckplan-probe-node07-4242-abcd1234/"
+    s3 = s3_client(endpoint)
+    s3.put_object(Bucket=BUCKET, Key=prefix + "ckplan-probe.json",
+                  Body=json.dumps({"host": "node07", "pid": 4242, "started": time.time()}).encode())
+    s3.put_object(Bucket=BUCKET, Key=prefix + "small-0-0-0", Body=b"x" * 4096)
+    s3.create_multipart_upload(Bucket=BUCKET, Key=prefix + "bw-1-0-0")
+    args = ("clean", f"s3://{BUCKET}/elsewhere", "--endpoint-url", endpoint, "--json")
+    result = json.loads(run_cli(*args, env=credentials_env(tmp_path), check=True).stdout)
+    assert (result["removed"], result["kept"]) == ([], [f"s3://{BUCKET}/{prefix}"]), result
+    assert "host node07, pid 4242" in result["why"][f"s3://{BUCKET}/{prefix}"]
+    assert leftovers(endpoint, BUCKET) == ([prefix + "ckplan-probe.json", prefix + "small-0-0-0"], [prefix + "bw-1-0-0"])
+    result = json.loads(run_cli(*args, "--force", env=credentials_env(tmp_path), check=True).stdout)
+    assert (result["removed"], result["kept"]) == ([f"s3://{BUCKET}/{prefix}"], []), result
     assert_clean(endpoint)

@@ -174,7 +174,7 @@ def calibrate(
 @app.command()
 def clean(
     path: Annotated[str, typer.Argument(help="The directory (or s3://bucket/prefix) a killed probe wrote under.")],
-    force: Annotated[bool, typer.Option("--force", help="Also remove scratch directories of other hosts' probes.")] = False,
+    force: Annotated[bool, typer.Option("--force", help="Also remove what probes that may still run wrote: other hosts' scratch directories, live S3 probes' prefixes.")] = False,
     endpoint_url: EndpointUrl = None, region: Region = None, profile: AwsProfile = None, timeout: S3Timeout = "30s",
     json: o.Json = False,
 ) -> None:
@@ -185,7 +185,7 @@ def clean(
         from ckplan.probe.s3 import clean_s3
         from ckplan.units import parse_duration
         result = clean_s3(path, endpoint_url=endpoint_url, region=region, profile=profile,
-                          timeout_s=parse_duration(timeout, "--timeout"))
+                          timeout_s=parse_duration(timeout, "--timeout"), force=force)
     else:
         from ckplan.probe.clean import clean_target
         result = clean_target(Path(path), force)
