@@ -48,6 +48,13 @@ HEARTBEAT_S = 5.0  # how often a running probe rewrites its marker
 # A marker older than this (by the server's clock) belongs to a probe that is gone. It must outlast a heartbeat PUT
 # that takes its full retries at the default 30 s timeout, or a slow endpoint would make a live probe look dead.
 STALE_AFTER_S = 120.0
+# A probe killed with -9 leaves requests that the server has received and still processes: a multipart upload
+# being completed leaves the upload listing before its object appears (moto here: up to 0.9 s after the kill,
+# with a few hundred MB). So `clean` lists again until nothing has appeared for CLEAN_QUIET_S, giving up after
+# CLEAN_WAIT_S of objects that keep appearing (something still writes there).
+CLEAN_QUIET_S = 3.0
+CLEAN_WAIT_S = 60.0
+CLEAN_POLL_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -258,11 +265,21 @@ class Scratch:
 
 
 def remove_prefix(s3, bucket: str, prefix: str) -> int:
-    """Abort every multipart upload and delete every object under `prefix`; the count removed."""
+    """Abort every multipart upload and delete every object under `prefix`, in one pass; the count removed.
+
+    An upload that is gone by the time it is aborted (NoSuchUpload) was completed or aborted by its writer in
+    the meantime: done here, and an object it completed into is deleted below or by the caller's next pass.
+    """
+    import botocore.exceptions
+
     removed = 0
     for page in s3.get_paginator("list_multipart_uploads").paginate(Bucket=bucket, Prefix=prefix):
         for up in page.get("Uploads", []):
-            s3.abort_multipart_upload(Bucket=bucket, Key=up["Key"], UploadId=up["UploadId"])
+            try:
+                s3.abort_multipart_upload(Bucket=bucket, Key=up["Key"], UploadId=up["UploadId"])
+            except botocore.exceptions.ClientError as exc:
+                if exc.response.get("Error", {}).get("Code") != "NoSuchUpload":
+                    raise
             removed += 1
     for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
         keys = [{"Key": o["Key"]} for o in page.get("Contents", [])]
@@ -492,28 +509,47 @@ def _replay(job, writer, scratch, pool, phase) -> Replay:
 
 
 def clean_s3(url: str, *, endpoint_url: str | None = None, region: str | None = None, profile: str | None = None,
-             timeout_s: float = 30.0, force: bool = False):
+             timeout_s: float = 30.0, force: bool = False, quiet_s: float = CLEAN_QUIET_S, wait_s: float = CLEAN_WAIT_S):
     """Remove every `.ckplan-probe-*` prefix (objects and multipart uploads) under the URL whose probe is gone.
 
-    A live probe's prefix is kept unless `force`.
+    A live probe's prefix is kept unless `force`. After removing anything, it lists again until nothing new has
+    appeared for `quiet_s` (a killed probe's last requests land late), and gives up after `wait_s`.
     """
     from ckplan.probe.clean import CleanResult
 
     loc = parse_url(url, endpoint_url, region, profile)
     s3 = client(loc, timeout_s, 4)
     base = f"{loc.prefix}/" if loc.prefix else ""
-    removed: list[str] = []
+    removed: set[str] = set()
     kept: dict[str, str] = {}
+    deadline = time.monotonic() + wait_s
+    quiet_from = 0.0
     try:
-        for prefix in sorted(scratch_prefixes(s3, loc.bucket, base)):
-            owner = None if force else owner_of(s3, loc.bucket, prefix)
-            if owner is not None and owner.live:
-                kept[prefix] = f"a live probe owns it ({owner})"
-                continue
-            remove_prefix(s3, loc.bucket, prefix)
-            removed.append(prefix)
+        while True:
+            doomed = []
+            for prefix in sorted(scratch_prefixes(s3, loc.bucket, base) - set(kept)):
+                if prefix not in removed and not force:  # judged once: a dead probe's marker may land again
+                    owner = owner_of(s3, loc.bucket, prefix)
+                    if owner is not None and owner.live:
+                        kept[prefix] = f"a live probe owns it ({owner})"
+                        continue
+                doomed.append(prefix)
+            if doomed:
+                for prefix in doomed:
+                    remove_prefix(s3, loc.bucket, prefix)
+                removed |= set(doomed)
+                quiet_from = time.monotonic()
+            elif not removed or time.monotonic() - quiet_from >= quiet_s:
+                break  # a dead probe's prefix always holds its marker, so finding none at all needs no wait
+            if doomed and time.monotonic() > deadline:
+                left = ", ".join(f"s3://{loc.bucket}/{p}" for p in doomed)
+                raise EnvironmentProblem(f"objects or multipart uploads kept appearing under {left} for {wait_s:.0f} s "
+                                         "of clean-up: a probe may still be writing there; stop it and rerun clean")
+            time.sleep(CLEAN_POLL_S)
+    except (InputError, EnvironmentProblem):
+        raise
     except Exception as exc:  # noqa: BLE001
         raise describe(exc, loc, "the clean-up") from None
-    url_of = {p: f"s3://{loc.bucket}/{p}" for p in removed + list(kept)}
-    return CleanResult(target=loc.url, removed=[url_of[p] for p in removed],
+    url_of = {p: f"s3://{loc.bucket}/{p}" for p in removed | set(kept)}
+    return CleanResult(target=loc.url, removed=sorted(url_of[p] for p in removed),
                        kept=sorted(url_of[p] for p in kept), why={url_of[p]: w for p, w in kept.items()})
