@@ -234,15 +234,15 @@ class Scratch:
         self.prefix = f"{self.loc.prefix}/{name}/" if self.loc.prefix else f"{name}/"
 
     def __enter__(self) -> "Scratch":
-        try:
+        try:  # until this returns, `with` will not call __exit__: a Ctrl-C in here must remove the marker itself
             self.write_marker()
+            self.beat = threading.Thread(target=self._heartbeat, name="ckplan-s3-heartbeat", daemon=True)
+            self.beat.start()
         except BaseException:
             # a PUT that timed out may still have landed; the marker's own error is the one to report
             with contextlib.suppress(Exception):
-                remove_prefix(self.s3, self.loc.bucket, self.prefix)
+                self.__exit__()
             raise
-        self.beat = threading.Thread(target=self._heartbeat, name="ckplan-s3-heartbeat", daemon=True)
-        self.beat.start()
         return self
 
     def __exit__(self, *exc) -> None:
