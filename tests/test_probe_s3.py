@@ -51,6 +51,7 @@ def test_probe_measures_and_leaves_nothing(endpoint, tmp_path):
     lat = p["fsync_latency"]
     assert 0 < lat["p50_s"] <= lat["p99_s"] <= lat["p999_s"] < 10
     assert p["mount_options"]["part_size"] == str(8 * 2**20)
+    assert not [n for n in p["notes"] if n.startswith("another probe")] and "warning" not in proc.stderr  # alone
     assert_no_secrets(proc.stdout, proc.stderr, out.read_text())
     assert_clean(endpoint)
 
@@ -276,6 +277,42 @@ def test_clean_gives_up_on_a_prefix_that_keeps_filling(endpoint, tmp_path, monke
     s3.put_object(Bucket=BUCKET, Key=prefix + "last", Body=b"z")  # the last pass may have emptied it: one for certain
     result = clean_s3(f"s3://{BUCKET}/filling", endpoint_url=endpoint)  # once the writer stops, it empties
     assert result.removed == [f"s3://{BUCKET}/{prefix}"]
+    assert_clean(endpoint)
+
+
+def test_two_probes_at_once_warn(endpoint, tmp_path):
+    """Each probe sees the other's marker (at its start, heartbeat or end) and says the figures were shared;
+    a dead probe's leftovers beside them are not taken for a live one."""
+    s3 = s3_client(endpoint)
+    stale = f"shared/.ckplan-probe-{socket.gethostname()}-{_dead_pid()}-deadbeef/"
+    s3.put_object(Bucket=BUCKET, Key=stale + "ckplan-probe.json",
+                  Body=json.dumps({"host": socket.gethostname(), "pid": _dead_pid(), "started": time.time()}).encode())
+
+    def start(name):
+        return subprocess.Popen(ckplan_exe() + ["probe", f"s3://{BUCKET}/shared", "--endpoint-url", endpoint, "--quick",
+                                                "--writers", "2", "--out", str(tmp_path / f"{name}.json")],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env={**os.environ, "NO_COLOR": "1", "COLUMNS": "200", **credentials_env(tmp_path)})
+
+    a = start("a")
+    deadline = time.monotonic() + 30
+    while len(_marker_keys(endpoint, "shared/")) < 2:  # the stale one, and a's
+        assert a.poll() is None and time.monotonic() < deadline
+        time.sleep(0.1)
+    b = start("b")
+    results = {name: (proc, *proc.communicate(timeout=120)) for name, proc in (("a", a), ("b", b))}
+    for name, other in (("a", b), ("b", a)):
+        proc, _, err = results[name]
+        assert proc.returncode == 0, err
+        warnings = [line for line in err.splitlines() if line.startswith("ckplan: warning:")]
+        assert len(warnings) == 1, err
+        assert "another probe of this target ran at the same time" in warnings[0]
+        assert f"-{other.pid}-" in warnings[0] and f"pid {other.pid}" in warnings[0], warnings[0]
+        assert "deadbeef" not in warnings[0], warnings[0]
+        notes = json.loads((tmp_path / f"{name}.json").read_text())["notes"]
+        assert [n for n in notes if n.startswith("another probe")] == [warnings[0].removeprefix("ckplan: warning: ")]
+    assert leftovers(endpoint, BUCKET) == ([stale + "ckplan-probe.json"], [])  # each removed its own prefix
+    run_cli("clean", f"s3://{BUCKET}/shared", "--endpoint-url", endpoint, env=credentials_env(tmp_path), check=True)
     assert_clean(endpoint)
 
 

@@ -136,6 +136,10 @@ def probe(
     from ckplan.render.profile import live_progress
     with live_progress(job.estimated_seconds) as live:
         result = run(job, live)
+    from ckplan.probe.base import CONCURRENT_NOTE
+    for note in result.notes:  # in the profile too, but figures shared with another probe must not pass unseen
+        if note.startswith(CONCURRENT_NOTE):
+            print(f"ckplan: warning: {note}", file=sys.stderr)
     if save:
         where = profile_store.save(result, save)
         print(f"saved profile {save!r} to {where}", file=sys.stderr)

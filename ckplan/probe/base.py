@@ -78,6 +78,15 @@ def noise_notes(bandwidth, small_files=None, replay=None, direct=None) -> list[s
     return notes
 
 
+CONCURRENT_NOTE = "another probe of this target ran at the same time"  # the CLI repeats such a note on stderr
+
+
+def concurrent_note(others: list[str]) -> str:
+    """The note for a probe that found other live probes of its target: each one's scratch location and owner."""
+    return (f"{CONCURRENT_NOTE} ({'; '.join(others)}): the figures were shared with it and understate what one "
+            "probe gets alone; probe again when it has finished")
+
+
 def writer_counts(max_writers: int) -> list[int]:
     counts, w = [], 1
     while w < max_writers:

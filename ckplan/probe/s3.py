@@ -13,7 +13,8 @@ Everything goes under a unique key prefix, deleted at the end, on error and on
 Ctrl-C, with every multipart upload it started aborted; `ckplan clean s3://…`
 removes what a killed probe left. The prefix's first object is a marker naming
 the probe's host and pid, rewritten every HEARTBEAT_S: `clean` leaves a live
-probe's prefix alone. Credentials come from the standard AWS chain
+probe's prefix alone, and a probe that finds another live one beside it says
+that the figures were shared. Credentials come from the standard AWS chain
 and never reach output, profiles or error messages: errors are rebuilt from
 their codes, not passed through.
 """
@@ -36,7 +37,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from ckplan.errors import EnvironmentProblem, InputError, MeasurementFailed, missing_extra
 from ckplan.probe import replay, target
-from ckplan.probe.base import PRESETS, MiB, Preset, Progress, Silent, noise_notes, writer_counts
+from ckplan.probe.base import PRESETS, MiB, Preset, Progress, Silent, concurrent_note, noise_notes, writer_counts
 from ckplan.profile import BandwidthPoint, Latency, Measurement, Replay, SmallFiles, Spread, StorageProfile
 
 SCRATCH_PREFIX = ".ckplan-probe-"
@@ -217,21 +218,24 @@ class Scratch:
     """A unique key prefix; every object and multipart upload under it is removed on exit.
 
     Its marker is written before anything else, so that no listing ever shows the prefix without its owner,
-    and rewritten every HEARTBEAT_S by a thread.
+    and rewritten every HEARTBEAT_S by a thread that also looks for other live probes beside it.
     """
 
     s3: object
     loc: S3Location
     prefix: str = ""
+    base: str = ""  # the user's prefix, where other probes' prefixes sit beside this one
     uploads: dict = field(default_factory=dict)  # upload id -> key
     lock: threading.Lock = field(default_factory=threading.Lock)
+    others: dict = field(default_factory=dict)  # scratch prefix of another live probe -> its owner, as seen
     started: float = field(default_factory=time.time)
     stop: threading.Event = field(default_factory=threading.Event)
     beat: threading.Thread | None = None
 
     def __post_init__(self) -> None:
         name = f"{SCRATCH_PREFIX}{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(4)}"
-        self.prefix = f"{self.loc.prefix}/{name}/" if self.loc.prefix else f"{name}/"
+        self.base = f"{self.loc.prefix}/" if self.loc.prefix else ""
+        self.prefix = self.base + name + "/"
 
     def __enter__(self) -> "Scratch":
         try:  # until this returns, `with` will not call __exit__: a Ctrl-C in here must remove the marker itself
@@ -256,10 +260,19 @@ class Scratch:
                            "heartbeat": time.time()})
         self.s3.put_object(Bucket=self.loc.bucket, Key=self.prefix + MARKER, Body=body.encode())
 
+    def look_for_others(self) -> None:
+        """Record every other live probe under the same prefix; a dead probe's leftovers do not count."""
+        for prefix in scratch_prefixes(self.s3, self.loc.bucket, self.base) - {self.prefix}:
+            owner = owner_of(self.s3, self.loc.bucket, prefix)
+            if owner is not None and owner.live:
+                with self.lock:
+                    self.others[f"s3://{self.loc.bucket}/{prefix}"] = str(owner)
+
     def _heartbeat(self) -> None:
         while not self.stop.wait(HEARTBEAT_S):
             try:
                 self.write_marker()
+                self.look_for_others()
             except Exception:  # noqa: BLE001 — a failing endpoint is reported by the phase it fails, with its name
                 pass
 
@@ -385,12 +398,17 @@ def run_s3_probe(job: S3ProbeJob, progress: Progress | None = None) -> StoragePr
         with Scratch(s3, job.loc) as scratch, ThreadPoolExecutor(max_workers=job.writers) as pool:
             writer = Writer(s3, scratch, job.part_bytes, cancel, on_bytes)
             try:
+                what = "the check for other probes"
+                scratch.look_for_others()  # at the start, at every heartbeat and at the end
                 what = "the bandwidth phase"
                 bandwidth = _bandwidth(job, writer, scratch, pool, phase)
                 what = "the small-object phase"
                 small, latency = _small_objects(job, writer, scratch, pool, phase)
                 what = "the replay"
                 replayed = _replay(job, writer, scratch, pool, phase) if job.plan is not None else None
+                what = "the check for other probes"
+                scratch.look_for_others()
+                others = [f"{p}: {who}" for p, who in sorted(scratch.others.items())]
             except BaseException:
                 cancel.set()
                 raise
@@ -410,7 +428,7 @@ def run_s3_probe(job: S3ProbeJob, progress: Progress | None = None) -> StoragePr
         small_files=small, fsync_latency=latency, replay=replayed,
         notes=[f"object store: one multipart upload per stream, parts of {job.part_bytes // MiB} MiB one after another; "
                "fsync latency is the small-object PUT latency (an object is durable when PUT returns)"]
-              + noise_notes(bandwidth, small),
+              + noise_notes(bandwidth, small) + ([concurrent_note(others)] if others else []),
         measurement=Measurement(tool=f"ckplan-s3 (boto3 {boto3.__version__}, botocore {botocore.__version__})",
                                 date=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), host=socket.gethostname(),
                                 preset=job.preset.name, duration_s=time.monotonic() - started,
