@@ -499,6 +499,21 @@ def test_missing_extra_is_an_environment_problem(run, inputs, monkeypatch, argv,
     assert fragment in line, line
 
 
+@pytest.mark.parametrize("json_flag", [[], ["--json"]], ids=["text", "json"])
+def test_compress_test_without_numpy_end_to_end(tmp_path, json_flag):
+    """A fresh interpreter where numpy cannot be imported, as after a plain `pip install ckplan`: nothing the
+    CLI imports on the way (typer, rich, pydantic, ckplan's own modules) may need it before the extra is named."""
+    import subprocess
+
+    hide = ("import sys; sys.modules['numpy'] = None; sys.argv = ['ckplan', 'compress-test', *sys.argv[1:]]; "
+            "from ckplan.cli.app import main; main()")
+    proc = subprocess.run([sys.executable, "-c", hide, *json_flag], capture_output=True, text=True, timeout=60,
+                          cwd=tmp_path, env={**os.environ, "NO_COLOR": "1"})
+    line = _check(proc.returncode, proc.stdout, proc.stderr, 3, json_out=bool(json_flag))
+    assert line == "ckplan: error: compress-test's generated tensors needs numpy: pip install 'ckplan[compress]'", line
+    assert os.listdir(tmp_path) == []
+
+
 @pytest.mark.parametrize("command", ["probe", "clean"])
 def test_unreachable_s3_endpoint_is_an_environment_problem(run, tmp_path, monkeypatch, command):
     from tests.s3server import credentials_env, free_port

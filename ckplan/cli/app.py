@@ -136,10 +136,9 @@ def probe(
     from ckplan.render.profile import live_progress
     with live_progress(job.estimated_seconds) as live:
         result = run(job, live)
-    if run is run_probe:
-        from ckplan.probe.filesystem import shared_target_warnings
-        for warning in shared_target_warnings(result):
-            print(f"ckplan: warning: {warning}", file=sys.stderr)
+    from ckplan.probe.base import shared_target_warnings
+    for warning in shared_target_warnings(result.notes):  # in the profile too, but shared figures must not pass unseen
+        print(f"ckplan: warning: {warning}", file=sys.stderr)
     if save:
         where = profile_store.save(result, save)
         print(f"saved profile {save!r} to {where}", file=sys.stderr)
@@ -178,7 +177,7 @@ def calibrate(
 @app.command()
 def clean(
     path: Annotated[str, typer.Argument(help="The directory (or s3://bucket/prefix) a killed probe wrote under.")],
-    force: Annotated[bool, typer.Option("--force", help="Also remove scratch directories of other hosts' probes.")] = False,
+    force: Annotated[bool, typer.Option("--force", help="Also remove what probes that may still run wrote: other hosts' scratch directories, live S3 probes' prefixes.")] = False,
     endpoint_url: EndpointUrl = None, region: Region = None, profile: AwsProfile = None, timeout: S3Timeout = "30s",
     json: o.Json = False,
 ) -> None:
@@ -189,7 +188,7 @@ def clean(
         from ckplan.probe.s3 import clean_s3
         from ckplan.units import parse_duration
         result = clean_s3(path, endpoint_url=endpoint_url, region=region, profile=profile,
-                          timeout_s=parse_duration(timeout, "--timeout"))
+                          timeout_s=parse_duration(timeout, "--timeout"), force=force)
     else:
         from ckplan.probe.clean import clean_target
         result = clean_target(Path(path), force)

@@ -24,7 +24,13 @@ from pydantic import BaseModel, Field
 from ckplan.errors import InputError
 from ckplan.planning.data import PlanningData
 from ckplan.planning.policy import Policy
-from ckplan.planning.savetime import aggregate_bandwidth, machine_figures, predict_save, required_bandwidth, writer_loads
+from ckplan.planning.savetime import (
+    aggregate_bandwidth,
+    machine_figures,
+    predict_save,
+    required_bandwidth,
+    writer_loads,
+)
 from ckplan.planning.scenario import (
     OVERHEAD,
     Scenario,

@@ -78,6 +78,20 @@ def noise_notes(bandwidth, small_files=None, replay=None, direct=None) -> list[s
     return notes
 
 
+# every target's note that another live probe shared the target ends so; the CLI repeats such notes on stderr
+SHARED_TARGET = "the bandwidth measured here was shared with it: probe again when it is done"
+
+
+def concurrent_note(others: list[str]) -> str:
+    """The note for a probe that found other live probes of its target: each one's scratch location and owner."""
+    return f"another probe of this target ran at the same time ({'; '.join(others)}); {SHARED_TARGET}"
+
+
+def shared_target_warnings(notes: list[str]) -> list[str]:
+    """The notes that say another probe ran at the same time, whatever the target."""
+    return [n for n in notes if n.endswith(SHARED_TARGET)]
+
+
 def writer_counts(max_writers: int) -> list[int]:
     counts, w = [], 1
     while w < max_writers:

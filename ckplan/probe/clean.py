@@ -16,7 +16,8 @@ from ckplan.probe import target
 class CleanResult(BaseModel):
     target: str
     removed: list[str]
-    kept: list[str]  # other hosts' probes, which may still be running (remove with --force)
+    kept: list[str]  # probes that may still be running: other hosts', live S3 ones (remove with --force)
+    why: dict[str, str] = {}  # kept entry -> why, where more is known than "another host's"
 
 
 def clean_target(path: Path, force: bool = False) -> CleanResult:

@@ -14,11 +14,17 @@ from pathlib import Path
 
 from ckplan.errors import InputError
 from ckplan.probe import fio, replay, target
-from ckplan.probe.base import PRESETS, MiB, Preset, Progress, Silent, noise_notes, writer_counts
-from ckplan.validate.calibrate import ESTIMATE_S
+from ckplan.probe.base import PRESETS, SHARED_TARGET, MiB, Preset, Progress, Silent, noise_notes, writer_counts
 from ckplan.profile import (
-    BandwidthPoint, Latency, Measurement, Replay, SmallFiles, Spread, StorageProfile,
+    BandwidthPoint,
+    Latency,
+    Measurement,
+    Replay,
+    SmallFiles,
+    Spread,
+    StorageProfile,
 )
+from ckplan.validate.calibrate import ESTIMATE_S
 
 DEFAULT_SMALL_FILE_RANGE = (4 * 1024, 256 * 1024)  # RNG states (~15 KB) up to index/metadata files
 # Files per writer in one small-file run, unless the plan's busiest rank writes more. Creates
@@ -39,7 +45,6 @@ LATENCY_FILE_BYTES = 64 * MiB
 # take them past the budget either: the whole probe stays within half the free space or --max-bytes.
 SCRATCH_RESERVE_BYTES = MiB
 PAGE_BYTES = 4096
-SHARED_TARGET = "the bandwidth measured here was shared with it: probe again when it is done"
 
 
 @dataclass(frozen=True)
@@ -195,11 +200,6 @@ class _OtherProbes:
                for pid in self.pids]
         return out + [f"a ckplan probe on host {host} started writing to this target during the probe; {SHARED_TARGET}"
                       for host in self.hosts]
-
-
-def shared_target_warnings(profile: StorageProfile) -> list[str]:
-    """The notes that say another probe ran at the same time: the CLI repeats them on stderr."""
-    return [n for n in profile.notes if n.endswith(SHARED_TARGET)]
 
 
 def _direct_io_works(scratch: Path) -> bool:

@@ -11,14 +11,20 @@ works unchanged:
   rank's thread, multipart above the part size, as object-store writers do.
 Everything goes under a unique key prefix, deleted at the end, on error and on
 Ctrl-C, with every multipart upload it started aborted; `ckplan clean s3://…`
-removes what a killed probe left. Credentials come from the standard AWS chain
+removes what a killed probe left. The prefix's first object is a marker naming
+the probe's host and pid, rewritten every HEARTBEAT_S: `clean` leaves a live
+probe's prefix alone, and a probe that finds another live one beside it says
+that the figures were shared. Credentials come from the standard AWS chain
 and never reach output, profiles or error messages: errors are rebuilt from
 their codes, not passed through.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import email.utils
+import json
 import os
 import secrets
 import socket
@@ -29,14 +35,26 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit, urlunsplit
 
 from ckplan.errors import EnvironmentProblem, InputError, MeasurementFailed, missing_extra
-from ckplan.probe import replay
-from ckplan.probe.base import PRESETS, MiB, Preset, Progress, Silent, noise_notes, writer_counts
+from ckplan.probe import replay, target
+from ckplan.probe.base import PRESETS, MiB, Preset, Progress, Silent, concurrent_note, noise_notes, writer_counts
 from ckplan.profile import BandwidthPoint, Latency, Measurement, Replay, SmallFiles, Spread, StorageProfile
 
 SCRATCH_PREFIX = ".ckplan-probe-"
 DEFAULT_PART_BYTES = 8 * MiB  # boto3 TransferConfig's multipart_chunksize
 MIN_PART_BYTES = 5 * MiB  # S3's smallest part (all but the last)
 SMALL_OBJECT_RANGE = (4 * 1024, 256 * 1024)
+MARKER = target.MARKER  # the same name as the filesystem probe's marker file
+HEARTBEAT_S = 5.0  # how often a running probe rewrites its marker
+# A marker older than this (by the server's clock) belongs to a probe that is gone. It must outlast a heartbeat PUT
+# that takes its full retries at the default 30 s timeout, or a slow endpoint would make a live probe look dead.
+STALE_AFTER_S = 120.0
+# A probe killed with -9 leaves requests that the server has received and still processes: a multipart upload
+# being completed leaves the upload listing before its object appears (moto here: up to 0.9 s after the kill,
+# with a few hundred MB). So `clean` lists again until nothing has appeared for CLEAN_QUIET_S, giving up after
+# CLEAN_WAIT_S of objects that keep appearing (something still writes there).
+CLEAN_QUIET_S = 3.0
+CLEAN_WAIT_S = 60.0
+CLEAN_POLL_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -128,33 +146,152 @@ def describe(exc: BaseException, loc: S3Location, what: str, measuring: bool = F
     return InputError(f"{what} failed: {type(exc).__name__}")
 
 
+@dataclass(frozen=True)
+class Owner:
+    """Who wrote a scratch prefix, from its marker; age_s is the time since its last heartbeat."""
+
+    host: str | None
+    pid: int | None
+    age_s: float
+
+    @property
+    def live(self) -> bool:
+        return probe_alive(self.host, self.pid, self.age_s)
+
+    def __str__(self) -> str:
+        return f"host {self.host}, pid {self.pid}, last heartbeat {self.age_s:.0f} s ago"
+
+
+def probe_alive(host: str | None, pid: int | None, age_s: float, here: str | None = None) -> bool:
+    """A probe is live while its heartbeat is fresh and, on this host, its pid still runs.
+
+    The pid answers at once for a probe of this host killed a moment ago; the heartbeat's age is all there
+    is for another host's, and it also catches a dead probe's pid reused by an unrelated process here.
+    """
+    if age_s > STALE_AFTER_S or pid is None:
+        return False
+    if host == (here or socket.gethostname()):
+        return target._alive(pid)
+    return True
+
+
+def owner_of(s3, bucket: str, prefix: str) -> Owner | None:
+    """The owner named by the prefix's marker; None where there is none, or it is not ckplan's."""
+    import botocore.exceptions
+
+    try:
+        got = s3.get_object(Bucket=bucket, Key=prefix + MARKER)
+        info = json.loads(got["Body"].read(4096))  # bounded: anyone may have written an object by that name
+    except botocore.exceptions.ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404", "NotFound"):
+            return None
+        raise
+    except ValueError:
+        return None
+    if not isinstance(info, dict):
+        return None
+    # the age by the server's own clock (its Date header against the marker's LastModified), so that clock
+    # skew between the probe's host and this one cannot make a live probe look dead or a dead one live
+    try:
+        now = email.utils.parsedate_to_datetime(got["ResponseMetadata"]["HTTPHeaders"]["date"])
+    except (KeyError, TypeError, ValueError):
+        now = dt.datetime.now(dt.timezone.utc)
+    age = max(0.0, (now - got["LastModified"]).total_seconds())
+    pid = info.get("pid")
+    return Owner(host=str(info.get("host")), pid=pid if isinstance(pid, int) else None, age_s=age)
+
+
+def scratch_prefixes(s3, bucket: str, base: str) -> set[str]:
+    """Every probe prefix directly under `base`: those holding objects, and those holding only multipart uploads."""
+    found = set()
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=base + SCRATCH_PREFIX, Delimiter="/"):
+        found |= {p["Prefix"] for p in page.get("CommonPrefixes", [])}
+    for page in s3.get_paginator("list_multipart_uploads").paginate(Bucket=bucket, Prefix=base + SCRATCH_PREFIX):
+        found |= {base + u["Key"][len(base):].split("/", 1)[0] + "/" for u in page.get("Uploads", [])
+                  if "/" in u["Key"][len(base):]}
+    return found
+
+
 @dataclass
 class Scratch:
-    """A unique key prefix; every object and multipart upload under it is removed on exit."""
+    """A unique key prefix; every object and multipart upload under it is removed on exit.
+
+    Its marker is written before anything else, so that no listing ever shows the prefix without its owner,
+    and rewritten every HEARTBEAT_S by a thread that also looks for other live probes beside it.
+    """
 
     s3: object
     loc: S3Location
     prefix: str = ""
+    base: str = ""  # the user's prefix, where other probes' prefixes sit beside this one
     uploads: dict = field(default_factory=dict)  # upload id -> key
     lock: threading.Lock = field(default_factory=threading.Lock)
+    others: dict = field(default_factory=dict)  # scratch prefix of another live probe -> its owner, as seen
+    started: float = field(default_factory=time.time)
+    stop: threading.Event = field(default_factory=threading.Event)
+    beat: threading.Thread | None = None
 
     def __post_init__(self) -> None:
         name = f"{SCRATCH_PREFIX}{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(4)}"
-        self.prefix = f"{self.loc.prefix}/{name}/" if self.loc.prefix else f"{name}/"
+        self.base = f"{self.loc.prefix}/" if self.loc.prefix else ""
+        self.prefix = self.base + name + "/"
 
     def __enter__(self) -> "Scratch":
+        try:  # until this returns, `with` will not call __exit__: a Ctrl-C in here must remove the marker itself
+            self.write_marker()
+            self.beat = threading.Thread(target=self._heartbeat, name="ckplan-s3-heartbeat", daemon=True)
+            self.beat.start()
+        except BaseException:
+            # a PUT that timed out may still have landed; the marker's own error is the one to report
+            with contextlib.suppress(Exception):
+                self.__exit__()
+            raise
         return self
 
     def __exit__(self, *exc) -> None:
+        self.stop.set()
+        if self.beat is not None:
+            self.beat.join()  # a heartbeat landing after the removal would leave the marker behind
         remove_prefix(self.s3, self.loc.bucket, self.prefix)
+
+    def write_marker(self) -> None:
+        body = json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "started": self.started,
+                           "heartbeat": time.time()})
+        self.s3.put_object(Bucket=self.loc.bucket, Key=self.prefix + MARKER, Body=body.encode())
+
+    def look_for_others(self) -> None:
+        """Record every other live probe under the same prefix; a dead probe's leftovers do not count."""
+        for prefix in scratch_prefixes(self.s3, self.loc.bucket, self.base) - {self.prefix}:
+            owner = owner_of(self.s3, self.loc.bucket, prefix)
+            if owner is not None and owner.live:
+                with self.lock:
+                    self.others[f"s3://{self.loc.bucket}/{prefix}"] = str(owner)
+
+    def _heartbeat(self) -> None:
+        while not self.stop.wait(HEARTBEAT_S):
+            try:
+                self.write_marker()
+                self.look_for_others()
+            except Exception:  # noqa: BLE001 — a failing endpoint is reported by the phase it fails, with its name
+                pass
 
 
 def remove_prefix(s3, bucket: str, prefix: str) -> int:
-    """Abort every multipart upload and delete every object under `prefix`; the count removed."""
+    """Abort every multipart upload and delete every object under `prefix`, in one pass; the count removed.
+
+    An upload that is gone by the time it is aborted (NoSuchUpload) was completed or aborted by its writer in
+    the meantime: done here, and an object it completed into is deleted below or by the caller's next pass.
+    """
+    import botocore.exceptions
+
     removed = 0
     for page in s3.get_paginator("list_multipart_uploads").paginate(Bucket=bucket, Prefix=prefix):
         for up in page.get("Uploads", []):
-            s3.abort_multipart_upload(Bucket=bucket, Key=up["Key"], UploadId=up["UploadId"])
+            try:
+                s3.abort_multipart_upload(Bucket=bucket, Key=up["Key"], UploadId=up["UploadId"])
+            except botocore.exceptions.ClientError as exc:
+                if exc.response.get("Error", {}).get("Code") != "NoSuchUpload":
+                    raise
             removed += 1
     for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
         keys = [{"Key": o["Key"]} for o in page.get("Contents", [])]
@@ -260,12 +397,17 @@ def run_s3_probe(job: S3ProbeJob, progress: Progress | None = None) -> StoragePr
         with Scratch(s3, job.loc) as scratch, ThreadPoolExecutor(max_workers=job.writers) as pool:
             writer = Writer(s3, scratch, job.part_bytes, cancel, on_bytes)
             try:
+                what = "the check for other probes"
+                scratch.look_for_others()  # at the start, at every heartbeat and at the end
                 what = "the bandwidth phase"
                 bandwidth = _bandwidth(job, writer, scratch, pool, phase)
                 what = "the small-object phase"
                 small, latency = _small_objects(job, writer, scratch, pool, phase)
                 what = "the replay"
                 replayed = _replay(job, writer, scratch, pool, phase) if job.plan is not None else None
+                what = "the check for other probes"
+                scratch.look_for_others()
+                others = [f"{p}: {who}" for p, who in sorted(scratch.others.items())]
             except BaseException:
                 cancel.set()
                 raise
@@ -285,7 +427,7 @@ def run_s3_probe(job: S3ProbeJob, progress: Progress | None = None) -> StoragePr
         small_files=small, fsync_latency=latency, replay=replayed,
         notes=[f"object store: one multipart upload per stream, parts of {job.part_bytes // MiB} MiB one after another; "
                "fsync latency is the small-object PUT latency (an object is durable when PUT returns)"]
-              + noise_notes(bandwidth, small),
+              + noise_notes(bandwidth, small) + ([concurrent_note(others)] if others else []),
         measurement=Measurement(tool=f"ckplan-s3 (boto3 {boto3.__version__}, botocore {botocore.__version__})",
                                 date=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), host=socket.gethostname(),
                                 preset=job.preset.name, duration_s=time.monotonic() - started,
@@ -384,23 +526,47 @@ def _replay(job, writer, scratch, pool, phase) -> Replay:
 
 
 def clean_s3(url: str, *, endpoint_url: str | None = None, region: str | None = None, profile: str | None = None,
-             timeout_s: float = 30.0):
-    """Remove every `.ckplan-probe-*` prefix (objects and multipart uploads) under the URL."""
+             timeout_s: float = 30.0, force: bool = False, quiet_s: float = CLEAN_QUIET_S, wait_s: float = CLEAN_WAIT_S):
+    """Remove every `.ckplan-probe-*` prefix (objects and multipart uploads) under the URL whose probe is gone.
+
+    A live probe's prefix is kept unless `force`. After removing anything, it lists again until nothing new has
+    appeared for `quiet_s` (a killed probe's last requests land late), and gives up after `wait_s`.
+    """
     from ckplan.probe.clean import CleanResult
 
     loc = parse_url(url, endpoint_url, region, profile)
     s3 = client(loc, timeout_s, 4)
     base = f"{loc.prefix}/" if loc.prefix else ""
-    removed: list[str] = []
+    removed: set[str] = set()
+    kept: dict[str, str] = {}
+    deadline = time.monotonic() + wait_s
+    quiet_from = 0.0
     try:
-        found = set()
-        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=loc.bucket, Prefix=base + SCRATCH_PREFIX, Delimiter="/"):
-            found |= {p["Prefix"] for p in page.get("CommonPrefixes", [])}
-        for page in s3.get_paginator("list_multipart_uploads").paginate(Bucket=loc.bucket, Prefix=base + SCRATCH_PREFIX):
-            found |= {base + u["Key"][len(base):].split("/", 1)[0] + "/" for u in page.get("Uploads", [])}
-        for prefix in sorted(found):
-            remove_prefix(s3, loc.bucket, prefix)
-            removed.append(f"s3://{loc.bucket}/{prefix}")
+        while True:
+            doomed = []
+            for prefix in sorted(scratch_prefixes(s3, loc.bucket, base) - set(kept)):
+                if prefix not in removed and not force:  # judged once: a dead probe's marker may land again
+                    owner = owner_of(s3, loc.bucket, prefix)
+                    if owner is not None and owner.live:
+                        kept[prefix] = f"a live probe owns it ({owner})"
+                        continue
+                doomed.append(prefix)
+            if doomed:
+                for prefix in doomed:
+                    remove_prefix(s3, loc.bucket, prefix)
+                removed |= set(doomed)
+                quiet_from = time.monotonic()
+            elif not removed or time.monotonic() - quiet_from >= quiet_s:
+                break  # a dead probe's prefix always holds its marker, so finding none at all needs no wait
+            if doomed and time.monotonic() > deadline:
+                left = ", ".join(f"s3://{loc.bucket}/{p}" for p in doomed)
+                raise EnvironmentProblem(f"objects or multipart uploads kept appearing under {left} for {wait_s:.0f} s "
+                                         "of clean-up: a probe may still be writing there; stop it and rerun clean")
+            time.sleep(CLEAN_POLL_S)
+    except (InputError, EnvironmentProblem):
+        raise
     except Exception as exc:  # noqa: BLE001
         raise describe(exc, loc, "the clean-up") from None
-    return CleanResult(target=loc.url, removed=removed, kept=[])
+    url_of = {p: f"s3://{loc.bucket}/{p}" for p in removed | set(kept)}
+    return CleanResult(target=loc.url, removed=sorted(url_of[p] for p in removed),
+                       kept=sorted(url_of[p] for p in kept), why={url_of[p]: w for p, w in kept.items()})

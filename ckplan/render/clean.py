@@ -9,4 +9,5 @@ def render_clean(result: CleanResult) -> None:
     for path in result.removed:
         out.print(f"removed {path}")
     for path in result.kept:
-        out.print(f"[yellow]kept[/yellow] {path}: written by another host's probe, which may still run (--force removes it)")
+        why = result.why.get(path, "written by another host's probe, which may still run")
+        out.print(f"[yellow]kept[/yellow] {path}: {why} (--force removes it)")

@@ -30,8 +30,14 @@ from pathlib import PurePosixPath
 
 from ckplan.errors import InputError
 from ckplan.sizing.layouts.base import FileKind, ManifestFile, Parallelism
-from ckplan.sizing.plan import (DEFAULT_GPUS_PER_NODE, MEASURED, WRITE_CALL_BYTES, CheckpointPlan, TrainingSetup,
-                                manifest_totals)
+from ckplan.sizing.plan import (
+    DEFAULT_GPUS_PER_NODE,
+    MEASURED,
+    WRITE_CALL_BYTES,
+    CheckpointPlan,
+    TrainingSetup,
+    manifest_totals,
+)
 from ckplan.sizing.states import StateBytes
 from ckplan.units import MAX_GPUS, MAX_PARAMETERS, check_range, fmt_bytes
 

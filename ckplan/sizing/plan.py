@@ -11,7 +11,8 @@ from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, field_vali
 
 from ckplan import __version__
 from ckplan.errors import InputError, did_you_mean
-from ckplan.sizing.architecture import Architecture, Tensor, parameter_count, tensors as model_tensors
+from ckplan.sizing.architecture import Architecture, Tensor, parameter_count
+from ckplan.sizing.architecture import tensors as model_tensors
 from ckplan.sizing.layouts import LAYOUTS
 from ckplan.sizing.layouts.base import Layout, LayoutInput, ManifestFile, Parallelism, WritePath
 from ckplan.sizing.states import OPTIMIZERS, PRECISIONS, StateBytes, state_breakdown

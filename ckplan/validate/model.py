@@ -8,8 +8,8 @@ from pydantic import BaseModel
 
 from ckplan import __version__
 from ckplan.planning.savetime import SaveTime, predict_save
-from ckplan.profile import Spread, StorageProfile
 from ckplan.probe.replay import node_share
+from ckplan.profile import Spread, StorageProfile
 from ckplan.sizing.plan import CheckpointPlan
 
 LARGE_ERROR_PERCENT = 15.0

@@ -48,8 +48,8 @@ def validate(path: Path, plan: CheckpointPlan, profile: StorageProfile, *, scale
     notes: list[str] = []
     stall_error = None
     if mode == "async":
-        from ckplan.planning.scenario import snapshot_seconds
         from ckplan.planning.policy import Policy
+        from ckplan.planning.scenario import snapshot_seconds
         stall_pred = snapshot_seconds(plan, Policy()) * scale
         if blocking:
             stall_error = (stall_pred - Spread.of(blocking).median) / Spread.of(blocking).median * 100

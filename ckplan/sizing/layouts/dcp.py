@@ -16,7 +16,14 @@ from __future__ import annotations
 from typing import Callable
 
 from ckplan.sizing.layouts.base import (
-    BufferedWriter, DCP_METADATA_PER_CHUNK_BYTES, LayoutInput, ManifestFile, Parallelism, fp32_copy_only, split_even, total,
+    DCP_METADATA_PER_CHUNK_BYTES,
+    BufferedWriter,
+    LayoutInput,
+    ManifestFile,
+    Parallelism,
+    fp32_copy_only,
+    split_even,
+    total,
 )
 from ckplan.sizing.states import StateBytes
 

@@ -29,11 +29,18 @@ Model-parallel rank = pipeline stage × tp + tensor rank, as PipelineParallelGri
 from __future__ import annotations
 
 from ckplan.errors import InputError
-from ckplan.sizing.layouts.base import (
-    LATEST_TAG_BYTES, ZERO_TO_FP32_SCRIPT_BYTES, LayoutInput, ManifestFile, Parallelism, WritePath,
-    split_even, torch_save_bytes, total,
-)
 from ckplan.sizing.architecture import Tensor
+from ckplan.sizing.layouts.base import (
+    LATEST_TAG_BYTES,
+    ZERO_TO_FP32_SCRIPT_BYTES,
+    LayoutInput,
+    ManifestFile,
+    Parallelism,
+    WritePath,
+    split_even,
+    torch_save_bytes,
+    total,
+)
 from ckplan.sizing.states import StateBytes
 
 

@@ -29,9 +29,19 @@ from __future__ import annotations
 
 from ckplan.errors import InputError
 from ckplan.sizing.layouts.base import (
-    BufferedWriter, CONFIG_JSON_BYTES, RNG_STATE_BYTES, SAFETENSORS_INDEX_PER_TENSOR_BYTES, SCHEDULER_BYTES,
-    TRAINER_STATE_BYTES, TRAINING_ARGS_BYTES, LayoutInput, ManifestFile, Parallelism, fp32_copy_only,
-    torch_save_bytes, total,
+    CONFIG_JSON_BYTES,
+    RNG_STATE_BYTES,
+    SAFETENSORS_INDEX_PER_TENSOR_BYTES,
+    SCHEDULER_BYTES,
+    TRAINER_STATE_BYTES,
+    TRAINING_ARGS_BYTES,
+    BufferedWriter,
+    LayoutInput,
+    ManifestFile,
+    Parallelism,
+    fp32_copy_only,
+    torch_save_bytes,
+    total,
 )
 from ckplan.sizing.layouts.deepspeed import DeepSpeedLayout
 from ckplan.sizing.states import StateBytes

@@ -10,7 +10,15 @@ from __future__ import annotations
 
 from ckplan.errors import InputError
 from ckplan.sizing.layouts.base import (
-    BufferedWriter, RNG_STATE_BYTES, SCHEDULER_BYTES, LayoutInput, ManifestFile, Parallelism, fp32_copy_only, torch_save_bytes, total,
+    RNG_STATE_BYTES,
+    SCHEDULER_BYTES,
+    BufferedWriter,
+    LayoutInput,
+    ManifestFile,
+    Parallelism,
+    fp32_copy_only,
+    torch_save_bytes,
+    total,
 )
 from ckplan.sizing.states import StateBytes
 

@@ -13,7 +13,13 @@
 from __future__ import annotations
 
 from ckplan.sizing.layouts.base import (
-    BufferedWriter, CONFIG_JSON_BYTES, LATEST_TAG_BYTES, TORCH_SAVE_OVERHEAD_BYTES, LayoutInput, ManifestFile, Parallelism,
+    CONFIG_JSON_BYTES,
+    LATEST_TAG_BYTES,
+    TORCH_SAVE_OVERHEAD_BYTES,
+    BufferedWriter,
+    LayoutInput,
+    ManifestFile,
+    Parallelism,
 )
 from ckplan.sizing.layouts.dcp import distcp_files
 from ckplan.sizing.states import StateBytes
