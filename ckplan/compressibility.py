@@ -83,9 +83,9 @@ def measure_compressibility(path: Path | None = None, sample_bytes: int = SAMPLE
             with open(path, "rb") as f:
                 data = {path.name: (f.read(sample_bytes), 2 if "bf16" in path.name else 4)}
         except OSError as exc:
-            raise InputError(f"cannot read --file {path}: {exc.strerror}") from None
+            raise InputError(f"cannot read ‹file› {path}: {exc.strerror}") from None
         if not data[path.name][0]:
-            raise InputError(f"--file {path} is empty")
+            raise InputError(f"‹file› {path} is empty")
         source = str(path)
     else:
         data = _generated(sample_bytes)

@@ -320,5 +320,6 @@ def flag_names() -> dict[str, str]:
     names = {f.name: f.flag for f in _plan_flags({}, ())}
     names.update({f.field: f.flag for f in _policy_flags()})
     names.update(dtype_overrides="--dtype", options="--option", plan_file="--plan", save_name="--save", keep="--keep",
-                 goodput="--target-goodput")
+                 goodput="--target-goodput", ranks="--ranks", repeats="--repeats", scale="--scale", file="--file", by="--by",
+                 interval="--interval", pattern="--pattern")
     return names

@@ -100,7 +100,7 @@ def watch(target: str, interval_s: float, duration_s: float | None,
     import psutil
 
     if interval_s <= 0:
-        raise InputError("--interval must be > 0")
+        raise InputError("‹interval› must be > 0")
     dev = device_of(target)
     samples: list[Sample] = []
     prev, prev_t = psutil.disk_io_counters(perdisk=True)[dev], time.monotonic()

@@ -73,12 +73,12 @@ def diagnose(saves: list[Save], logs: list[str], bytes_read: int, by: str = "sav
 
     if len(saves) < 2:
         raise InputError(f"found {len(saves)} checkpoint save(s) in the logs; a trend needs at least 2 "
-                         "(give --pattern for another log format)")
+                         "(give ‹pattern› for another log format)")
     ys = [s.seconds for s in saves]
     ats = [s.at for s in saves if s.at is not None]
     stamped = len(ats) == len(saves)
     if by == "wall time" and not stamped:
-        raise InputError("--by time needs timestamps on every save line")
+        raise InputError("‹by› time needs timestamps on every save line")
     gaps = [b - a for a, b in zip(ats, ats[1:])] if stamped else []
     gap = statistics.median(gaps) if gaps else None
     xs: list[float] = [float(i) for i in range(len(saves))]

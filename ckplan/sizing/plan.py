@@ -204,13 +204,13 @@ def build_plan(*, arch: Architecture, parameters: int | None = None, model_name:
     layout = LAYOUTS[framework]
     if ep > 1 and not getattr(layout, "supports_ep", False):
         takes = ", ".join(name for name, other in sorted(LAYOUTS.items()) if getattr(other, "supports_ep", False))
-        raise InputError(f"--ep {ep}: the {framework} layout has no expert parallelism (the layouts with it: {takes})")
+        raise InputError(f"‹ep› {ep}: the {framework} layout has no expert parallelism (the layouts with it: {takes})")
     layout.check(par)
     known = getattr(layout, "options", ())  # the --option names a layout reads; most read none
     for name in options or {}:
         if name not in known:
             takes = f"takes {', '.join(known)}" if known else "takes no --option"
-            raise InputError(f"unknown --option {name!r}: the {framework} layout {takes}")
+            raise InputError(f"unknown ‹options› {name!r}: the {framework} layout {takes}")
     check_options = getattr(layout, "check_options", None)
     if check_options is not None:
         check_options(par, options or {})
@@ -255,27 +255,27 @@ def _parallelism(arch: Architecture, gpus: int, gpus_per_node: int | None, tp: i
     if gpus_per_node is None:
         gpus_per_node = min(DEFAULT_GPUS_PER_NODE, gpus)
     elif gpus_per_node > gpus:
-        raise InputError(f"--gpus-per-node {gpus_per_node} exceeds --gpus {gpus}: give the GPUs per node the job uses")
+        raise InputError(f"‹gpus_per_node› {gpus_per_node} exceeds ‹gpus› {gpus}: give the GPUs per node the job uses")
     if zero not in (0, 1, 2, 3):
-        raise InputError(f"--zero must be 0, 1, 2 or 3, got {zero}")
+        raise InputError(f"‹zero› must be 0, 1, 2 or 3, got {zero}")
     if gpus % (tp * pp):
-        raise InputError(f"--gpus {gpus} is not divisible by --tp {tp} × --pp {pp} = {tp * pp}")
+        raise InputError(f"‹gpus› {gpus} is not divisible by ‹tp› {tp} × ‹pp› {pp} = {tp * pp}")
     if gpus > gpus_per_node and gpus % gpus_per_node:
-        raise InputError(f"--gpus {gpus} is not a whole number of nodes of --gpus-per-node {gpus_per_node}")
+        raise InputError(f"‹gpus› {gpus} is not a whole number of nodes of ‹gpus_per_node› {gpus_per_node}")
     if arch.heads % tp or arch.kv_heads % tp and tp % arch.kv_heads:
-        raise InputError(f"--tp {tp} does not divide {arch.display}'s {arch.heads} attention heads")
+        raise InputError(f"‹tp› {tp} does not divide {arch.display}'s {arch.heads} attention heads")
     if pp > arch.layers:
-        raise InputError(f"--pp {pp} exceeds {arch.display}'s {arch.layers} layers")
+        raise InputError(f"‹pp› {pp} exceeds {arch.display}'s {arch.layers} layers")
     if ep > 1:
         dp = gpus // (tp * pp)
         if arch.experts == 1:
-            raise InputError(f"--ep {ep} needs a mixture-of-experts model: {arch.display} is dense"
+            raise InputError(f"‹ep› {ep} needs a mixture-of-experts model: {arch.display} is dense"
                              + (" (--params borrows a dense model's shapes; give --model)" if borrowed else ""))
         if dp % ep:
-            raise InputError(f"--ep {ep} does not divide the {dp} data-parallel ranks (--gpus {gpus} / (--tp {tp} × --pp {pp})): "
+            raise InputError(f"‹ep› {ep} does not divide the {dp} data-parallel ranks (‹gpus› {gpus} / (‹tp› {tp} × ‹pp› {pp})): "
                              "expert parallelism is carved out of data parallelism")
         if arch.experts % ep:
-            raise InputError(f"--ep {ep} does not divide {arch.display}'s {arch.experts} experts")
+            raise InputError(f"‹ep› {ep} does not divide {arch.display}'s {arch.experts} experts")
     return Parallelism(gpus=gpus, gpus_per_node=gpus_per_node, tp=tp, pp=pp, zero=zero, ep=ep)
 
 

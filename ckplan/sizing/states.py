@@ -113,5 +113,5 @@ def state_breakdown(tensors: list[Tensor], optimizer: str, precision: str,
     known = {"weights", "master", "optimizer"} | {s.name for s in out}
     unknown = set(overrides) - known
     if unknown:
-        raise InputError(f"--dtype names unknown state(s) {', '.join(sorted(unknown))}; known: {', '.join(sorted(known))}")
+        raise InputError(f"‹dtype_overrides› names unknown state(s) {', '.join(sorted(unknown))}; known: {', '.join(sorted(known))}")
     return out

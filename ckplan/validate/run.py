@@ -19,9 +19,9 @@ SAVERS = {"deepspeed": "torch.save per rank file", "lightning": "torch.save of o
 def validate(path: Path, plan: CheckpointPlan, profile: StorageProfile, *, scale: float = 1.0, repeats: int = 3,
              mode: str = "sync", max_bytes: int | None = None) -> Validation:
     if repeats < 1:
-        raise InputError("--repeats must be ≥ 1")
+        raise InputError("‹repeats› must be ≥ 1")
     if not 0 < scale <= 1:
-        raise InputError(f"--scale must be in (0, 1], got {scale}")
+        raise InputError(f"‹scale› must be in (0, 1], got {scale}")
     from ckplan.validate.calibrate import torch_available
     if not torch_available():  # the saves import torch in their own processes; this one never needs it
         raise EnvironmentProblem("validate needs PyTorch: pip install 'ckplan[torch]' (the CPU build, torch==2.13.0)")
@@ -36,8 +36,8 @@ def validate(path: Path, plan: CheckpointPlan, profile: StorageProfile, *, scale
     free = target.free_bytes(path)
     budget = min(free // 2 if free is not None else total, max_bytes or total)
     if total > budget:
-        raise InputError(f"the save writes {total / 1e9:.2f} GB at --scale {scale:g}; the target allows {budget / 1e9:.2f} GB "
-                         f"(half the free space or --max-bytes): lower --scale")
+        raise InputError(f"the save writes {total / 1e9:.2f} GB at ‹scale› {scale:g}; the target allows {budget / 1e9:.2f} GB "
+                         f"(half the free space or --max-bytes): lower ‹scale›")
     with target.ScratchDir(path) as scratch:
         # one unrecorded warm-up save first, as the probe's replay has: the first save of a process pays
         # first-touch costs (host memory faulted back in, page-cache growth) that later saves do not
