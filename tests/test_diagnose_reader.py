@@ -13,7 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ckplan.diagnose import logs
-from ckplan.diagnose.logs import BLOCK, BUILTIN, Custom, extract, required_literals
+from ckplan.diagnose.extractors import BUILTIN, Custom, required_literals
+from ckplan.diagnose.logs import BLOCK, extract
 from ckplan.errors import InputError
 from tests.conftest import FIXTURES, assert_one_line_error, run_cli, run_json
 
