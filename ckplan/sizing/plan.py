@@ -11,7 +11,8 @@ from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, field_vali
 
 from ckplan import __version__
 from ckplan.errors import InputError, did_you_mean
-from ckplan.sizing.architecture import Architecture, Tensor, parameter_count, tensors as model_tensors
+from ckplan.sizing.architecture import Architecture, Tensor, parameter_count
+from ckplan.sizing.architecture import tensors as model_tensors
 from ckplan.sizing.layouts import LAYOUTS
 from ckplan.sizing.layouts.base import Layout, LayoutInput, ManifestFile, Parallelism, WritePath
 from ckplan.sizing.states import OPTIMIZERS, PRECISIONS, StateBytes, state_breakdown
@@ -154,10 +155,13 @@ class CheckpointPlan(BaseModel):
         from ckplan.units import fmt_count
 
         s = self.setup
-        zero = f" ZeRO-{s.zero}" if s.framework in ("deepspeed", "dcp", "megatron", "dlio") or s.framework == "hf" and s.zero else ""
+        layout = LAYOUTS.get(s.framework)
+        shown = layout.shows_zero_stage if layout is not None else "never"
+        zero = f" ZeRO-{s.zero}" if shown == "always" or shown == "nonzero" and s.zero else ""
         if s.shape_source.startswith(MEASURED):  # size --from: only what the files tell
             params = f" ({s.parameters:,} params)" if s.parameters else ", parameters unknown"
-            zero = f" ZeRO-{s.zero}" if s.framework in ("deepspeed", "hf") and s.zero else ""  # from DeepSpeed's names
+            # a stage read from DeepSpeed's zero_pp_rank names (measured.py), where the framework has stages
+            zero = f" ZeRO-{s.zero}" if shown != "never" and s.zero else ""
             text = f"{s.framework}{zero} checkpoint measured from disk{params}"
         else:
             model = s.model or f"{fmt_count(s.parameters or 0)} parameters"

@@ -16,7 +16,15 @@ from __future__ import annotations
 from typing import Callable
 
 from ckplan.sizing.layouts.base import (
-    BufferedWriter, DCP_METADATA_PER_CHUNK_BYTES, LayoutInput, ManifestFile, Parallelism, fp32_copy_only, split_even, total,
+    DCP_METADATA_PER_CHUNK_BYTES,
+    BufferedWriter,
+    LayoutInput,
+    ManifestFile,
+    Parallelism,
+    ZeroShown,
+    fp32_copy_only,
+    split_even,
+    total,
 )
 from ckplan.sizing.states import StateBytes
 
@@ -58,6 +66,7 @@ class DcpLayout(BufferedWriter):
     name = "dcp"
     description = "PyTorch Distributed Checkpoint (one .distcp per rank plus .metadata)"
     coordinated_save = True
+    shows_zero_stage: ZeroShown = "always"
     renames_per_save = 1  # .metadata.tmp -> .metadata
     supports_ep = True  # torchtitan: experts Shard(0) over the ep mesh, FSDP over dp_shard / ep
 

@@ -29,11 +29,19 @@ Model-parallel rank = pipeline stage × tp + tensor rank, as PipelineParallelGri
 from __future__ import annotations
 
 from ckplan.errors import InputError
-from ckplan.sizing.layouts.base import (
-    LATEST_TAG_BYTES, ZERO_TO_FP32_SCRIPT_BYTES, LayoutInput, ManifestFile, Parallelism, WritePath,
-    split_even, torch_save_bytes, total,
-)
 from ckplan.sizing.architecture import Tensor
+from ckplan.sizing.layouts.base import (
+    LATEST_TAG_BYTES,
+    ZERO_TO_FP32_SCRIPT_BYTES,
+    LayoutInput,
+    ManifestFile,
+    Parallelism,
+    WritePath,
+    ZeroShown,
+    split_even,
+    torch_save_bytes,
+    total,
+)
 from ckplan.sizing.states import StateBytes
 
 
@@ -42,6 +50,7 @@ class DeepSpeedLayout:
     description = "DeepSpeed engine.save_checkpoint (global_stepN/, per-rank ZeRO optimizer shards)"
     coordinated_save = False
     options = ("writer",)
+    shows_zero_stage: ZeroShown = "always"
     # checkpoint.writer.type: torch.save through the page cache, or FastPersist with O_DIRECT
     writer_paths: dict[str, WritePath] = {"torch": "buffered", "fast": "direct"}
 

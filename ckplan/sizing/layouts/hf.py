@@ -29,9 +29,20 @@ from __future__ import annotations
 
 from ckplan.errors import InputError
 from ckplan.sizing.layouts.base import (
-    BufferedWriter, CONFIG_JSON_BYTES, RNG_STATE_BYTES, SAFETENSORS_INDEX_PER_TENSOR_BYTES, SCHEDULER_BYTES,
-    TRAINER_STATE_BYTES, TRAINING_ARGS_BYTES, LayoutInput, ManifestFile, Parallelism, fp32_copy_only,
-    torch_save_bytes, total,
+    CONFIG_JSON_BYTES,
+    RNG_STATE_BYTES,
+    SAFETENSORS_INDEX_PER_TENSOR_BYTES,
+    SCHEDULER_BYTES,
+    TRAINER_STATE_BYTES,
+    TRAINING_ARGS_BYTES,
+    BufferedWriter,
+    LayoutInput,
+    ManifestFile,
+    Parallelism,
+    ZeroShown,
+    fp32_copy_only,
+    torch_save_bytes,
+    total,
 )
 from ckplan.sizing.layouts.deepspeed import DeepSpeedLayout
 from ckplan.sizing.states import StateBytes
@@ -46,6 +57,7 @@ BOOLEANS = {"true": True, "false": False}
 class HfLayout(BufferedWriter):
     name = "hf"
     default_zero = 0  # plain Trainer under DDP; --zero 1-3 is Trainer with DeepSpeed
+    shows_zero_stage: ZeroShown = "nonzero"
     description = "Hugging Face Trainer (safetensors shards, optimizer.pt, rng_state_i.pth)"
     # --option hf_shard_size=50GB: Trainer's max_shard_size; gather_16bit: ZeRO-3's stage3_gather_16bit_weights_on_model_save
     options = ("hf_shard_size", "gather_16bit")

@@ -10,7 +10,16 @@ from __future__ import annotations
 
 from ckplan.errors import InputError
 from ckplan.sizing.layouts.base import (
-    BufferedWriter, RNG_STATE_BYTES, SCHEDULER_BYTES, LayoutInput, ManifestFile, Parallelism, fp32_copy_only, torch_save_bytes, total,
+    RNG_STATE_BYTES,
+    SCHEDULER_BYTES,
+    BufferedWriter,
+    LayoutInput,
+    ManifestFile,
+    Parallelism,
+    ZeroShown,
+    fp32_copy_only,
+    torch_save_bytes,
+    total,
 )
 from ckplan.sizing.states import StateBytes
 
@@ -18,6 +27,7 @@ from ckplan.sizing.states import StateBytes
 class LightningLayout(BufferedWriter):
     name = "lightning"
     description = "PyTorch Lightning ModelCheckpoint (one .ckpt via torch.save, rank 0)"
+    shows_zero_stage: ZeroShown = "never"
 
     def check(self, par: Parallelism) -> None:
         if par.zero or par.tp > 1 or par.pp > 1:
