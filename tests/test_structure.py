@@ -94,3 +94,40 @@ def test_cli_holds_no_arithmetic():
     numeric = [n for n in ops if not any(isinstance(side, ast.Constant) and isinstance(side.value, str) or isinstance(side, ast.JoinedStr)
                                          for side in (n.left, n.right))]
     assert not numeric, "arithmetic in cli/app.py at lines " + ", ".join(str(n.lineno) for n in numeric)
+
+
+# Framework knowledge (issue 16): every framework's record in ckplan/frameworks.py is complete.
+def test_every_framework_has_a_layout_a_saver_and_an_extractor():
+    from typing import get_args
+
+    from ckplan.diagnose.extractors import Extractor
+    from ckplan.frameworks import FRAMEWORKS, LOG_EXTRACTORS, SaverKind, framework_of
+    from ckplan.sizing.layouts import LAYOUTS
+
+    assert set(FRAMEWORKS) == set(LAYOUTS), "a layout without a record in ckplan/frameworks.py, or a record without one"
+    for name, fw in FRAMEWORKS.items():
+        assert fw.name == name and fw.layout is LAYOUTS[name]
+        assert fw.saver.kind in get_args(SaverKind) and fw.saver.how
+        if fw.extractors:
+            assert all(issubclass(cls, Extractor) and cls is not Extractor for cls in fw.extractors), name
+            assert fw.no_extractor is None
+        else:
+            assert fw.no_extractor, f"{name} has no log extractor and says not why"
+        assert fw.shows_zero_stage in ("always", "nonzero", "never")
+        assert framework_of(name) is fw
+    # diagnose feeds a log's lines to the extractors in the registry's order; this is the order it always had
+    assert [cls.name for cls in LOG_EXTRACTORS] == ["torchtitan", "megatron", "deepspeed", "hf", "lightning"]
+    assert {fw.saver.kind for fw in FRAMEWORKS.values()} == set(get_args(SaverKind)), "a saver kind no framework uses"
+
+
+def test_the_registry_imports_nothing_heavy():
+    """The CLI starts in a fraction of a second: the registry pulls in neither torch nor rich nor the renderers."""
+    import subprocess
+    import sys
+
+    code = ("import sys, ckplan.frameworks; print(' '.join(sorted({m.split('.')[0] for m in sys.modules} "
+            "& {'torch', 'rich', 'safetensors', 'matplotlib', 'boto3', 'numpy', 'typer'})))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""
+    edges = ("ckplan.validate", "ckplan.render", "ckplan.cli", "ckplan.probe")
+    assert not [m for m in GRAPH["ckplan.frameworks"] if m.startswith(edges)]

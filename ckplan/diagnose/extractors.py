@@ -19,7 +19,8 @@ Built-in patterns, one per framework, from the strings the frameworks print
 A user pattern (--pattern) has a named group `duration` (seconds) or groups
 `start` and `end` (timestamps).
 
-diagnose/logs.py reads a log and feeds its lines to these extractors.
+Which framework's logs each built-in extractor reads is recorded in ckplan/frameworks.py; diagnose/logs.py
+reads a log and feeds its lines to the extractors.
 """
 
 from __future__ import annotations
@@ -292,6 +293,3 @@ def required_literals(pattern: str) -> tuple[bytes, ...]:
 def _best(options: list[tuple[str, ...]]) -> tuple[str, ...] | None:
     """The set to search for: its shortest string the longest, then the fewest strings."""
     return max(options, key=lambda o: (min(map(len, o)), -len(o)), default=None)
-
-
-BUILTIN = (Torchtitan, Megatron, DeepSpeed, HfTrainer, Lightning)

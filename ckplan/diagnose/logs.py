@@ -1,7 +1,7 @@
 """Extract checkpoint save durations from training logs, streaming, in bounded memory.
 
-The extractors (what each framework prints) are in diagnose/extractors.py; this module reads a log
-and feeds them its lines.
+The extractors (what each framework prints) are in diagnose/extractors.py, and the built-in ones are
+every framework's in ckplan/frameworks.py; this module reads a log and feeds them its lines.
 
 How a log is read (issue 17): in binary blocks of BLOCK bytes, never line by
 line in Python. Each extractor names byte strings (`needles`) of which every
@@ -22,8 +22,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import BinaryIO
 
-from ckplan.diagnose.extractors import BUILTIN, Custom, Extractor, Save
+from ckplan.diagnose.extractors import Custom, Extractor, Save
 from ckplan.errors import InputError
+from ckplan.frameworks import LOG_EXTRACTORS
 from ckplan.readers import check_regular_file
 
 BLOCK = 4 * 2**20  # bytes read at a time: as fast as 8 or 16 MiB here (issue 17), and the old reader's buffer size
@@ -142,7 +143,7 @@ class _Reader:
 def extract(paths: list[Path], pattern: str | None = None, block: int = BLOCK) -> tuple[list[Save], int]:
     """Every save in the logs, in order, and the bytes read. Memory stays bounded by the number of saves
     (and one block, or the longest line if it is longer)."""
-    extractors = [Custom(pattern)] if pattern else [cls() for cls in BUILTIN]
+    extractors: list[Extractor] = [Custom(pattern)] if pattern else [cls() for cls in LOG_EXTRACTORS]
     reader = _Reader(extractors)
     read = 0
     for path in paths:
