@@ -96,7 +96,72 @@ def test_cli_holds_no_arithmetic():
     assert not numeric, "arithmetic in cli/app.py at lines " + ", ".join(str(n.lineno) for n in numeric)
 
 
-# Framework knowledge (issue 16): every framework's record in ckplan/frameworks.py is complete.
+# Framework knowledge (issue 16): a framework's layout module (sizing/layouts/), its log extractors
+# (diagnose/extractors.py) and the registry that joins them (ckplan/frameworks.py). Everywhere else asks the record.
+FRAMEWORK_MODULES = ("ckplan.frameworks", "ckplan.sizing.layouts", "ckplan.diagnose.extractors")
+
+
+def _names_framework(node: ast.AST) -> bool:
+    """An expression that reads a framework's name: `framework`, `plan.setup.framework`, `s.framework`, …"""
+    return any(isinstance(n, ast.Name) and "framework" in n.id.lower()
+               or isinstance(n, ast.Attribute) and "framework" in n.attr.lower() for n in ast.walk(node))
+
+
+def _literal_names(node: ast.AST, names: set[str]) -> set[str]:
+    """The framework names a literal spells: a string, or a tuple, list or set of strings."""
+    items = node.elts if isinstance(node, (ast.Tuple, ast.List, ast.Set)) else [node]
+    return {i.value for i in items if isinstance(i, ast.Constant) and isinstance(i.value, str) and i.value in names}
+
+
+def framework_name_checks(tree: ast.AST, names: set[str]) -> list[str]:
+    """Each place that tells frameworks apart by a literal name: `framework == "hf"`, `framework in ("dcp", …)`, a
+    `match framework` case, or a table keyed by two or more framework names (`{"deepspeed": …, "hf": …}`)."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            operands = [node.left, *node.comparators]
+            spelt = set().union(*(_literal_names(o, names) for o in operands))
+            if spelt and any(_names_framework(o) for o in operands):
+                found.append(f"line {node.lineno}: compares a framework with {sorted(spelt)}")
+        elif isinstance(node, ast.Match) and _names_framework(node.subject):
+            found += [f"line {c.pattern.lineno}: matches a framework name" for c in node.cases
+                      if any(isinstance(p, ast.MatchValue) and _literal_names(p.value, names) for p in ast.walk(c.pattern))]
+        elif isinstance(node, ast.Dict):
+            keyed = {k.value for k in node.keys if isinstance(k, ast.Constant) and isinstance(k.value, str) and k.value in names}
+            if len(keyed) >= 2:
+                found.append(f"line {node.lineno}: a table keyed by framework names {sorted(keyed)}")
+    return found
+
+
+def _framework_names() -> set[str]:
+    from ckplan.frameworks import FRAMEWORKS
+
+    return set(FRAMEWORKS)
+
+
+def test_the_framework_name_scan_finds_what_it_looks_for():
+    """The test below would pass on a scan that finds nothing: each form it refuses, found in a sample."""
+    names = _framework_names()
+    sample = ast.parse('''
+if plan.setup.framework == "hf": pass
+use_dcp = framework in ("dcp", "megatron")
+zero = s.framework in {"deepspeed"} or "lightning" != s.framework
+SAVERS = {"deepspeed": "torch.save", "hf": "safetensors"}
+match framework:
+    case "dlio": pass
+fine = saver == "dcp" or kind in ("weights", "optimizer") or framework == name
+''')
+    found = framework_name_checks(sample, names)
+    assert sorted(f.split(":")[0] for f in found) == ["line 2", "line 3", "line 4", "line 4", "line 5", "line 7"], found
+
+
+@pytest.mark.parametrize("name", sorted(n for n in MODULES if not n.startswith(FRAMEWORK_MODULES)))
+def test_no_framework_is_told_apart_by_name_outside_its_modules(name):
+    """What a framework does is asked of its record (`framework_of(name).saver`), not decided by its name."""
+    found = framework_name_checks(MODULES[name], _framework_names())
+    assert not found, f"{name}: " + "; ".join(found)
+
+
 def test_every_framework_has_a_layout_a_saver_and_an_extractor():
     from typing import get_args
 
