@@ -13,8 +13,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ckplan.diagnose import logs
-from ckplan.diagnose.logs import BLOCK, BUILTIN, Custom, extract, required_literals
+from ckplan.diagnose.extractors import Custom, required_literals
+from ckplan.diagnose.logs import BLOCK, extract
 from ckplan.errors import InputError
+from ckplan.frameworks import LOG_EXTRACTORS
 from tests.conftest import FIXTURES, assert_one_line_error, run_cli, run_json
 
 LOGS = FIXTURES / "logs"
@@ -25,7 +27,7 @@ SMALL_BLOCKS = [*range(1, 34), 61, 256, 4096]  # every offset of a short line ac
 def line_by_line(paths: list[Path], pattern: str | None = None):
     """The saves and bytes as the reader before issue 17 found them, or the error it raised."""
     try:
-        extractors = [Custom(pattern)] if pattern else [cls() for cls in BUILTIN]
+        extractors = [Custom(pattern)] if pattern else [cls() for cls in LOG_EXTRACTORS]
         saves = []
         for path in paths:
             with open(path, encoding="utf-8", errors="replace") as f:

@@ -187,6 +187,16 @@ def test_contradictory_parallelism(framework, kw, fragment):
         build_plan(arch=L8, model_name="x", framework=framework, **kw)
 
 
+@pytest.mark.parametrize("framework,zero,shown", [
+    ("deepspeed", 0, " ZeRO-0"), ("deepspeed", 2, " ZeRO-2"), ("dcp", 3, " ZeRO-3"), ("megatron", 1, " ZeRO-1"),
+    ("dlio", 3, " ZeRO-3"), ("hf", 0, ""), ("hf", 2, " ZeRO-2"), ("lightning", 0, ""),
+])
+def test_describe_names_the_zero_stage_where_the_framework_has_one(framework, zero, shown):
+    """Each layout's shows_zero_stage: always, only a nonzero stage (HF Trainer under DeepSpeed), or never."""
+    plan = build_plan(arch=L8, model_name="x", framework=framework, zero=zero, gpus=8)
+    assert f"· {framework}{shown} ·" in plan.describe()
+
+
 def test_params_only_scales_bytes_exactly():
     arch = nearest_shape(7e9, catalog.models())
     plan = build_plan(arch=arch, parameters=7_000_000_000)

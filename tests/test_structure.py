@@ -105,3 +105,105 @@ def test_scripts_import_nothing_from_tests():
                      else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
             offenders += [f"{path.name}: {n}" for n in names if n == "tests" or n.startswith("tests.")]
     assert not offenders
+
+
+# Framework knowledge (issue 16): a framework's layout module (sizing/layouts/), its log extractors
+# (diagnose/extractors.py) and the registry that joins them (ckplan/frameworks.py). Everywhere else asks the record.
+FRAMEWORK_MODULES = ("ckplan.frameworks", "ckplan.sizing.layouts", "ckplan.diagnose.extractors")
+
+
+def _names_framework(node: ast.AST) -> bool:
+    """An expression that reads a framework's name: `framework`, `plan.setup.framework`, `s.framework`, …"""
+    return any(isinstance(n, ast.Name) and "framework" in n.id.lower()
+               or isinstance(n, ast.Attribute) and "framework" in n.attr.lower() for n in ast.walk(node))
+
+
+def _literal_names(node: ast.AST, names: set[str]) -> set[str]:
+    """The framework names a literal spells: a string, or a tuple, list or set of strings."""
+    items = node.elts if isinstance(node, (ast.Tuple, ast.List, ast.Set)) else [node]
+    return {i.value for i in items if isinstance(i, ast.Constant) and isinstance(i.value, str) and i.value in names}
+
+
+def framework_name_checks(tree: ast.AST, names: set[str]) -> list[str]:
+    """Each place that tells frameworks apart by a literal name: `framework == "hf"`, `framework in ("dcp", …)`, a
+    `match framework` case, or a table keyed by two or more framework names (`{"deepspeed": …, "hf": …}`)."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            operands = [node.left, *node.comparators]
+            spelt = set().union(*(_literal_names(o, names) for o in operands))
+            if spelt and any(_names_framework(o) for o in operands):
+                found.append(f"line {node.lineno}: compares a framework with {sorted(spelt)}")
+        elif isinstance(node, ast.Match) and _names_framework(node.subject):
+            found += [f"line {c.pattern.lineno}: matches a framework name" for c in node.cases
+                      if any(isinstance(p, ast.MatchValue) and _literal_names(p.value, names) for p in ast.walk(c.pattern))]
+        elif isinstance(node, ast.Dict):
+            keyed = {k.value for k in node.keys if isinstance(k, ast.Constant) and isinstance(k.value, str) and k.value in names}
+            if len(keyed) >= 2:
+                found.append(f"line {node.lineno}: a table keyed by framework names {sorted(keyed)}")
+    return found
+
+
+def _framework_names() -> set[str]:
+    from ckplan.frameworks import FRAMEWORKS
+
+    return set(FRAMEWORKS)
+
+
+def test_the_framework_name_scan_finds_what_it_looks_for():
+    """The test below would pass on a scan that finds nothing: each form it refuses, found in a sample."""
+    names = _framework_names()
+    sample = ast.parse('''
+if plan.setup.framework == "hf": pass
+use_dcp = framework in ("dcp", "megatron")
+zero = s.framework in {"deepspeed"} or "lightning" != s.framework
+SAVERS = {"deepspeed": "torch.save", "hf": "safetensors"}
+match framework:
+    case "dlio": pass
+fine = saver == "dcp" or kind in ("weights", "optimizer") or framework == name
+''')
+    found = framework_name_checks(sample, names)
+    assert sorted(f.split(":")[0] for f in found) == ["line 2", "line 3", "line 4", "line 4", "line 5", "line 7"], found
+
+
+@pytest.mark.parametrize("name", sorted(n for n in MODULES if not n.startswith(FRAMEWORK_MODULES)))
+def test_no_framework_is_told_apart_by_name_outside_its_modules(name):
+    """What a framework does is asked of its record (`framework_of(name).saver`), not decided by its name."""
+    found = framework_name_checks(MODULES[name], _framework_names())
+    assert not found, f"{name}: " + "; ".join(found)
+
+
+def test_every_framework_has_a_layout_a_saver_and_an_extractor():
+    from typing import get_args
+
+    from ckplan.diagnose.extractors import Extractor
+    from ckplan.frameworks import FRAMEWORKS, LOG_EXTRACTORS, SaverKind, framework_of
+    from ckplan.sizing.layouts import LAYOUTS
+
+    assert set(FRAMEWORKS) == set(LAYOUTS), "a layout without a record in ckplan/frameworks.py, or a record without one"
+    for name, fw in FRAMEWORKS.items():
+        assert fw.name == name and fw.layout is LAYOUTS[name]
+        assert fw.saver.kind in get_args(SaverKind) and fw.saver.how
+        if fw.extractors:
+            assert all(issubclass(cls, Extractor) and cls is not Extractor for cls in fw.extractors), name
+            assert fw.no_extractor is None
+        else:
+            assert fw.no_extractor, f"{name} has no log extractor and says not why"
+        assert fw.shows_zero_stage in ("always", "nonzero", "never")
+        assert framework_of(name) is fw
+    # diagnose feeds a log's lines to the extractors in the registry's order; this is the order it always had
+    assert [cls.name for cls in LOG_EXTRACTORS] == ["torchtitan", "megatron", "deepspeed", "hf", "lightning"]
+    assert {fw.saver.kind for fw in FRAMEWORKS.values()} == set(get_args(SaverKind)), "a saver kind no framework uses"
+
+
+def test_the_registry_imports_nothing_heavy():
+    """The CLI starts in a fraction of a second: the registry pulls in neither torch nor rich nor the renderers."""
+    import subprocess
+    import sys
+
+    code = ("import sys, ckplan.frameworks; print(' '.join(sorted({m.split('.')[0] for m in sys.modules} "
+            "& {'torch', 'rich', 'safetensors', 'matplotlib', 'boto3', 'numpy', 'typer'})))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""
+    edges = ("ckplan.validate", "ckplan.render", "ckplan.cli", "ckplan.probe")
+    assert not [m for m in GRAPH["ckplan.frameworks"] if m.startswith(edges)]

@@ -70,3 +70,29 @@ def test_validate_async_torch_save_snapshot_then_background_save(tmp_path, disk_
 def test_validate_bad_input(tmp_path, disk_profile, extra, fragment):
     plan = plan_file(tmp_path, "--framework", "deepspeed")
     assert_one_line_error(run_cli("validate", str(tmp_path), "--plan", str(plan), "--storage", str(disk_profile), *extra), fragment)
+
+
+def test_each_saver_writes_its_own_format(tmp_path):
+    """The saver kinds of ckplan/frameworks.py: safetensors writes its .safetensors files with safetensors and the
+    others with torch.save (a zip); torch.save writes every file as a zip."""
+    from ckplan.validate.saver import build_state, save_files
+
+    state = build_state([{"path": "model.safetensors", "bytes": 4096, "kind": "weights"},
+                         {"path": "optimizer.pt", "bytes": 4096, "kind": "optimizer"}])
+    save_files(tmp_path / "st", state, "safetensors")
+    save_files(tmp_path / "ts", state, "torch.save")
+    header = (tmp_path / "st" / "model.safetensors").read_bytes()
+    assert header[8:9] == b"{" and int.from_bytes(header[:8], "little") < len(header)  # safetensors: u64 length, JSON
+    assert (tmp_path / "st" / "optimizer.pt").read_bytes()[:2] == b"PK"
+    assert (tmp_path / "ts" / "model.safetensors").read_bytes()[:2] == b"PK"
+
+
+def test_validate_a_plan_of_an_unknown_framework(tmp_path, disk_profile):
+    """A hand-edited plan naming no known framework: one line, before any save (it was a KeyError)."""
+    plan = plan_file(tmp_path, "--framework", "deepspeed")
+    data = json.loads(plan.read_text())
+    data["setup"]["framework"] = "deepspeeed"
+    plan.write_text(json.dumps(data))
+    result = run_cli("validate", str(tmp_path), "--plan", str(plan), "--storage", str(disk_profile))
+    assert_one_line_error(result, "unknown framework 'deepspeeed'")
+    assert "did you mean deepspeed" in result.stderr

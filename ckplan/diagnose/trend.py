@@ -9,7 +9,7 @@ from typing import Literal
 from pydantic import BaseModel
 
 from ckplan import __version__
-from ckplan.diagnose.logs import Save
+from ckplan.diagnose.extractors import Save
 
 # Two-sided 95% Student t quantiles for small samples; 1.96 beyond the table.
 T95 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26, 10: 2.23, 12: 2.18,

@@ -155,10 +155,13 @@ class CheckpointPlan(BaseModel):
         from ckplan.units import fmt_count
 
         s = self.setup
-        zero = f" ZeRO-{s.zero}" if s.framework in ("deepspeed", "dcp", "megatron", "dlio") or s.framework == "hf" and s.zero else ""
+        layout = LAYOUTS.get(s.framework)
+        shown = layout.shows_zero_stage if layout is not None else "never"
+        zero = f" ZeRO-{s.zero}" if shown == "always" or shown == "nonzero" and s.zero else ""
         if s.shape_source.startswith(MEASURED):  # size --from: only what the files tell
             params = f" ({s.parameters:,} params)" if s.parameters else ", parameters unknown"
-            zero = f" ZeRO-{s.zero}" if s.framework in ("deepspeed", "hf") and s.zero else ""  # from DeepSpeed's names
+            # a stage read from DeepSpeed's zero_pp_rank names (measured.py), where the framework has stages
+            zero = f" ZeRO-{s.zero}" if shown != "never" and s.zero else ""
             text = f"{s.framework}{zero} checkpoint measured from disk{params}"
         else:
             model = s.model or f"{fmt_count(s.parameters or 0)} parameters"

@@ -5,15 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from ckplan.errors import EnvironmentProblem, InputError
+from ckplan.frameworks import framework_of
 from ckplan.probe import target
 from ckplan.profile import Spread, StorageProfile
 from ckplan.sizing.plan import CheckpointPlan
 from ckplan.validate.model import Validation, diagnose, scaled_prediction
-
-SAVERS = {"deepspeed": "torch.save per rank file", "lightning": "torch.save of one .ckpt",
-          "dcp": "torch.distributed.checkpoint.save (gloo)", "megatron": "torch.distributed.checkpoint.save (gloo)",
-          "hf": "safetensors.torch.save_file shards + torch.save optimizer/RNG",
-          "dlio": "torch.save per rank file (DLIO's random tensors)"}
 
 
 def validate(path: Path, plan: CheckpointPlan, profile: StorageProfile, *, scale: float = 1.0, repeats: int = 3,
@@ -22,6 +18,7 @@ def validate(path: Path, plan: CheckpointPlan, profile: StorageProfile, *, scale
         raise InputError("‹repeats› must be ≥ 1")
     if not 0 < scale <= 1:
         raise InputError(f"‹scale› must be in (0, 1], got {scale}")
+    saver = framework_of(plan.setup.framework).saver
     from ckplan.validate.calibrate import torch_available
     if not torch_available():  # the saves import torch in their own processes; this one never needs it
         raise EnvironmentProblem("validate needs PyTorch: pip install 'ckplan[torch]' (the CPU build, torch==2.13.0)")
@@ -61,7 +58,7 @@ def validate(path: Path, plan: CheckpointPlan, profile: StorageProfile, *, scale
                      "compared with the model's save time.")
     error = (prediction.seconds - measured.median) / measured.median * 100
     return Validation(
-        target=str(path), storage=profile.name, framework=plan.setup.framework, saver=SAVERS[plan.setup.framework],
+        target=str(path), storage=profile.name, framework=plan.setup.framework, saver=saver.how,
         mode=mode, node=node, writers=len(by_rank), files=len(scaled), bytes=total, scale=scale, repeats=repeats,
         predicted_seconds=prediction.seconds, predicted_stall_seconds=stall_pred, prediction=prediction,
         measured_seconds=measured.median, measured=measured,

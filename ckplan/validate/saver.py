@@ -1,8 +1,10 @@
 """Real checkpoint saves with PyTorch, one process per writer rank, as the frameworks do them.
 
-- deepspeed, megatron-legacy, lightning: torch.save of per-rank state dicts, one call per file;
-- dcp, megatron: torch.distributed.checkpoint.save, every rank in a gloo process group;
-- hf: safetensors shards (safetensors.torch.save_file) plus torch.save of optimizer.pt and RNG states.
+Each framework's record (ckplan/frameworks.py) names its saver, one of:
+- torch.save: per-rank state dicts, one call per file;
+- dcp: torch.distributed.checkpoint.save, every rank in a gloo process group;
+- safetensors: safetensors shards (safetensors.torch.save_file) plus torch.save of the other files
+  (HF Trainer's optimizer.pt and RNG states).
 Async: DCP's async_save; for the others, a snapshot (clone) of the state, then the save from a
 background thread, as frameworks without async_save do it.
 Every file is fsynced before the rank reports done (DCP does it itself), so the
@@ -66,13 +68,13 @@ def _fsync(path: Path) -> None:
         os.close(fd)
 
 
-def save_files(root: Path, state: dict[str, dict], framework: str) -> None:
+def save_files(root: Path, state: dict[str, dict], saver: str) -> None:
     import torch
 
     for rel, tensors in state.items():
         path = root / rel
         path.parent.mkdir(parents=True, exist_ok=True)
-        if framework == "hf" and rel.endswith(".safetensors"):
+        if saver == "safetensors" and rel.endswith(".safetensors"):
             from safetensors.torch import save_file
             save_file(tensors, str(path))
         else:
@@ -98,13 +100,13 @@ def _failure(exc: BaseException, root: str) -> tuple[int | None, str]:
     return (errno.ENOSPC if full else None), f"{type(exc).__name__}: {lines[0] if lines else ''}"
 
 
-def worker(rank: int, world: int, files: list[dict], framework: str, root: str, repeats: int, mode: str,
+def worker(rank: int, world: int, files: list[dict], saver: str, root: str, repeats: int, mode: str,
            port: int, barrier, results) -> None:
     from ckplan.children import worker_dies_with_parent
 
     worker_dies_with_parent()
     try:
-        _save_repeats(rank, world, files, framework, root, repeats, mode, port, barrier, results)
+        _save_repeats(rank, world, files, saver, root, repeats, mode, port, barrier, results)
     except BaseException as exc:  # reported to the parent, which stops the other ranks
         import threading
         if not isinstance(exc, threading.BrokenBarrierError):  # another rank failed first and reports it
@@ -113,13 +115,13 @@ def worker(rank: int, world: int, files: list[dict], framework: str, root: str, 
         raise SystemExit(1)
 
 
-def _save_repeats(rank: int, world: int, files: list[dict], framework: str, root: str, repeats: int, mode: str,
+def _save_repeats(rank: int, world: int, files: list[dict], saver: str, root: str, repeats: int, mode: str,
                   port: int, barrier, results) -> None:
     import torch
 
     torch.set_num_threads(1)
     state = build_state(files)
-    use_dcp = framework in ("dcp", "megatron")
+    use_dcp = saver == "dcp"
     if use_dcp:
         import torch.distributed as dist
         import torch.distributed.checkpoint as dcp
@@ -146,11 +148,11 @@ def _save_repeats(rank: int, world: int, files: list[dict], framework: str, root
             import threading
             snapshot = {path: {k: t.clone() for k, t in tensors.items()} for path, tensors in state.items()}
             blocking = time.perf_counter() - start
-            persist = threading.Thread(target=save_files, args=(directory, snapshot, framework))
+            persist = threading.Thread(target=save_files, args=(directory, snapshot, saver))
             persist.start()
             persist.join()
         else:
-            save_files(directory, state, framework)
+            save_files(directory, state, saver)
         end = time.perf_counter()
         results.put(("ok", rank, r, start, end, blocking))
         barrier.wait()
@@ -162,14 +164,17 @@ def _save_repeats(rank: int, world: int, files: list[dict], framework: str, root
 
 def run_saves(root: Path, files_by_rank: dict[int, list[dict]], framework: str, repeats: int, mode: str,
               what: str = "the saves") -> tuple[list[float], list[float]]:
-    """Run the save `repeats` times; return wall times (first start to last end) and async blocking times.
+    """Run `framework`'s saver `repeats` times; return wall times (first start to last end) and async blocking times.
     A save process that fails or dies raises MeasurementFailed naming `what`, and the others are stopped."""
     import multiprocessing as mp
     import socket
 
     from ckplan.children import collect, stop_all
     from ckplan.errors import MeasurementFailed
+    from ckplan.frameworks import framework_of
     from ckplan.probe.fio import describe_errno
+
+    saver = framework_of(framework).saver.kind
 
     def check(item) -> None:
         if item[0] == "error":
@@ -183,7 +188,7 @@ def run_saves(root: Path, files_by_rank: dict[int, list[dict]], framework: str, 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    procs = [ctx.Process(target=worker, args=(i, world, files, framework, str(root), repeats, mode, port, barrier, results))
+    procs = [ctx.Process(target=worker, args=(i, world, files, saver, str(root), repeats, mode, port, barrier, results))
              for i, files in enumerate(files_by_rank.values())]
     for p in procs:
         p.start()

@@ -38,6 +38,11 @@ FileFormat = Literal["torch.save", "safetensors", "dcp", "raw"]
 # FileSystemWriter, safetensors), or with O_DIRECT (DeepSpeed FastPersist). They sustain different rates.
 WritePath = Literal["buffered", "direct"]
 
+# When a plan's one-line description names the ZeRO stage: "always" where the stage shapes the files (DeepSpeed,
+# DCP/FSDP, Megatron's distributed optimizer, DLIO), "nonzero" where a stage means the framework runs under DeepSpeed
+# (HF Trainer), "never" where there is none (Lightning's one torch.save file).
+ZeroShown = Literal["always", "nonzero", "never"]
+
 
 def file_format(path: str) -> FileFormat:
     """How a file's bytes are produced: torch.save's zip (CRC32 over every record), safetensors, DCP's
@@ -143,6 +148,7 @@ class Layout(Protocol):
     description: str
     # a collective save whose ranks plan, gather and barrier together (DCP): a fixed cost per save
     coordinated_save: bool
+    shows_zero_stage: ZeroShown
 
     def write_path(self, options: dict[str, str]) -> WritePath:
         """How this framework's writer reaches the target, with the layout options given."""

@@ -21,6 +21,7 @@ from ckplan.sizing.layouts.base import (
     LayoutInput,
     ManifestFile,
     Parallelism,
+    ZeroShown,
     fp32_copy_only,
     split_even,
     total,
@@ -65,6 +66,7 @@ class DcpLayout(BufferedWriter):
     name = "dcp"
     description = "PyTorch Distributed Checkpoint (one .distcp per rank plus .metadata)"
     coordinated_save = True
+    shows_zero_stage: ZeroShown = "always"
     renames_per_save = 1  # .metadata.tmp -> .metadata
     supports_ep = True  # torchtitan: experts Shard(0) over the ep mesh, FSDP over dp_shard / ep
 

@@ -37,6 +37,7 @@ from ckplan.sizing.layouts.base import (
     ManifestFile,
     Parallelism,
     WritePath,
+    ZeroShown,
     split_even,
     torch_save_bytes,
     total,
@@ -49,6 +50,7 @@ class DeepSpeedLayout:
     description = "DeepSpeed engine.save_checkpoint (global_stepN/, per-rank ZeRO optimizer shards)"
     coordinated_save = False
     options = ("writer",)
+    shows_zero_stage: ZeroShown = "always"
     # checkpoint.writer.type: torch.save through the page cache, or FastPersist with O_DIRECT
     writer_paths: dict[str, WritePath] = {"torch": "buffered", "fast": "direct"}
 

@@ -37,6 +37,7 @@ from ckplan.sizing.layouts.base import (
     LayoutInput,
     ManifestFile,
     Parallelism,
+    ZeroShown,
     split_even,
     torch_save_bytes,
     total,
@@ -52,6 +53,7 @@ class DlioLayout(BufferedWriter):
     name = "dlio"
     description = "DLIO / MLPerf Storage checkpoint workload (global_epoch1_stepN/, torch.save of random tensors)"
     rank_order = "tp, pp, dp"
+    shows_zero_stage: ZeroShown = "always"
 
     def check(self, par: Parallelism) -> None:
         if par.zero == 3 and par.pp > 1:

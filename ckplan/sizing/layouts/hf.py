@@ -39,6 +39,7 @@ from ckplan.sizing.layouts.base import (
     LayoutInput,
     ManifestFile,
     Parallelism,
+    ZeroShown,
     fp32_copy_only,
     torch_save_bytes,
     total,
@@ -56,6 +57,7 @@ BOOLEANS = {"true": True, "false": False}
 class HfLayout(BufferedWriter):
     name = "hf"
     default_zero = 0  # plain Trainer under DDP; --zero 1-3 is Trainer with DeepSpeed
+    shows_zero_stage: ZeroShown = "nonzero"
     description = "Hugging Face Trainer (safetensors shards, optimizer.pt, rng_state_i.pth)"
     # --option hf_shard_size=50GB: Trainer's max_shard_size; gather_16bit: ZeRO-3's stage3_gather_16bit_weights_on_model_save
     options = ("hf_shard_size", "gather_16bit")

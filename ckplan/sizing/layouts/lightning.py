@@ -16,6 +16,7 @@ from ckplan.sizing.layouts.base import (
     LayoutInput,
     ManifestFile,
     Parallelism,
+    ZeroShown,
     fp32_copy_only,
     torch_save_bytes,
     total,
@@ -26,6 +27,7 @@ from ckplan.sizing.states import StateBytes
 class LightningLayout(BufferedWriter):
     name = "lightning"
     description = "PyTorch Lightning ModelCheckpoint (one .ckpt via torch.save, rank 0)"
+    shows_zero_stage: ZeroShown = "never"
 
     def check(self, par: Parallelism) -> None:
         if par.zero or par.tp > 1 or par.pp > 1:

@@ -20,6 +20,7 @@ from ckplan.sizing.layouts.base import (
     LayoutInput,
     ManifestFile,
     Parallelism,
+    ZeroShown,
 )
 from ckplan.sizing.layouts.dcp import distcp_files
 from ckplan.sizing.states import StateBytes
@@ -31,6 +32,7 @@ class MegatronLayout(BufferedWriter):
     name = "megatron"
     description = "Megatron-Core dist checkpointing, torch_dist format (iter_NNNNNNN/)"
     coordinated_save = True
+    shows_zero_stage: ZeroShown = "always"
     renames_per_save = 1  # .metadata.tmp -> .metadata
     supports_ep = True  # --expert-model-parallel-size
 
