@@ -216,10 +216,10 @@ class Custom(Extractor):
         try:
             self.regex = re.compile(pattern)
         except re.error as exc:
-            raise InputError(f"--pattern is not a valid regular expression: {exc}") from None
+            raise InputError(f"‹pattern› is not a valid regular expression: {exc}") from None
         groups = set(self.regex.groupindex)
         if "duration" not in groups and not {"start", "end"} <= groups:
-            raise InputError("--pattern needs a named group (?P<duration>…) in seconds, or (?P<start>…) and (?P<end>…) timestamps")
+            raise InputError("‹pattern› needs a named group (?P<duration>…) in seconds, or (?P<start>…) and (?P<end>…) timestamps")
         self.needles = required_literals(pattern)
         self.n = 0
 

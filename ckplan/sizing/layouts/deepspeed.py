@@ -57,19 +57,19 @@ class DeepSpeedLayout:
     def write_path(self, options: dict[str, str]) -> WritePath:
         writer = options.get("writer", "torch")
         if writer not in self.writer_paths:
-            raise InputError(f"--option writer= takes {' or '.join(self.writer_paths)} for deepspeed, got {writer!r}")
+            raise InputError(f"‹options› writer= takes {' or '.join(self.writer_paths)} for deepspeed, got {writer!r}")
         return self.writer_paths[writer]
 
     supports_ep = True  # DeepSpeed-MoE: moe.ep_size
 
     def check(self, par: Parallelism) -> None:
         if par.zero == 3 and par.pp > 1:
-            raise InputError("DeepSpeed does not combine ZeRO stage 3 with pipeline parallelism (--pp > 1)")
+            raise InputError("DeepSpeed does not combine ZeRO stage 3 with pipeline parallelism (‹pp› > 1)")
         if par.ep > 1 and par.zero == 3:
-            raise InputError("DeepSpeed-MoE (--ep > 1) does not run under ZeRO stage 3 (engine: \"Native DeepSpeed MoE "
-                             "is not supported with ZeRO Stage 3\"): use --zero 1 or 2")
+            raise InputError("DeepSpeed-MoE (‹ep› > 1) does not run under ZeRO stage 3 (engine: \"Native DeepSpeed MoE "
+                             "is not supported with ZeRO Stage 3\"): use ‹zero› 1 or 2")
         if par.ep > 1 and (par.zero == 0 or par.tp > 1 or par.pp > 1):
-            raise InputError("ckplan models DeepSpeed-MoE checkpoints (--ep > 1) with ZeRO 1 or 2, --tp 1 and --pp 1")
+            raise InputError("ckplan models DeepSpeed-MoE checkpoints (‹ep› > 1) with ZeRO 1 or 2, ‹tp› 1 and ‹pp› 1")
 
     def notes(self, par: Parallelism, options: dict[str, str]) -> list[str]:
         if par.ep == 1:

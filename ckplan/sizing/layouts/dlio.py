@@ -57,7 +57,7 @@ class DlioLayout(BufferedWriter):
 
     def check(self, par: Parallelism) -> None:
         if par.zero == 3 and par.pp > 1:
-            raise InputError("DLIO's ZeRO-3 checkpoint needs --pp 1 (load_checkpoint asserts pipeline_parallelism == 1)")
+            raise InputError("DLIO's ZeRO-3 checkpoint needs ‹pp› 1 (load_checkpoint asserts pipeline_parallelism == 1)")
 
     def persisted(self, states: list[StateBytes], zero: int, options: dict[str, str] | None = None) -> list[StateBytes]:
         return states  # model files hold the weights, optimizer files one group per master/optimizer state
@@ -71,7 +71,7 @@ class DlioLayout(BufferedWriter):
     def files(self, inp: LayoutInput) -> list[ManifestFile]:
         par = inp.par
         if any(t.role == "router" for t in inp.tensors):
-            raise InputError("DLIO emulates dense transformers only: give a dense model for --framework dlio")
+            raise InputError("DLIO emulates dense transformers only: give a dense model for ‹framework› dlio")
         d = f"global_epoch1_step{inp.step}"
         mp = par.tp * par.pp
         layers = _dlio_layers(inp.tensors)

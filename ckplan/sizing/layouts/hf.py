@@ -65,20 +65,20 @@ class HfLayout(BufferedWriter):
 
     def check(self, par: Parallelism) -> None:
         if par.tp > 1 or par.pp > 1:
-            raise InputError("the hf layout models Trainer under DDP (--zero 0) or DeepSpeed ZeRO (--zero 1-3), data "
-                             "parallel only (--tp 1, --pp 1); with Megatron or FSDP use --framework megatron or dcp")
+            raise InputError("the hf layout models Trainer under DDP (‹zero› 0) or DeepSpeed ZeRO (‹zero› 1-3), data "
+                             "parallel only (‹tp› 1, ‹pp› 1); with Megatron or FSDP use ‹framework› megatron or dcp")
 
     def check_options(self, par: Parallelism, options: dict[str, str]) -> None:
         if "gather_16bit" in options:
             if par.zero != 3:
-                raise InputError("--option gather_16bit= is DeepSpeed ZeRO-3's stage3_gather_16bit_weights_on_model_save: "
-                                 f"it needs --zero 3 (ZeRO-{par.zero} always gathers the 16-bit model)")
+                raise InputError("‹options› gather_16bit= is DeepSpeed ZeRO-3's stage3_gather_16bit_weights_on_model_save: "
+                                 f"it needs ‹zero› 3 (ZeRO-{par.zero} always gathers the 16-bit model)")
             self._gather(options)
 
     def _gather(self, options: dict[str, str]) -> bool:
         value = options.get("gather_16bit", "false").lower()
         if value not in BOOLEANS:
-            raise InputError(f"--option gather_16bit= takes true or false, got {options['gather_16bit']!r}")
+            raise InputError(f"‹options› gather_16bit= takes true or false, got {options['gather_16bit']!r}")
         return BOOLEANS[value]
 
     def _writes_gathered(self, zero: int, options: dict[str, str]) -> bool:

@@ -31,8 +31,8 @@ class LightningLayout(BufferedWriter):
 
     def check(self, par: Parallelism) -> None:
         if par.zero or par.tp > 1 or par.pp > 1:
-            raise InputError("the lightning layout is one torch.save file (DDP: --zero 0, --tp 1, --pp 1); "
-                             "Lightning's FSDP strategy writes DCP (--framework dcp), its DeepSpeed strategy DeepSpeed's layout")
+            raise InputError("the lightning layout is one torch.save file (DDP: ‹zero› 0, ‹tp› 1, ‹pp› 1); "
+                             "Lightning's FSDP strategy writes DCP (‹framework› dcp), its DeepSpeed strategy DeepSpeed's layout")
 
     def persisted(self, states: list[StateBytes], zero: int, options: dict[str, str] | None = None) -> list[StateBytes]:
         return fp32_copy_only(states)
