@@ -227,8 +227,8 @@ def test_megatron_ep_shards_expert_states_over_ep_ranks():
     ({"arch": MIXTRAL, "framework": "dcp", "gpus": 8, "tp": 2, "ep": 8}, "does not divide the 4 data-parallel ranks"),
     ({"arch": MIXTRAL, "framework": "dcp", "gpus": 16, "ep": 16}, "does not divide Mixtral 8x7B's 8 experts"),
     ({"arch": MIXTRAL, "framework": "deepspeed", "zero": 3, "ep": 2}, "ZeRO stage 3"),
-    ({"arch": MIXTRAL, "framework": "deepspeed", "zero": 1, "tp": 2, "ep": 2}, "--tp 1 and --pp 1"),
-    ({"arch": MIXTRAL, "framework": "megatron", "ep": 0}, "--ep"),
+    ({"arch": MIXTRAL, "framework": "deepspeed", "zero": 1, "tp": 2, "ep": 2}, "tp 1 and pp 1"),
+    ({"arch": MIXTRAL, "framework": "megatron", "ep": 0}, "ep"),
 ])
 def test_ep_refusals(kw, fragment):
     """--ep is refused with one InputError: dense models, layouts without expert parallelism, an EP size that does
