@@ -9,12 +9,14 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from ckplan import __version__
 from ckplan.sizing.layouts.base import WritePath
 
 SCHEMA_VERSION = 2  # 2: a curve per write path (buffered, direct), the replay's method, this machine's calibration
+# what kind of target produced a profile: a directory (fio), an object store, many hosts at once, or a built-in class
+TargetKind = Literal["filesystem", "s3", "hosts", "builtin"]
 
 
 class Spread(BaseModel):
@@ -125,6 +127,7 @@ class StorageProfile(BaseModel):
     ckplan_version: str = __version__
     name: str
     source: Literal["measured", "builtin"] = "measured"
+    target_kind: TargetKind = "filesystem"  # set by the probe target that measured it (probe/interface.py)
     target: str
     fs_type: str
     storage_class: str
@@ -152,6 +155,16 @@ class StorageProfile(BaseModel):
     measurement: Measurement
     notes: list[str] = Field(default_factory=list)
     raw_fio: list[dict[str, Any]] = Field(default_factory=list)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _kind_of_older_files(cls, data: Any) -> Any:
+        """Profiles saved before target_kind was recorded: the kind their fields imply, decided here once."""
+        if isinstance(data, dict) and "target_kind" not in data:
+            kind = ("builtin" if data.get("source") == "builtin" else "s3" if data.get("fs_type") == "s3"
+                    else "hosts" if isinstance(data.get("hosts"), int) and data["hosts"] > 1 else "filesystem")
+            data = {**data, "target_kind": kind}
+        return data
 
     def curve(self, path: WritePath = "buffered") -> tuple[list[BandwidthPoint], WritePath]:
         """The curve of a write path, and the path it really is: the buffered one where the direct one was not measured."""

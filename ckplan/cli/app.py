@@ -96,7 +96,6 @@ def probe(
     import signal
 
     from ckplan import profile_store
-    from ckplan.probe.filesystem import prepare_probe, run_probe
     from ckplan.units import MAX_GPUS, check_range, parse_bytes
 
     # every flag that can be refused is checked before the probe writes a byte
@@ -113,29 +112,21 @@ def probe(
         raise InputError("give --quick or --thorough, not both")
     if not 0 < scale <= 1:
         raise InputError(f"--scale must be in (0, 1], got {scale}")
-    preset = "quick" if quick else "thorough" if thorough else "default"
-    plan = o.load_plan(plan_file) if plan_file else None
-    limit = parse_bytes(max_bytes, "--max-bytes") if max_bytes else None
-    if path.startswith("s3:"):  # s3://bucket/prefix; malformed ones get the S3 parser's message
-        from ckplan.probe.s3 import prepare_s3_probe, run_s3_probe
-        from ckplan.units import parse_duration
-        job = prepare_s3_probe(path, endpoint_url=endpoint_url, region=region, profile=profile, preset=preset,
-                               writers=writers, plan=plan, scale=scale, part_bytes=parse_bytes(part_size, "--part-size"),
-                               timeout_s=parse_duration(timeout, "--timeout"), name=save)
-        run = run_s3_probe
-    elif hosts or hosts_file:
-        from ckplan.probe.cluster import parse_hosts, prepare_cluster_probe, run_cluster_probe
-        job = prepare_cluster_probe(Path(path), parse_hosts(hosts, hosts_file), preset=preset, writers=writers,
-                                    plan=plan, scale=scale, name=save)
-        run = run_cluster_probe
-    else:
-        job = prepare_probe(Path(path), preset=preset, writers=writers, plan=plan, scale=scale, max_bytes=limit, name=save,
-                            calibrate=not no_calibrate)
-        run = run_probe
+    from ckplan.probe.interface import S3Options, TargetSpec, open_target
+    from ckplan.units import parse_duration
+
+    target = open_target(TargetSpec(
+        path, preset="quick" if quick else "thorough" if thorough else "default", writers=writers,
+        plan=o.load_plan(plan_file) if plan_file else None, scale=scale,
+        max_bytes=parse_bytes(max_bytes, "--max-bytes") if max_bytes else None, name=save, calibrate=not no_calibrate,
+        hosts=hosts, hosts_file=hosts_file,
+        s3=S3Options(endpoint_url=endpoint_url, region=region, profile=profile, part_bytes=parse_bytes(part_size, "--part-size"),
+                     timeout_s=parse_duration(timeout, "--timeout"))))
+    estimate = target.estimated_seconds  # prepares: every check that can fail comes before a byte is written
     signal.signal(signal.SIGTERM, _interrupt)  # run the same cleanup as Ctrl-C
     from ckplan.render.profile import live_progress
-    with live_progress(job.estimated_seconds) as live:
-        result = run(job, live)
+    with live_progress(estimate) as live:
+        result = target.run(live)
     from ckplan.probe.base import shared_target_warnings
     for warning in shared_target_warnings(result.notes):  # in the profile too, but shared figures must not pass unseen
         print(f"ckplan: warning: {warning}", file=sys.stderr)
@@ -184,14 +175,11 @@ def clean(
     """Remove what a probe killed with -9 left behind: scratch directories, or objects and multipart uploads."""
     if not path.strip():  # Path("") is the current directory: an empty argument must not clean it
         raise InputError("clean needs a directory or s3://bucket/prefix, got an empty path")
-    if path.startswith("s3:"):  # s3://bucket/prefix; malformed ones get the S3 parser's message
-        from ckplan.probe.s3 import clean_s3
-        from ckplan.units import parse_duration
-        result = clean_s3(path, endpoint_url=endpoint_url, region=region, profile=profile,
-                          timeout_s=parse_duration(timeout, "--timeout"), force=force)
-    else:
-        from ckplan.probe.clean import clean_target
-        result = clean_target(Path(path), force)
+    from ckplan.probe.interface import S3Options, TargetSpec, open_target
+    from ckplan.units import parse_duration
+
+    result = open_target(TargetSpec(path, s3=S3Options(endpoint_url=endpoint_url, region=region, profile=profile,
+                                                       timeout_s=parse_duration(timeout, "--timeout")))).clean(force)
     emit(result, json)
 
 

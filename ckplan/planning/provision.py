@@ -101,7 +101,7 @@ def provisioned_profile(node_bw: float, aggregate_bw: float, files_per_s_node: f
                         shared: bool = True) -> StorageProfile:
     """A storage that delivers exactly the provisioned figures at any writer count."""
     return StorageProfile(
-        name="provisioned", source="builtin", target="provisioned storage", fs_type="-", storage_class="provisioned",
+        name="provisioned", source="builtin", target_kind="builtin", target="provisioned storage", fs_type="-", storage_class="provisioned",
         shared=shared, buffered_bandwidth=[BandwidthPoint(writers=1, bytes_per_s=node_bw)], best_write_bytes_per_s=node_bw,
         aggregate_limit_bytes_per_s=aggregate_bw, aggregate_files_per_s=files_per_s,
         small_files=SmallFiles(files_per_s=files_per_s_node, ops_per_s=4 * files_per_s_node, file_bytes_min=4096,

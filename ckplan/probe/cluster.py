@@ -29,12 +29,18 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ckplan import children
 from ckplan.errors import EnvironmentProblem, InputError, MeasurementFailed
 from ckplan.probe import fio
 from ckplan.probe.base import PRESETS, Preset, Progress, Silent, noise_notes, writer_counts
 from ckplan.profile import BandwidthPoint, Latency, Measurement, Replay, SmallFiles, Spread, StorageProfile
+
+if TYPE_CHECKING:
+    from ckplan.probe.clean import CleanResult
+    from ckplan.probe.interface import TargetSpec
+    from ckplan.profile import TargetKind
 
 DEFAULT_PORT = 8765
 HOST_ENTRY = re.compile(r"(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<name>[A-Za-z0-9][A-Za-z0-9.-]*))(?::(?P<port>\d+))?")
@@ -236,6 +242,7 @@ def run_cluster_probe(job: ClusterJob, progress: Progress | None = None) -> Stor
         cleanup(run)
         raise
     return StorageProfile(
+        target_kind="hosts",
         name=job.name or f"{len(job.hosts)} hosts:{job.path}", target=str(job.path), fs_type="shared (multi-host)",
         storage_class="multi-host", shared=True, hosts=len(job.hosts), direct_io=None, buffered_bandwidth=bandwidth,
         aggregate_bandwidth=aggregate, best_write_bytes_per_s=max(b.bytes_per_s for b in bandwidth),
@@ -352,3 +359,32 @@ def _replay(job, run, timeout, progress, raw) -> Replay:
     return Replay(seconds=seconds, bytes=written, files=files, writers=max(len(j) for j in jobs_by_host.values()),
                   scale=job.scale, plan_fingerprint=job.plan.fingerprint,
                   full_scale_seconds=seconds * full / written)
+
+
+class HostsTarget:
+    """A directory as many hosts see it, measured by their fio servers at once (probe/interface.py's ProbeTarget)."""
+
+    kind: TargetKind = "hosts"
+
+    def __init__(self, spec: TargetSpec):
+        self.spec, self.plan = spec, spec.plan
+        self._job: ClusterJob | None = None
+
+    def prepare(self) -> ClusterJob:
+        if self._job is None:
+            s = self.spec
+            self._job = prepare_cluster_probe(Path(s.path), parse_hosts(s.hosts, s.hosts_file), preset=s.preset,
+                                              writers=s.writers, plan=s.plan, scale=s.scale, name=s.name)
+        return self._job
+
+    @property
+    def estimated_seconds(self) -> float:
+        return self.prepare().estimated_seconds
+
+    def run(self, progress: Progress | None = None) -> StorageProfile:
+        return run_cluster_probe(self.prepare(), progress)
+
+    def clean(self, force: bool = False) -> CleanResult:
+        raise InputError("clean a multi-host target from each host: `ckplan clean PATH` there (each host's scratch "
+                         "directory belongs to its fio server)")
+

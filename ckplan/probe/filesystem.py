@@ -11,6 +11,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ckplan.errors import InputError
 from ckplan.probe import fio, replay, target
@@ -25,6 +26,11 @@ from ckplan.profile import (
     StorageProfile,
 )
 from ckplan.validate.calibrate import ESTIMATE_S
+
+if TYPE_CHECKING:
+    from ckplan.probe.clean import CleanResult
+    from ckplan.probe.interface import TargetSpec
+    from ckplan.profile import TargetKind
 
 DEFAULT_SMALL_FILE_RANGE = (4 * 1024, 256 * 1024)  # RNG states (~15 KB) up to index/metadata files
 # Files per writer in one small-file run, unless the plan's busiest rank writes more. Creates
@@ -160,6 +166,7 @@ def run_probe(job: ProbeJob, progress: Progress | None = None) -> StorageProfile
     best = max(p.bytes_per_s for p in bandwidth)
     mount = job.mount
     return StorageProfile(
+        target_kind="filesystem",
         name=job.name or f"{socket.gethostname()}:{path}", target=str(path.resolve()), fs_type=mount.fs_type,
         storage_class=mount.storage_class, mount_point=mount.mount_point, mount_options=mount.options,
         shared=mount.storage_class in target.SHARED_CLASSES, direct_io=direct, buffered_bandwidth=bandwidth,
@@ -408,4 +415,33 @@ def _replay(scratch, plan, files, scale, settings, direct_ok, calibration, progr
                   scale=scale, plan_fingerprint=plan.fingerprint,
                   full_scale_seconds=fixed + scaled_part * full_bytes / total + serialize, fixed_seconds=fixed,
                   serialize_seconds=serialize, spread=spread)
+
+
+class FilesystemTarget:
+    """A directory on a file system, measured with fio from this host (probe/interface.py's ProbeTarget)."""
+
+    kind: TargetKind = "filesystem"
+
+    def __init__(self, spec: TargetSpec):
+        self.spec, self.plan = spec, spec.plan
+        self._job: ProbeJob | None = None
+
+    def prepare(self) -> ProbeJob:
+        if self._job is None:
+            s = self.spec
+            self._job = prepare_probe(Path(s.path), preset=s.preset, writers=s.writers, plan=s.plan, scale=s.scale,
+                                      max_bytes=s.max_bytes, name=s.name, calibrate=s.calibrate)
+        return self._job
+
+    @property
+    def estimated_seconds(self) -> float:
+        return self.prepare().estimated_seconds
+
+    def run(self, progress: Progress | None = None) -> StorageProfile:
+        return run_probe(self.prepare(), progress)
+
+    def clean(self, force: bool = False) -> CleanResult:
+        from ckplan.probe.clean import clean_target
+
+        return clean_target(Path(self.spec.path), force)
 

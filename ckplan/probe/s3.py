@@ -32,12 +32,18 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit, urlunsplit
 
 from ckplan.errors import EnvironmentProblem, InputError, MeasurementFailed, missing_extra
 from ckplan.probe import replay, target
 from ckplan.probe.base import PRESETS, MiB, Preset, Progress, Silent, concurrent_note, noise_notes, writer_counts
 from ckplan.profile import BandwidthPoint, Latency, Measurement, Replay, SmallFiles, Spread, StorageProfile
+
+if TYPE_CHECKING:
+    from ckplan.probe.clean import CleanResult
+    from ckplan.probe.interface import TargetSpec
+    from ckplan.profile import TargetKind
 
 SCRATCH_PREFIX = ".ckplan-probe-"
 DEFAULT_PART_BYTES = 8 * MiB  # boto3 TransferConfig's multipart_chunksize
@@ -420,6 +426,7 @@ def run_s3_probe(job: S3ProbeJob, progress: Progress | None = None) -> StoragePr
     import boto3
     import botocore
     return StorageProfile(
+        target_kind="s3",
         name=job.name or job.loc.url, target=job.loc.url, fs_type="s3", storage_class="s3", mount_point=None,
         mount_options={"endpoint": job.loc.safe_endpoint, "region": s3.meta.region_name,
                        "part_size": str(job.part_bytes)},
@@ -570,3 +577,34 @@ def clean_s3(url: str, *, endpoint_url: str | None = None, region: str | None = 
     url_of = {p: f"s3://{loc.bucket}/{p}" for p in removed | set(kept)}
     return CleanResult(target=loc.url, removed=sorted(url_of[p] for p in removed),
                        kept=sorted(url_of[p] for p in kept), why={url_of[p]: w for p, w in kept.items()})
+
+
+class S3Target:
+    """An object-store prefix, measured with ckplan's own client (probe/interface.py's ProbeTarget)."""
+
+    kind: TargetKind = "s3"
+
+    def __init__(self, spec: TargetSpec):
+        self.spec, self.plan = spec, spec.plan
+        self._job: S3ProbeJob | None = None
+
+    def prepare(self) -> S3ProbeJob:
+        if self._job is None:
+            s, o = self.spec, self.spec.s3
+            self._job = prepare_s3_probe(s.path, endpoint_url=o.endpoint_url, region=o.region, profile=o.profile,
+                                         preset=s.preset, writers=s.writers, plan=s.plan, scale=s.scale,
+                                         part_bytes=o.part_bytes or DEFAULT_PART_BYTES, timeout_s=o.timeout_s, name=s.name)
+        return self._job
+
+    @property
+    def estimated_seconds(self) -> float:
+        return self.prepare().estimated_seconds
+
+    def run(self, progress: Progress | None = None) -> StorageProfile:
+        return run_s3_probe(self.prepare(), progress)
+
+    def clean(self, force: bool = False) -> CleanResult:
+        o = self.spec.s3
+        return clean_s3(self.spec.path, endpoint_url=o.endpoint_url, region=o.region, profile=o.profile,
+                        timeout_s=o.timeout_s, force=force)
+

@@ -22,10 +22,10 @@ def _spread(s, fmt) -> str:
 def render_profile(p: StorageProfile) -> None:
     out = console()
     mode = {True: "buffered and direct I/O measured", False: "buffered only (O_DIRECT refused)", None: "n/a"}[p.direct_io]
-    objects = p.fs_type == "s3"
+    objects = p.target_kind == "s3"
     if objects:
         where = f"endpoint {p.mount_options.get('endpoint', '-')}, region {p.mount_options.get('region', '-')}"
-    elif p.hosts > 1:
+    elif p.target_kind == "hosts":
         where = f"{p.hosts} hosts ({p.mount_options.get('hosts', '-')})"
     else:
         where = f"mounted at {p.mount_point or '-'}, {mode}"
@@ -38,7 +38,7 @@ def render_profile(p: StorageProfile) -> None:
     out.print(f"measured with {m.tool} on {m.host} at {m.date}, preset {m.preset}, {fmt_duration(m.duration_s)}"
               + (f", up to {fmt_bytes(m.bandwidth_bytes_per_writer)} per writer, {m.runtime_cap_s:g} s per point" if m.bandwidth_bytes_per_writer else ""))
     table = Table(title="Write bandwidth against concurrent multipart streams" if objects
-                  else "Write bandwidth against writers per host, slowest host (flushed)" if p.hosts > 1
+                  else "Write bandwidth against writers per host, slowest host (flushed)" if p.target_kind == "hosts"
                   else "Write bandwidth against writers (flushed)", title_justify="left")
     for col in ("write path", "writers", "hosts", "median", "min … max"):
         table.add_column(col, justify="right" if col != "write path" else "left")
