@@ -10,7 +10,8 @@ import pytest
 from ckplan import catalog
 from ckplan.probe.cluster import HostsTarget
 from ckplan.probe.filesystem import FilesystemTarget
-from ckplan.probe.interface import ProbeTarget, TargetSpec, open_target
+from ckplan.probe.base import TargetSpec
+from ckplan.probe.interface import ProbeTarget, open_target
 from ckplan.probe.s3 import S3Target
 from ckplan.profile import StorageProfile
 from tests.conftest import run_json

@@ -112,7 +112,8 @@ def probe(
         raise InputError("give --quick or --thorough, not both")
     if not 0 < scale <= 1:
         raise InputError(f"--scale must be in (0, 1], got {scale}")
-    from ckplan.probe.interface import S3Options, TargetSpec, open_target
+    from ckplan.probe.base import S3Options, TargetSpec
+    from ckplan.probe.interface import open_target
     from ckplan.units import parse_duration
 
     target = open_target(TargetSpec(
@@ -175,7 +176,8 @@ def clean(
     """Remove what a probe killed with -9 left behind: scratch directories, or objects and multipart uploads."""
     if not path.strip():  # Path("") is the current directory: an empty argument must not clean it
         raise InputError("clean needs a directory or s3://bucket/prefix, got an empty path")
-    from ckplan.probe.interface import S3Options, TargetSpec, open_target
+    from ckplan.probe.base import S3Options, TargetSpec
+    from ckplan.probe.interface import open_target
     from ckplan.units import parse_duration
 
     result = open_target(TargetSpec(path, s3=S3Options(endpoint_url=endpoint_url, region=region, profile=profile,

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Protocol
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from ckplan.sizing.plan import CheckpointPlan
 
 MiB = 2**20
+SCRATCH_PREFIX = ".ckplan-probe-"  # every probe's scratch directory or object prefix starts so; `clean` looks for it
 
 
 @dataclass(frozen=True)
@@ -100,3 +105,27 @@ def writer_counts(max_writers: int) -> list[int]:
     return counts + [max_writers]
 
 
+@dataclass(frozen=True)
+class S3Options:
+    endpoint_url: str | None = None
+    region: str | None = None
+    profile: str | None = None
+    part_bytes: int | None = None  # None: the S3 target's default part size
+    timeout_s: float = 30.0
+
+
+@dataclass(frozen=True)
+class TargetSpec:
+    """What to probe or clean, parsed: a directory, s3://bucket/prefix, or a directory as many hosts see it."""
+
+    path: str
+    preset: str = "default"
+    writers: int | None = None
+    plan: CheckpointPlan | None = None
+    scale: float = 1.0
+    max_bytes: int | None = None  # the filesystem target's byte budget
+    name: str | None = None  # the profile's name (--save)
+    calibrate: bool = True  # measure this machine's serialisers (filesystem target, PyTorch installed)
+    hosts: str | None = None  # host[:port],… as given (--hosts), parsed by the hosts target
+    hosts_file: Path | None = None  # one host[:port] per line (--hosts-file)
+    s3: S3Options = field(default_factory=S3Options)

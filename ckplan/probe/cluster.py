@@ -34,17 +34,15 @@ from typing import TYPE_CHECKING
 from ckplan import children
 from ckplan.errors import EnvironmentProblem, InputError, MeasurementFailed
 from ckplan.probe import fio
-from ckplan.probe.base import PRESETS, Preset, Progress, Silent, noise_notes, writer_counts
+from ckplan.probe.base import PRESETS, SCRATCH_PREFIX, Preset, Progress, Silent, TargetSpec, noise_notes, writer_counts
 from ckplan.profile import BandwidthPoint, Latency, Measurement, Replay, SmallFiles, Spread, StorageProfile
 
 if TYPE_CHECKING:
     from ckplan.probe.clean import CleanResult
-    from ckplan.probe.interface import TargetSpec
     from ckplan.profile import TargetKind
 
 DEFAULT_PORT = 8765
 HOST_ENTRY = re.compile(r"(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<name>[A-Za-z0-9][A-Za-z0-9.-]*))(?::(?P<port>\d+))?")
-SCRATCH_PREFIX = ".ckplan-probe-"
 
 
 @dataclass(frozen=True)

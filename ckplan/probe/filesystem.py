@@ -15,7 +15,18 @@ from typing import TYPE_CHECKING
 
 from ckplan.errors import InputError
 from ckplan.probe import fio, replay, target
-from ckplan.probe.base import PRESETS, SHARED_TARGET, MiB, Preset, Progress, Silent, noise_notes, writer_counts
+from ckplan.probe.base import (
+    PRESETS,
+    SCRATCH_PREFIX,
+    SHARED_TARGET,
+    MiB,
+    Preset,
+    Progress,
+    Silent,
+    TargetSpec,
+    noise_notes,
+    writer_counts,
+)
 from ckplan.profile import (
     BandwidthPoint,
     Latency,
@@ -29,7 +40,6 @@ from ckplan.validate.calibrate import ESTIMATE_S
 
 if TYPE_CHECKING:
     from ckplan.probe.clean import CleanResult
-    from ckplan.probe.interface import TargetSpec
     from ckplan.profile import TargetKind
 
 DEFAULT_SMALL_FILE_RANGE = (4 * 1024, 256 * 1024)  # RNG states (~15 KB) up to index/metadata files
@@ -193,7 +203,7 @@ class _OtherProbes:
         self.look()
 
     def _scan(self) -> list:
-        return [s for s in target.scratch_dirs(self.path, (target.SCRATCH_PREFIX,)) if s.path != self.own]
+        return [s for s in target.scratch_dirs(self.path, (SCRATCH_PREFIX,)) if s.path != self.own]
 
     def look(self) -> None:
         for s in self._scan():

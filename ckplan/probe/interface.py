@@ -2,7 +2,7 @@
 
 In the style of pip-audit's `_dependency_source/interface.py`: a small protocol, with interchangeable
 implementations beside it (`filesystem.FilesystemTarget`, `s3.S3Target`, `cluster.HostsTarget`). The CLI
-parses its flags into one `TargetSpec`, asks `open_target` for the target, and calls `run` or `clean`; it
+parses its flags into one `TargetSpec` (probe/base.py, beside the presets it names), asks `open_target` for the target, and calls `run` or `clean`; it
 never tells the kinds apart itself, and neither does the renderer (the profile records `target_kind`).
 
 Adding a target: a module beside these with a class that has `kind`, `plan`, `estimated_seconds`, `run`
@@ -11,10 +11,9 @@ and `clean`, a kind in `TargetKind` (profile.py), and one branch in `open_target
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+from ckplan.probe.base import TargetSpec
 from ckplan.profile import TargetKind
 
 if TYPE_CHECKING:
@@ -22,32 +21,6 @@ if TYPE_CHECKING:
     from ckplan.probe.clean import CleanResult
     from ckplan.profile import StorageProfile
     from ckplan.sizing.plan import CheckpointPlan
-
-
-@dataclass(frozen=True)
-class S3Options:
-    endpoint_url: str | None = None
-    region: str | None = None
-    profile: str | None = None
-    part_bytes: int | None = None  # None: the S3 target's default part size
-    timeout_s: float = 30.0
-
-
-@dataclass(frozen=True)
-class TargetSpec:
-    """What to probe or clean, parsed: a directory, s3://bucket/prefix, or a directory as many hosts see it."""
-
-    path: str
-    preset: str = "default"
-    writers: int | None = None
-    plan: CheckpointPlan | None = None
-    scale: float = 1.0
-    max_bytes: int | None = None  # the filesystem target's byte budget
-    name: str | None = None  # the profile's name (--save)
-    calibrate: bool = True  # measure this machine's serialisers (filesystem target, PyTorch installed)
-    hosts: str | None = None  # host[:port],… as given (--hosts), parsed by the hosts target
-    hosts_file: Path | None = None  # one host[:port] per line (--hosts-file)
-    s3: S3Options = field(default_factory=S3Options)
 
 
 class ProbeTarget(Protocol):

@@ -37,15 +37,24 @@ from urllib.parse import urlsplit, urlunsplit
 
 from ckplan.errors import EnvironmentProblem, InputError, MeasurementFailed, missing_extra
 from ckplan.probe import replay, target
-from ckplan.probe.base import PRESETS, MiB, Preset, Progress, Silent, concurrent_note, noise_notes, writer_counts
+from ckplan.probe.base import (
+    PRESETS,
+    SCRATCH_PREFIX,
+    MiB,
+    Preset,
+    Progress,
+    Silent,
+    TargetSpec,
+    concurrent_note,
+    noise_notes,
+    writer_counts,
+)
 from ckplan.profile import BandwidthPoint, Latency, Measurement, Replay, SmallFiles, Spread, StorageProfile
 
 if TYPE_CHECKING:
     from ckplan.probe.clean import CleanResult
-    from ckplan.probe.interface import TargetSpec
     from ckplan.profile import TargetKind
 
-SCRATCH_PREFIX = ".ckplan-probe-"
 DEFAULT_PART_BYTES = 8 * MiB  # boto3 TransferConfig's multipart_chunksize
 MIN_PART_BYTES = 5 * MiB  # S3's smallest part (all but the last)
 SMALL_OBJECT_RANGE = (4 * 1024, 256 * 1024)

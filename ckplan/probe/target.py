@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ckplan.errors import InputError
+from ckplan.probe.base import SCRATCH_PREFIX
 
-SCRATCH_PREFIX = ".ckplan-probe-"
 CALIBRATE_PREFIX = "ckplan-calibrate-"  # the calibration's DCP saves, in /dev/shm where it exists
 SCRATCH_PREFIXES = (SCRATCH_PREFIX, CALIBRATE_PREFIX)
 MARKER = "ckplan-probe.json"
