@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """Benchmark `ckplan size`: CLI start-up and the cost of a full 1,024-GPU manifest.
 
-Targets (issue 2): median wall time of `ckplan size --params 7e9 --optimizer adam`
-under 0.3 s; sizing a 1T-parameter model on 1,024 GPUs with its full manifest
-under 1 s. Prints one line per figure; exits 1 if a target is missed.
+Targets: `ckplan size --params 7e9 --optimizer adam` at most 1.6× the time of
+`python -c "import typer, rich, pydantic"` (issue 17), measured as a ratio in alternating runs on
+this noisy VM (each pair: the baseline, then ckplan, then the order swapped), median and min…max of
+the per-pair ratios; and sizing a 1T-parameter model on 1,024 GPUs with its full manifest under 1 s
+(issue 2). Prints one line per figure; exits 1 if a target is missed.
 """
 
 from __future__ import annotations
@@ -26,21 +28,33 @@ LARGE = "import time, resource; t = time.perf_counter(); "\
 def main() -> int:
     exe = shutil.which("ckplan", path=os.path.dirname(sys.executable)) or shutil.which("ckplan")
     cmd = [exe, "size", "--params", "7e9", "--optimizer", "adam"]
+    base = [sys.executable, "-c", "import typer, rich, pydantic"]
     env = {**os.environ, "NO_COLOR": "1"}
-    subprocess.run(cmd, capture_output=True, check=True, env=env)  # warm the page cache and .pyc files
-    times = []
-    for _ in range(RUNS):
+
+    def timed(argv: list[str]) -> float:
         t = time.perf_counter()
-        subprocess.run(cmd, capture_output=True, check=True, env=env)
-        times.append(time.perf_counter() - t)
-    median = statistics.median(times)
-    print(f"ckplan size --params 7e9 --optimizer adam: median {median:.3f} s over {RUNS} runs "
-          f"(min {min(times):.3f} s, max {max(times):.3f} s); target < 0.300 s")
+        subprocess.run(argv, capture_output=True, check=True, env=env)
+        return time.perf_counter() - t
+
+    timed(cmd), timed(base)  # warm the page cache and .pyc files
+    ours, theirs, ratios = [], [], []
+    for i in range(RUNS):
+        first, second = (base, cmd) if i % 2 == 0 else (cmd, base)
+        a, b = timed(first), timed(second)
+        t_base, t_cmd = (a, b) if first is base else (b, a)
+        ours.append(t_cmd)
+        theirs.append(t_base)
+        ratios.append(t_cmd / t_base)
+    median = statistics.median(ratios)
+    print(f"ckplan size --params 7e9 --optimizer adam: {statistics.median(ours):.3f} s median "
+          f"({min(ours):.3f}…{max(ours):.3f}); python -c 'import typer, rich, pydantic': {statistics.median(theirs):.3f} s "
+          f"({min(theirs):.3f}…{max(theirs):.3f}); ratio {median:.2f}× median ({min(ratios):.2f}…{max(ratios):.2f}) "
+          f"over {RUNS} alternating pairs; target ≤ 1.60×")
     elapsed, peak, files, size = subprocess.run([sys.executable, "-c", LARGE], capture_output=True, text=True, check=True).stdout.split()
     print(f"1T params, 1,024 GPUs (tp 8, pp 8, ZeRO-1), full manifest of {int(files):,} files: "
           f"{float(elapsed):.3f} s to plan and serialise ({int(size) / 1e6:.1f} MB JSON), "
           f"process peak RSS {int(peak) / 2**20:.0f} MiB; target < 1 s")
-    return 0 if median < 0.3 and float(elapsed) < 1.0 else 1
+    return 0 if median <= 1.6 and float(elapsed) < 1.0 else 1
 
 
 if __name__ == "__main__":
