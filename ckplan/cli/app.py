@@ -86,8 +86,11 @@ def probe(
     endpoint_url: EndpointUrl = None, region: Region = None, profile: AwsProfile = None,
     part_size: Annotated[str, typer.Option("--part-size", help="S3: multipart part size.", rich_help_panel="S3")] = "8MiB",
     timeout: S3Timeout = "30s",
-    hosts: Annotated[Optional[str], typer.Option(help="Probe from many hosts at once: host[:port],… each running `ckplan agent`.", rich_help_panel="Multi-host")] = None,
-    hosts_file: Annotated[Optional[Path], typer.Option("--hosts-file", help="One host[:port] per line.", rich_help_panel="Multi-host")] = None,
+    hosts: Annotated[Optional[str], typer.Option(help="Probe from many hosts at once, each running `ckplan agent`: host[:port],…, "
+                                                 "Slurm host lists such as gpu[001-016]:8766, or slurm (the job's nodes).", rich_help_panel="Multi-host")] = None,
+    hosts_file: Annotated[Optional[Path], typer.Option("--hosts-file", help="One host[:port] or host list per line.", rich_help_panel="Multi-host")] = None,
+    agent_wait: Annotated[Optional[str], typer.Option("--agent-wait", help="Wait up to this long for every host's agent to answer "
+                                                      "(agents srun started a moment ago), e.g. 2m.", rich_help_panel="Multi-host")] = None,
     no_calibrate: Annotated[bool, typer.Option("--no-calibrate", help="Skip measuring this machine's serialisers (`ckplan calibrate`).")] = False,
     json: o.Json = False,
 ) -> None:
@@ -106,6 +109,8 @@ def probe(
         profile_store.check_name(save)
     if hosts is not None and not hosts.strip(" ,"):
         raise InputError("--hosts names no hosts: give host[:port],…")
+    if agent_wait is not None and not (hosts or hosts_file):
+        raise InputError("--agent-wait applies to a multi-host probe (--hosts or --hosts-file)")
     if writers is not None:
         check_range(writers, "--writers", 1, MAX_GPUS, limit=f"{MAX_GPUS:,}")
     _output_file(out, "--out")
@@ -124,9 +129,13 @@ def probe(
                                timeout_s=parse_duration(timeout, "--timeout"), name=save)
         run = run_s3_probe
     elif hosts or hosts_file:
-        from ckplan.probe.cluster import parse_hosts, prepare_cluster_probe, run_cluster_probe
-        job = prepare_cluster_probe(Path(path), parse_hosts(hosts, hosts_file), preset=preset, writers=writers,
-                                    plan=plan, scale=scale, name=save)
+        from ckplan.probe.cluster import parse_hosts, prepare_cluster_probe, run_cluster_probe, wait_for_agents
+        from ckplan.units import parse_duration
+        wait_s = parse_duration(agent_wait, "--agent-wait") if agent_wait is not None else None
+        host_list = parse_hosts(hosts, hosts_file, notice=lambda line: print(f"ckplan: {line}", file=sys.stderr, flush=True))
+        job = prepare_cluster_probe(Path(path), host_list, preset=preset, writers=writers, plan=plan, scale=scale, name=save)
+        if wait_s is not None:
+            wait_for_agents(job.hosts, wait_s)
         run = run_cluster_probe
     else:
         job = prepare_probe(Path(path), preset=preset, writers=writers, plan=plan, scale=scale, max_bytes=limit, name=save,

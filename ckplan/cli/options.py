@@ -319,5 +319,6 @@ def flag_names() -> dict[str, str]:
     names = {f.name: f.flag for f in _plan_flags({}, ())}
     names.update({f.field: f.flag for f in _policy_flags()})
     names.update(dtype_overrides="--dtype", options="--option", plan_file="--plan", save_name="--save", keep="--keep",
-                 goodput="--target-goodput")
+                 goodput="--target-goodput", hosts="--hosts", hosts_file="--hosts-file", bind="--bind", port="--port",
+                 idle_timeout="--idle-timeout", agent_wait="--agent-wait")
     return names
