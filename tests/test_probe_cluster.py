@@ -12,7 +12,7 @@ import time
 import pytest
 
 from tests.conftest import assert_one_line_error, ckplan_exe, run_cli
-from tests.netns import fio_hosts
+from tests.netns import fio_hosts, kill_servers, server_processes
 
 pytestmark = pytest.mark.fio
 
@@ -122,3 +122,159 @@ def test_a_host_name_that_does_not_resolve_is_bad_input(tmp_path):
     proc = run_cli("probe", str(tmp_path), "--hosts", "nosuchhost.invalid", "--quick", "--writers", "1")
     assert_one_line_error(proc, "does not resolve", code=2)
     assert "--hosts" in proc.stderr and scratch(tmp_path) == []
+
+
+# --- ckplan agent under srun: options from the environment, idle timeout, SIGTERM --------------------------------
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _agent(args, cwd, env=None) -> subprocess.Popen:
+    return subprocess.Popen(ckplan_exe() + ["agent", *args], stderr=subprocess.PIPE, text=True, cwd=cwd,
+                            env={**os.environ, **(env or {})})
+
+
+def _wait_listening(addr: str, port: int, proc: subprocess.Popen) -> None:
+    deadline = time.monotonic() + 20
+    while True:
+        assert proc.poll() is None, proc.communicate()
+        try:
+            with socket.create_connection((addr, port), timeout=0.5):
+                return
+        except OSError:
+            assert time.monotonic() < deadline, f"no fio server on {addr}:{port}"
+            time.sleep(0.1)
+
+
+def _stop(proc: subprocess.Popen, addr: str, port: int, cwd) -> None:
+    """Clean up after a failed test: the agent, then whatever fio it left."""
+    if proc.poll() is None:
+        proc.kill()
+    proc.communicate()
+    kill_servers([addr], port, os.path.realpath(cwd))
+
+
+def test_agent_takes_its_address_and_port_from_the_environment(tmp_path):
+    port, other = _free_port(), _free_port()
+    env = {"CKPLAN_AGENT_BIND": "127.0.0.7", "CKPLAN_AGENT_PORT": str(port)}
+    agent = _agent([], tmp_path, env)
+    try:
+        _wait_listening("127.0.0.7", port, agent)
+        with pytest.raises(OSError):  # the variable's address and nothing else
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        agent.terminate()
+        _, err = agent.communicate(timeout=15)
+    finally:
+        _stop(agent, "127.0.0.7", port, tmp_path)
+    assert agent.returncode == 0 and f"--server=ip:127.0.0.7,{port}" in err and "warning" not in err
+    # an option wins over its variable
+    agent = _agent(["--bind", "127.0.0.8", "--port", str(other)], tmp_path, env)
+    try:
+        _wait_listening("127.0.0.8", other, agent)
+        agent.terminate()
+        _, err = agent.communicate(timeout=15)
+    finally:
+        _stop(agent, "127.0.0.8", other, tmp_path)
+    assert f"--server=ip:127.0.0.8,{other}" in err
+
+
+@pytest.mark.parametrize("args,env,fragment,code", [
+    ([], {"CKPLAN_AGENT_PORT": "99999"}, "CKPLAN_AGENT_PORT must be a port number 1-65535, got '99999'", 2),
+    (["--port", "0"], {"CKPLAN_AGENT_PORT": "8765"}, "--port must be a port number", 2),
+    ([], {"CKPLAN_AGENT_IDLE_TIMEOUT": "soon"}, "CKPLAN_AGENT_IDLE_TIMEOUT", 2),
+    (["--idle-timeout", "0"], {}, "--idle-timeout must be > 0", 2),
+    (["--bind", " "], {}, "--bind is empty", 2),
+    (["--bind", "slurm"], {"SLURMD_NODENAME": ""}, "SLURMD_NODENAME is not set", 2),
+    ([], {"CKPLAN_AGENT_BIND": "slurm", "SLURMD_NODENAME": "localhost"}, "resolves to 127.0.0.1, a loopback address", 3),
+    (["--bind", "nosuch.invalid"], {}, "'nosuch.invalid' does not resolve", 2),
+])
+def test_agent_settings_refused_in_one_line(args, env, fragment, code):
+    assert_one_line_error(run_cli("agent", *args, env=env), fragment, code=code)
+
+
+def test_agent_idle_timeout_counts_from_the_last_client(tmp_path):
+    port = _free_port()
+    job = tmp_path / "job.fio"
+    job.write_text("[busy]\nioengine=null\nsize=1G\ntime_based=1\nruntime=7\n")
+    agent = _agent(["--port", str(port), "--idle-timeout", "3s"], tmp_path)
+    try:
+        _wait_listening("127.0.0.1", port, agent)
+        start = time.monotonic()
+        client = subprocess.run(["fio", f"--client=ip:127.0.0.1,{port}", str(job)], capture_output=True, text=True,
+                                timeout=60, cwd=tmp_path)
+        ended = time.monotonic()
+        # the job held its connection for 7 s, over twice the idle timeout, and the agent served it to the end
+        assert client.returncode == 0 and ended - start >= 7, client.stdout + client.stderr
+        assert agent.poll() is None
+        _, err = agent.communicate(timeout=20)
+        stopped = time.monotonic()
+    finally:
+        _stop(agent, "127.0.0.1", port, tmp_path)
+    assert agent.returncode == 0 and "no client connected for 3 s (--idle-timeout): stopping" in err
+    assert 2.0 <= stopped - ended <= 9, stopped - ended  # idle counted from the client's last connection
+    assert server_processes(["127.0.0.1"], port, os.path.realpath(tmp_path)) == []
+
+
+@pytest.mark.parametrize("everyone", [False, True], ids=["agent", "every-process-as-slurm-does"])
+def test_sigterm_ends_the_agent_and_every_fio_process(tmp_path, everyone):
+    port = _free_port()
+    cwd = os.path.realpath(tmp_path)
+    job = tmp_path / "job.fio"
+    job.write_text("[busy]\nioengine=null\nsize=1G\ntime_based=1\nruntime=120\nnumjobs=2\n")
+    agent = _agent(["--port", str(port)], tmp_path)
+    client = None
+    try:
+        _wait_listening("127.0.0.1", port, agent)
+        client = subprocess.Popen(["fio", f"--client=ip:127.0.0.1,{port}", str(job)], stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL, cwd=tmp_path)
+        deadline = time.monotonic() + 30
+        # the server, its process per connection, that one's backend and the two jobs
+        while len(fio_pids := server_processes(["127.0.0.1"], port, cwd)) < 5:
+            assert time.monotonic() < deadline, fio_pids
+            time.sleep(0.1)
+        # fio's jobs left the agent's session: killing its process group would miss them
+        assert any(os.getsid(pid) != os.getsid(agent.pid) for pid in fio_pids)
+        for pid in [agent.pid] + (fio_pids if everyone else []):
+            os.kill(pid, signal.SIGTERM)
+        _, err = agent.communicate(timeout=20)
+        left = server_processes(["127.0.0.1"], port, cwd)
+    finally:
+        _stop(agent, "127.0.0.1", port, tmp_path)
+        if client:
+            client.kill()
+            client.wait()
+    assert agent.returncode == 0 and "stopping on SIGTERM" in err, err
+    assert left == []  # nothing of fio outlives the agent, not even a job in a session of its own
+
+
+def test_a_dead_fio_server_leaves_no_orphaned_jobs(tmp_path):
+    """fio's jobs outlive a server killed under them; the agent (a child subreaper) inherits and ends them."""
+    port = _free_port()
+    cwd = os.path.realpath(tmp_path)
+    job = tmp_path / "job.fio"
+    job.write_text("[busy]\nioengine=null\nsize=1G\ntime_based=1\nruntime=120\nnumjobs=2\n")
+    agent = _agent(["--port", str(port)], tmp_path)
+    client = None
+    try:
+        _wait_listening("127.0.0.1", port, agent)
+        client = subprocess.Popen(["fio", f"--client=ip:127.0.0.1,{port}", str(job)], stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL, cwd=tmp_path)
+        deadline = time.monotonic() + 30
+        while len(server_processes(["127.0.0.1"], port, cwd)) < 5:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        import psutil
+        server = next(p.pid for p in psutil.Process(agent.pid).children() if p.name() == "fio")
+        os.kill(server, signal.SIGKILL)
+        _, err = agent.communicate(timeout=20)
+        left = server_processes(["127.0.0.1"], port, cwd)
+    finally:
+        _stop(agent, "127.0.0.1", port, tmp_path)
+        if client:
+            client.kill()
+            client.wait()
+    assert agent.returncode == 1 and "fio's server killed by SIGKILL" in err, err
+    assert left == []

@@ -364,25 +364,30 @@ def watch(
 
 @app.command()
 def agent(
-    bind: Annotated[str, typer.Option(help="Address the fio server listens on; bind to a trusted network only.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="Port (fio's default is 8765).")] = 8765,
+    bind: Annotated[Optional[str], typer.Option(help="Address or host name the fio server listens on; slurm: this node's "
+                                                "Slurm name (SLURMD_NODENAME). Bind to a trusted network only. "
+                                                "Default: $CKPLAN_AGENT_BIND, else 127.0.0.1.", show_default=False)] = None,
+    port: Annotated[Optional[str], typer.Option(help="Port. Default: $CKPLAN_AGENT_PORT, else 8765 (fio's).",
+                                                show_default=False)] = None,
+    idle_timeout: Annotated[Optional[str], typer.Option("--idle-timeout", help="Exit after this long with no probe "
+                                                        "connected, e.g. 10m. Default: $CKPLAN_AGENT_IDLE_TIMEOUT, else never.",
+                                                        show_default=False)] = None,
 ) -> None:
-    """Run a fio server on this host for `ckplan probe PATH --hosts …` (fio's protocol has no authentication)."""
-    import os
+    """Run a fio server on this host for `ckplan probe PATH --hosts …` (fio's protocol has no authentication).
+    It stops on SIGTERM (a Slurm job's end), and every fio process with it; safe under `srun --ntasks-per-node=1`."""
     import shlex
 
+    from ckplan.probe.agent import agent_settings, run_agent
     from ckplan.probe.cluster import agent_command, is_loopback
 
-    if not 0 < port < 65536:
-        raise InputError(f"--port must be 1-65535, got {port}")
-    if not bind.strip():  # it would reach fio as --server=ip:,PORT, an address nobody meant
-        raise InputError("--bind is empty: give the address the fio server listens on")
-    cmd = agent_command(bind, port)
-    if not is_loopback(bind):
-        print(f"ckplan: warning: fio's server protocol has no authentication; anyone who reaches {bind}:{port} "
+    settings = agent_settings(bind, port, idle_timeout)
+    cmd = agent_command(settings.address, settings.port)
+    where = f"{settings.address}:{settings.port}" + (f" ({settings.bind})" if settings.bind else "")
+    if not is_loopback(settings.address):
+        print(f"ckplan: warning: fio's server protocol has no authentication; anyone who reaches {where} "
               "can run jobs as this user. Bind to a trusted network only.", file=sys.stderr)
     print(f"running: {shlex.join(cmd)}", file=sys.stderr, flush=True)
-    os.execv(cmd[0], cmd)
+    raise typer.Exit(run_agent(settings, lambda line: print(f"ckplan agent: {line}", file=sys.stderr, flush=True)))
 
 
 @app.command("compress-test")
