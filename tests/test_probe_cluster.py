@@ -278,3 +278,20 @@ def test_a_dead_fio_server_leaves_no_orphaned_jobs(tmp_path):
             client.wait()
     assert agent.returncode == 1 and "fio's server killed by SIGKILL" in err, err
     assert left == []
+
+
+def test_a_second_agent_on_a_taken_port_is_refused(tmp_path):
+    """fio's server binds with SO_REUSEPORT: without the check, a second agent would share the port and take half
+    of the probes' connections."""
+    port = _free_port()
+    first = _agent(["--port", str(port)], tmp_path)
+    try:
+        _wait_listening("127.0.0.1", port, first)
+        for bind in ("127.0.0.1", "0.0.0.0"):
+            proc = run_cli("agent", "--bind", bind, "--port", str(port), timeout=30)
+            assert_one_line_error(proc, f"port {port} is taken: a process listens on 127.0.0.1:{port} already", code=3)
+        assert first.poll() is None
+    finally:
+        first.terminate()
+        first.communicate(timeout=15)
+        _stop(first, "127.0.0.1", port, tmp_path)

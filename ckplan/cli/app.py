@@ -377,10 +377,11 @@ def agent(
     It stops on SIGTERM (a Slurm job's end), and every fio process with it; safe under `srun --ntasks-per-node=1`."""
     import shlex
 
-    from ckplan.probe.agent import agent_settings, run_agent
+    from ckplan.probe.agent import agent_settings, check_port_free, run_agent
     from ckplan.probe.cluster import agent_command, is_loopback
 
     settings = agent_settings(bind, port, idle_timeout)
+    check_port_free(settings.address, settings.port)
     cmd = agent_command(settings.address, settings.port)
     where = f"{settings.address}:{settings.port}" + (f" ({settings.bind})" if settings.bind else "")
     if not is_loopback(settings.address):

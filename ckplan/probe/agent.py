@@ -20,6 +20,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from typing import Callable, Mapping
@@ -33,6 +34,7 @@ ENV_PORT = "CKPLAN_AGENT_PORT"
 ENV_IDLE = "CKPLAN_AGENT_IDLE_TIMEOUT"
 TCP_TABLES = ("/proc/net/tcp", "/proc/net/tcp6")
 TCP_ESTABLISHED = "01"
+TCP_LISTEN = "0A"
 
 
 @dataclass(frozen=True)
@@ -72,7 +74,8 @@ def agent_settings(bind: str | None = None, port: str | None = None, idle_timeou
     bind_text, bind_from = _given(bind, "bind", ENV_BIND, environ)
     bind_text = "127.0.0.1" if bind_text is None else bind_text.strip()
     address = bind_address(bind_text, bind_from, environ)
-    return AgentSettings(address, port_n, idle_s, bind_text if bind_text != address else "")
+    label = f"slurm: {environ['SLURMD_NODENAME'].strip()}" if bind_text == "slurm" else bind_text
+    return AgentSettings(address, port_n, idle_s, label if bind_text != address else "")
 
 
 def bind_address(text: str, where: str, environ: Mapping[str, str]) -> str:
@@ -102,10 +105,10 @@ def bind_address(text: str, where: str, environ: Mapping[str, str]) -> str:
     return address
 
 
-def established_connections(port: int) -> int:
-    """TCP connections in the ESTABLISHED state whose local port is `port`, in this network namespace."""
-    n = 0
-    for table in TCP_TABLES:
+def tcp_sockets(state: str) -> list[tuple[str, int]]:
+    """(local address, local port) of this network namespace's TCP sockets in `state` (01 ESTABLISHED, 0A LISTEN)."""
+    out = []
+    for table, family in zip(TCP_TABLES, (socket.AF_INET, socket.AF_INET6)):
         try:
             with open(table) as f:
                 rows = f.read().splitlines()[1:]
@@ -113,15 +116,38 @@ def established_connections(port: int) -> int:
             continue
         for row in rows:
             fields = row.split()
-            if len(fields) > 3 and fields[3] == TCP_ESTABLISHED and int(fields[1].rsplit(":", 1)[1], 16) == port:
-                n += 1
-    return n
+            if len(fields) <= 3 or fields[3] != state:
+                continue
+            addr, port = fields[1].rsplit(":", 1)
+            raw = bytes.fromhex(addr)  # 32-bit words in the kernel's byte order
+            if sys.byteorder == "little":
+                raw = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))
+            out.append((socket.inet_ntop(family, raw), int(port, 16)))
+    return out
+
+
+def established_connections(port: int) -> int:
+    """TCP connections in the ESTABLISHED state whose local port is `port`, in this network namespace."""
+    return sum(1 for _, p in tcp_sockets(TCP_ESTABLISHED) if p == port)
+
+
+def check_port_free(address: str, port: int) -> None:
+    """Refuse a port that a process already listens on: fio's server binds with SO_REUSEPORT, so a second agent
+    of the same user would share the port with the first and take half its probes, silently."""
+    if not any(os.path.exists(t) for t in TCP_TABLES):
+        return  # not Linux: fio's own bind is all there is
+    wild = ("0.0.0.0", "::")
+    taken = [a for a, p in tcp_sockets(TCP_LISTEN) if p == port and (a == address or a in wild or address in wild)]
+    if taken:
+        raise EnvironmentProblem(f"port {port} is taken: a process listens on {taken[0]}:{port} already (an agent left "
+                                 "running? under srun, start one task per node with --ntasks-per-node=1)")
 
 
 def run_agent(settings: AgentSettings, log: Callable[[str], None], poll_s: float = 0.5, grace_s: float = 5.0) -> int:
     """Run fio's server until a signal, the idle timeout, or fio's own exit; every process it started is gone on
     return. Returns fio's exit code where fio ended by itself, else 0."""
     cmd = agent_command(settings.address, settings.port)
+    check_port_free(settings.address, settings.port)
     children.become_subreaper()
     stop: list[int] = []
     handled = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
