@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
@@ -278,6 +279,108 @@ def test_a_dead_fio_server_leaves_no_orphaned_jobs(tmp_path):
             client.wait()
     assert agent.returncode == 1 and "fio's server killed by SIGKILL" in err, err
     assert left == []
+
+
+# --- the sbatch script of docs/slurm.md, run with a stand-in srun --------------------------------------------------
+
+DOCS_SLURM = Path(__file__).parent.parent / "docs" / "slurm.md"
+
+FAKE_SRUN = '''#!{python}
+"""A stand-in for srun: one task per node of $SHIM_NODES ("name=netns ..."), each in that node's network namespace
+with SLURMD_NODENAME, SLURM_PROCID and SLURM_NODEID as slurmd sets them; SIGTERM and SIGINT go on to every task,
+as srun passes them on."""
+import os, signal, subprocess, sys
+
+args = sys.argv[1:]
+log = open(os.environ["SHIM_LOG"], "a", buffering=1)
+log.write("srun " + " ".join(args) + "\\n")
+while args and args[0].startswith("-"):
+    args.pop(0)
+tasks = []
+for i, node in enumerate(os.environ["SHIM_NODES"].split()):
+    name, ns = node.split("=")
+    env = dict(os.environ, SLURMD_NODENAME=name, SLURM_PROCID=str(i), SLURM_NODEID=str(i), SLURM_LOCALID="0")
+    tasks.append(subprocess.Popen(["ip", "netns", "exec", ns] + args, env=env))
+    log.write(f"task {{tasks[-1].pid}}\\n")
+for sig in (signal.SIGTERM, signal.SIGINT):
+    signal.signal(sig, lambda s, f: [t.send_signal(s) for t in tasks if t.poll() is None])
+codes = [t.wait() for t in tasks]
+sys.exit(next((c for c in codes if c), 0))
+'''
+
+
+def _running(pid: int) -> bool:
+    import psutil
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def sbatch_script() -> str:
+    """The one complete sbatch script in docs/slurm.md, as the reader copies it."""
+    import re
+    blocks = [b for b in re.findall(r"```bash\n(.*?)```", DOCS_SLURM.read_text(), re.S) if b.startswith("#!/bin/bash")]
+    assert len(blocks) == 1 and "#SBATCH --ntasks-per-node=1" in blocks[0], blocks
+    return blocks[0]
+
+
+def test_the_sbatch_script_in_the_docs_probes_every_node(tmp_path):
+    import re
+    import shutil
+    import sys
+
+    from tests.netns import namespaces
+    if os.geteuid() != 0 or shutil.which("unshare") is None or shutil.which("fio") is None:
+        pytest.skip("needs root, unshare and fio: network namespaces and a private /etc/hosts")
+    script = tmp_path / "ckplan-probe.sbatch"
+    script.write_text(sbatch_script())
+    bin_dir, submit, target = tmp_path / "bin", tmp_path / "submit", tmp_path / "shared"
+    for d in (bin_dir, submit):
+        d.mkdir()
+    srun = bin_dir / "srun"
+    srun.write_text(FAKE_SRUN.format(python=sys.executable))
+    srun.chmod(0o755)
+    log = tmp_path / "srun.log"
+    with namespaces(3) as nodes:
+        if nodes[0][0] is None:
+            pytest.skip("network namespaces unavailable")
+        names = [f"node{n:02d}" for n in range(1, 4)]
+        addrs = [addr for _, addr in nodes]
+        hosts = tmp_path / "hosts"
+        hosts.write_text("127.0.0.1 localhost\n::1 localhost\n" + "".join(f"{a} {n}\n" for a, n in zip(addrs, names)))
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM")}
+        env.update(PATH=os.pathsep.join([str(bin_dir), os.path.dirname(ckplan_exe()[0]), env["PATH"]]), NO_COLOR="1",
+                   COLUMNS="200", SLURM_JOB_NODELIST="node[01-03]", SLURM_NODELIST="node[01-03]", SLURM_JOB_ID="4242",
+                   SLURM_JOB_NUM_NODES="3", SLURM_CPUS_ON_NODE="2", SLURM_SUBMIT_DIR=str(submit), USER="ckplan-test",
+                   TARGET=str(target), SHIM_NODES=" ".join(f"{n}={ns}" for n, (ns, _) in zip(names, nodes)), SHIM_LOG=str(log))
+        # sbatch would run the script on the first node; here it runs beside the nodes, which it reaches by their veths
+        cmd = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+               'mount --bind "$1" /etc/hosts && exec bash "$2" --quick --writers 1', "sh", str(hosts), str(script)]
+        try:
+            proc = subprocess.run(cmd, cwd=submit, env=env, capture_output=True, text=True, timeout=500)
+        finally:
+            tasks = [int(line.split()[1]) for line in log.read_text().splitlines() if line.startswith("task ")]
+            alive = [pid for pid in tasks if _running(pid)]
+            left = server_processes(addrs, 8765, os.path.realpath(submit))
+            for pid in alive:
+                os.kill(pid, signal.SIGKILL)
+            kill_servers(addrs, 8765, os.path.realpath(submit))
+    err = proc.stderr
+    assert proc.returncode == 0, err
+    assert "ckplan: --hosts slurm: 3 nodes in $SLURM_JOB_NODELIST (node[01-03]): node01, node02, node03" in err
+    assert log.read_text().startswith("srun --ntasks-per-node=1 ")
+    # each agent bound its own node's address, found from its Slurm name inside its own namespace, and said so
+    assert sorted(re.findall(r"--server=ip:(10\.231\.\d\.2),8765", err)) == sorted(addrs)
+    assert err.count("ckplan: warning: fio's server protocol has no authentication") == 3
+    assert err.count("ckplan agent: stopping on SIGTERM") == 3
+    profile = json.loads((submit / "ckplan-profile-4242.json").read_text())
+    assert profile["hosts"] == 3 and [a["hosts"] for a in profile["aggregate_bandwidth"]] == [1, 2, 3]
+    assert all(name in profile["notes"][0] for name in names)
+    assert all(p["bytes_per_s"] > 10e6 for p in profile["aggregate_bandwidth"])
+    # nothing is left: agents, fio servers, their jobs, scratch directories, fio's prerun files
+    assert alive == [] and left == []
+    assert scratch(target) == [] and os.listdir(submit) == ["ckplan-profile-4242.json"]
 
 
 def test_a_second_agent_on_a_taken_port_is_refused(tmp_path):
