@@ -348,12 +348,14 @@ def test_the_sbatch_script_in_the_docs_probes_every_node(tmp_path):
         names = [f"node{n:02d}" for n in range(1, 4)]
         addrs = [addr for _, addr in nodes]
         hosts = tmp_path / "hosts"
-        hosts.write_text("127.0.0.1 localhost\n::1 localhost\n" + "".join(f"{a} {n}\n" for a, n in zip(addrs, names)))
+        hosts.write_text("127.0.0.1 localhost\n::1 localhost\n"
+                         + "".join(f"{a} {n}\n" for a, n in zip(addrs, names, strict=True)))
         env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM")}
         env.update(PATH=os.pathsep.join([str(bin_dir), os.path.dirname(ckplan_exe()[0]), env["PATH"]]), NO_COLOR="1",
                    COLUMNS="200", SLURM_JOB_NODELIST="node[01-03]", SLURM_NODELIST="node[01-03]", SLURM_JOB_ID="4242",
                    SLURM_JOB_NUM_NODES="3", SLURM_CPUS_ON_NODE="2", SLURM_SUBMIT_DIR=str(submit), USER="ckplan-test",
-                   TARGET=str(target), SHIM_NODES=" ".join(f"{n}={ns}" for n, (ns, _) in zip(names, nodes)), SHIM_LOG=str(log))
+                   TARGET=str(target), SHIM_LOG=str(log),
+                   SHIM_NODES=" ".join(f"{n}={ns}" for n, (ns, _) in zip(names, nodes, strict=True)))
         # sbatch would run the script on the first node; here it runs beside the nodes, which it reaches by their veths
         cmd = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
                'mount --bind "$1" /etc/hosts && exec bash "$2" --quick --writers 1', "sh", str(hosts), str(script)]

@@ -135,7 +135,7 @@ def probe(
         host_list = parse_hosts(hosts, hosts_file, notice=lambda line: print(f"ckplan: {line}", file=sys.stderr, flush=True))
         job = prepare_cluster_probe(Path(path), host_list, preset=preset, writers=writers, plan=plan, scale=scale, name=save)
         if wait_s is not None:
-            wait_for_agents(job.hosts, wait_s)
+            wait_for_agents(host_list, wait_s)
         run = run_cluster_probe
     else:
         job = prepare_probe(Path(path), preset=preset, writers=writers, plan=plan, scale=scale, max_bytes=limit, name=save,

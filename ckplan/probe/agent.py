@@ -15,6 +15,7 @@ that they are reparented to it and it can end them all, SIGTERM first and SIGKIL
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import os
 import signal
@@ -22,8 +23,8 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Callable, Mapping
 
 from ckplan import children
 from ckplan.errors import EnvironmentProblem, InputError
@@ -108,7 +109,7 @@ def bind_address(text: str, where: str, environ: Mapping[str, str]) -> str:
 def tcp_sockets(state: str) -> list[tuple[str, int]]:
     """(local address, local port) of this network namespace's TCP sockets in `state` (01 ESTABLISHED, 0A LISTEN)."""
     out = []
-    for table, family in zip(TCP_TABLES, (socket.AF_INET, socket.AF_INET6)):
+    for table, family in zip(TCP_TABLES, (socket.AF_INET, socket.AF_INET6), strict=True):
         try:
             with open(table) as f:
                 rows = f.read().splitlines()[1:]
@@ -205,10 +206,8 @@ def stop_descendants(grace_s: float) -> None:
             sig = signal.SIGKILL
         for p in left:
             if sig == signal.SIGKILL or p.pid not in signalled:
-                try:
+                with contextlib.suppress(psutil.NoSuchProcess):
                     p.send_signal(sig)
-                except psutil.NoSuchProcess:
-                    pass
                 signalled.add(p.pid)
         time.sleep(0.05)
 

@@ -27,9 +27,9 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping
 
 from ckplan import children
 from ckplan.errors import EnvironmentProblem, InputError, MeasurementFailed
