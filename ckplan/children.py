@@ -17,6 +17,7 @@ import time
 from typing import Callable
 
 PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
 _prctl = None
 
 
@@ -39,6 +40,14 @@ def die_with_parent(parent_pid: int) -> None:
     # parent is already someone else (init or a subreaper)
     if os.getppid() != parent_pid:
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+def become_subreaper() -> bool:
+    """Have orphaned descendants reparented to this process instead of init, so that it can still find and
+    stop them (fio's job processes outlive a server that dies first, each in a session of its own).
+    False where the kernel has no such setting."""
+    prctl = _load_prctl()
+    return bool(prctl) and prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
 
 
 def preexec() -> Callable[[], None]:

@@ -190,7 +190,6 @@ def _wait(addr: str, port: int, proc: subprocess.Popen, netns: str | None) -> No
     raise AssertionError(f"fio server at {addr}:{port} did not come up")
 
 
-@contextlib.contextmanager
 def server_processes(addresses, port: int, workdir: str) -> list[int]:
     """Live processes of the fio servers fio_hosts started: the servers, the children they fork per
     connection and their job processes, all with the server's command line and working directory.
@@ -213,7 +212,7 @@ def server_processes(addresses, port: int, workdir: str) -> list[int]:
     return found
 
 
-def _kill_servers(addresses, port: int, workdir: str) -> None:
+def kill_servers(addresses, port: int, workdir: str) -> None:
     """SIGKILL every process of these servers until none is left; raises if one survives."""
     deadline = time.monotonic() + 10
     while True:
@@ -228,22 +227,19 @@ def _kill_servers(addresses, port: int, workdir: str) -> None:
         time.sleep(0.05)
 
 
-def fio_hosts(count: int, port: int = 8765, workdir=None):
-    """Yield [(address, server process)] for `count` hosts, each server started in `workdir`
-    (default: a directory of its own that is removed afterwards), where fio writes its prerun output.
+@contextlib.contextmanager
+def namespaces(count: int):
+    """Yield [(network namespace, address)] for `count` hosts, the namespace None where they cannot be made
+    (then the hosts are loopback addresses of this machine, 127.0.0.N); removed afterwards.
 
     Addresses are 10.231.N.2 inside namespace N and 10.231.N.1 on this side: only hosts made here."""
-    if shutil.which("fio") is None:
-        raise Unavailable("fio is not installed")
     tag = secrets.token_hex(2)
-    own_workdir = workdir is None
-    workdir = tempfile.mkdtemp(prefix="ckplan-fio-server-") if own_workdir else workdir
-    made, servers = [], []
     use_netns = os.geteuid() == 0 and _sh("ip", "netns", "add", f"ckp{tag}0").returncode == 0
     if use_netns:
         _sh("ip", "netns", "del", f"ckp{tag}0")
     else:
         print("network namespaces unavailable: fio servers on loopback addresses 127.0.0.N instead")
+    made, hosts = [], []
     try:
         for n in range(1, count + 1):
             if use_netns:
@@ -255,24 +251,42 @@ def fio_hosts(count: int, port: int = 8765, workdir=None):
                     result = _sh(*cmd)
                     assert result.returncode == 0, f"{' '.join(cmd)}: {result.stderr}"
                 made.append((ns, veth))
-                cmd = ["ip", "netns", "exec", ns, "fio", f"--server=ip:{addr},{port}"]
+                hosts.append((ns, addr))
             else:
-                ns, addr = None, f"127.0.0.{n + 1}"
-                cmd = ["fio", f"--server=ip:{addr},{port}"]
-            # the server dies with this process too (ip netns exec execs fio, which keeps the setting)
-            proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
-                                    cwd=workdir, preexec_fn=children.preexec())
-            servers.append((addr, proc))
-            _wait(addr, port, proc, ns)
-        yield servers
+                hosts.append((None, f"127.0.0.{n + 1}"))
+        yield hosts
     finally:
-        for _, proc in servers:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        _kill_servers([addr for addr, _ in servers], port, os.path.realpath(workdir))
         for ns, veth in made:
             _sh("ip", "link", "del", veth)
             _sh("ip", "netns", "del", ns)
+
+
+@contextlib.contextmanager
+def fio_hosts(count: int, port: int = 8765, workdir=None):
+    """Yield [(address, server process)] for `count` hosts (see namespaces), each server started in `workdir`
+    (default: a directory of its own that is removed afterwards), where fio writes its prerun output."""
+    if shutil.which("fio") is None:
+        raise Unavailable("fio is not installed")
+    own_workdir = workdir is None
+    workdir = tempfile.mkdtemp(prefix="ckplan-fio-server-") if own_workdir else workdir
+    servers = []
+    try:
+        with namespaces(count) as hosts:
+            try:
+                for ns, addr in hosts:
+                    cmd = (["ip", "netns", "exec", ns] if ns else []) + ["fio", f"--server=ip:{addr},{port}"]
+                    # the server dies with this process too (ip netns exec execs fio, which keeps the setting)
+                    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                            start_new_session=True, cwd=workdir, preexec_fn=children.preexec())
+                    servers.append((addr, proc))
+                    _wait(addr, port, proc, ns)
+                yield servers
+            finally:
+                for _, proc in servers:
+                    if proc.poll() is None:
+                        os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
+                kill_servers([addr for addr, _ in servers], port, os.path.realpath(workdir))
+    finally:
         if own_workdir:
             shutil.rmtree(workdir, ignore_errors=True)

@@ -8,11 +8,12 @@ import signal
 import socket
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
 from tests.conftest import assert_one_line_error, ckplan_exe, run_cli
-from tests.netns import fio_hosts
+from tests.netns import fio_hosts, kill_servers, server_processes
 
 pytestmark = pytest.mark.fio
 
@@ -122,3 +123,280 @@ def test_a_host_name_that_does_not_resolve_is_bad_input(tmp_path):
     proc = run_cli("probe", str(tmp_path), "--hosts", "nosuchhost.invalid", "--quick", "--writers", "1")
     assert_one_line_error(proc, "does not resolve", code=2)
     assert "--hosts" in proc.stderr and scratch(tmp_path) == []
+
+
+# --- ckplan agent under srun: options from the environment, idle timeout, SIGTERM --------------------------------
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _agent(args, cwd, env=None) -> subprocess.Popen:
+    return subprocess.Popen(ckplan_exe() + ["agent", *args], stderr=subprocess.PIPE, text=True, cwd=cwd,
+                            env={**os.environ, **(env or {})})
+
+
+def _wait_listening(addr: str, port: int, proc: subprocess.Popen) -> None:
+    deadline = time.monotonic() + 20
+    while True:
+        assert proc.poll() is None, proc.communicate()
+        try:
+            with socket.create_connection((addr, port), timeout=0.5):
+                return
+        except OSError:
+            assert time.monotonic() < deadline, f"no fio server on {addr}:{port}"
+            time.sleep(0.1)
+
+
+def _stop(proc: subprocess.Popen, addr: str, port: int, cwd) -> None:
+    """Clean up after a failed test: the agent, then whatever fio it left."""
+    if proc.poll() is None:
+        proc.kill()
+    proc.communicate()
+    kill_servers([addr], port, os.path.realpath(cwd))
+
+
+def test_agent_takes_its_address_and_port_from_the_environment(tmp_path):
+    port, other = _free_port(), _free_port()
+    env = {"CKPLAN_AGENT_BIND": "127.0.0.7", "CKPLAN_AGENT_PORT": str(port)}
+    agent = _agent([], tmp_path, env)
+    try:
+        _wait_listening("127.0.0.7", port, agent)
+        with pytest.raises(OSError):  # the variable's address and nothing else
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        agent.terminate()
+        _, err = agent.communicate(timeout=15)
+    finally:
+        _stop(agent, "127.0.0.7", port, tmp_path)
+    assert agent.returncode == 0 and f"--server=ip:127.0.0.7,{port}" in err and "warning" not in err
+    # an option wins over its variable
+    agent = _agent(["--bind", "127.0.0.8", "--port", str(other)], tmp_path, env)
+    try:
+        _wait_listening("127.0.0.8", other, agent)
+        agent.terminate()
+        _, err = agent.communicate(timeout=15)
+    finally:
+        _stop(agent, "127.0.0.8", other, tmp_path)
+    assert f"--server=ip:127.0.0.8,{other}" in err
+
+
+@pytest.mark.parametrize("args,env,fragment,code", [
+    ([], {"CKPLAN_AGENT_PORT": "99999"}, "CKPLAN_AGENT_PORT must be a port number 1-65535, got '99999'", 2),
+    (["--port", "0"], {"CKPLAN_AGENT_PORT": "8765"}, "--port must be a port number", 2),
+    ([], {"CKPLAN_AGENT_IDLE_TIMEOUT": "soon"}, "CKPLAN_AGENT_IDLE_TIMEOUT", 2),
+    (["--idle-timeout", "0"], {}, "--idle-timeout must be > 0", 2),
+    (["--bind", " "], {}, "--bind is empty", 2),
+    (["--bind", "slurm"], {"SLURMD_NODENAME": ""}, "SLURMD_NODENAME is not set", 2),
+    ([], {"CKPLAN_AGENT_BIND": "slurm", "SLURMD_NODENAME": "localhost"}, "resolves to 127.0.0.1, a loopback address", 3),
+    (["--bind", "nosuch.invalid"], {}, "'nosuch.invalid' does not resolve", 2),
+])
+def test_agent_settings_refused_in_one_line(args, env, fragment, code):
+    assert_one_line_error(run_cli("agent", *args, env=env), fragment, code=code)
+
+
+def test_agent_idle_timeout_counts_from_the_last_client(tmp_path):
+    port = _free_port()
+    job = tmp_path / "job.fio"
+    job.write_text("[busy]\nioengine=null\nsize=1G\ntime_based=1\nruntime=7\n")
+    agent = _agent(["--port", str(port), "--idle-timeout", "3s"], tmp_path)
+    try:
+        _wait_listening("127.0.0.1", port, agent)
+        start = time.monotonic()
+        client = subprocess.run(["fio", f"--client=ip:127.0.0.1,{port}", str(job)], capture_output=True, text=True,
+                                timeout=60, cwd=tmp_path)
+        ended = time.monotonic()
+        # the job held its connection for 7 s, over twice the idle timeout, and the agent served it to the end
+        assert client.returncode == 0 and ended - start >= 7, client.stdout + client.stderr
+        assert agent.poll() is None
+        _, err = agent.communicate(timeout=20)
+        stopped = time.monotonic()
+    finally:
+        _stop(agent, "127.0.0.1", port, tmp_path)
+    assert agent.returncode == 0 and "no client connected for 3 s (--idle-timeout): stopping" in err
+    assert 2.0 <= stopped - ended <= 9, stopped - ended  # idle counted from the client's last connection
+    assert server_processes(["127.0.0.1"], port, os.path.realpath(tmp_path)) == []
+
+
+@pytest.mark.parametrize("everyone", [False, True], ids=["agent", "every-process-as-slurm-does"])
+def test_sigterm_ends_the_agent_and_every_fio_process(tmp_path, everyone):
+    port = _free_port()
+    cwd = os.path.realpath(tmp_path)
+    job = tmp_path / "job.fio"
+    job.write_text("[busy]\nioengine=null\nsize=1G\ntime_based=1\nruntime=120\nnumjobs=2\n")
+    agent = _agent(["--port", str(port)], tmp_path)
+    client = None
+    try:
+        _wait_listening("127.0.0.1", port, agent)
+        client = subprocess.Popen(["fio", f"--client=ip:127.0.0.1,{port}", str(job)], stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL, cwd=tmp_path)
+        deadline = time.monotonic() + 30
+        # the server, its process per connection, that one's backend and the two jobs
+        while len(fio_pids := server_processes(["127.0.0.1"], port, cwd)) < 5:
+            assert time.monotonic() < deadline, fio_pids
+            time.sleep(0.1)
+        # fio's jobs left the agent's session: killing its process group would miss them
+        assert any(os.getsid(pid) != os.getsid(agent.pid) for pid in fio_pids)
+        for pid in [agent.pid] + (fio_pids if everyone else []):
+            os.kill(pid, signal.SIGTERM)
+        _, err = agent.communicate(timeout=20)
+        left = server_processes(["127.0.0.1"], port, cwd)
+    finally:
+        _stop(agent, "127.0.0.1", port, tmp_path)
+        if client:
+            client.kill()
+            client.wait()
+    assert agent.returncode == 0 and "stopping on SIGTERM" in err, err
+    assert left == []  # nothing of fio outlives the agent, not even a job in a session of its own
+
+
+def test_a_dead_fio_server_leaves_no_orphaned_jobs(tmp_path):
+    """fio's jobs outlive a server killed under them; the agent (a child subreaper) inherits and ends them."""
+    port = _free_port()
+    cwd = os.path.realpath(tmp_path)
+    job = tmp_path / "job.fio"
+    job.write_text("[busy]\nioengine=null\nsize=1G\ntime_based=1\nruntime=120\nnumjobs=2\n")
+    agent = _agent(["--port", str(port)], tmp_path)
+    client = None
+    try:
+        _wait_listening("127.0.0.1", port, agent)
+        client = subprocess.Popen(["fio", f"--client=ip:127.0.0.1,{port}", str(job)], stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL, cwd=tmp_path)
+        deadline = time.monotonic() + 30
+        while len(server_processes(["127.0.0.1"], port, cwd)) < 5:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        import psutil
+        server = next(p.pid for p in psutil.Process(agent.pid).children() if p.name() == "fio")
+        os.kill(server, signal.SIGKILL)
+        _, err = agent.communicate(timeout=20)
+        left = server_processes(["127.0.0.1"], port, cwd)
+    finally:
+        _stop(agent, "127.0.0.1", port, tmp_path)
+        if client:
+            client.kill()
+            client.wait()
+    assert agent.returncode == 1 and "fio's server killed by SIGKILL" in err, err
+    assert left == []
+
+
+# --- the sbatch script of docs/slurm.md, run with a stand-in srun --------------------------------------------------
+
+DOCS_SLURM = Path(__file__).parent.parent / "docs" / "slurm.md"
+
+FAKE_SRUN = '''#!{python}
+"""A stand-in for srun: one task per node of $SHIM_NODES ("name=netns ..."), each in that node's network namespace
+with SLURMD_NODENAME, SLURM_PROCID and SLURM_NODEID as slurmd sets them; SIGTERM and SIGINT go on to every task,
+as srun passes them on."""
+import os, signal, subprocess, sys
+
+args = sys.argv[1:]
+log = open(os.environ["SHIM_LOG"], "a", buffering=1)
+log.write("srun " + " ".join(args) + "\\n")
+while args and args[0].startswith("-"):
+    args.pop(0)
+tasks = []
+for i, node in enumerate(os.environ["SHIM_NODES"].split()):
+    name, ns = node.split("=")
+    env = dict(os.environ, SLURMD_NODENAME=name, SLURM_PROCID=str(i), SLURM_NODEID=str(i), SLURM_LOCALID="0")
+    tasks.append(subprocess.Popen(["ip", "netns", "exec", ns] + args, env=env))
+    log.write(f"task {{tasks[-1].pid}}\\n")
+for sig in (signal.SIGTERM, signal.SIGINT):
+    signal.signal(sig, lambda s, f: [t.send_signal(s) for t in tasks if t.poll() is None])
+codes = [t.wait() for t in tasks]
+sys.exit(next((c for c in codes if c), 0))
+'''
+
+
+def _running(pid: int) -> bool:
+    import psutil
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def sbatch_script() -> str:
+    """The one complete sbatch script in docs/slurm.md, as the reader copies it."""
+    import re
+    blocks = [b for b in re.findall(r"```bash\n(.*?)```", DOCS_SLURM.read_text(), re.S) if b.startswith("#!/bin/bash")]
+    assert len(blocks) == 1 and "#SBATCH --ntasks-per-node=1" in blocks[0], blocks
+    return blocks[0]
+
+
+def test_the_sbatch_script_in_the_docs_probes_every_node(tmp_path):
+    import re
+    import shutil
+    import sys
+
+    from tests.netns import namespaces
+    if os.geteuid() != 0 or shutil.which("unshare") is None or shutil.which("fio") is None:
+        pytest.skip("needs root, unshare and fio: network namespaces and a private /etc/hosts")
+    script = tmp_path / "ckplan-probe.sbatch"
+    script.write_text(sbatch_script())
+    bin_dir, submit, target = tmp_path / "bin", tmp_path / "submit", tmp_path / "shared"
+    for d in (bin_dir, submit):
+        d.mkdir()
+    srun = bin_dir / "srun"
+    srun.write_text(FAKE_SRUN.format(python=sys.executable))
+    srun.chmod(0o755)
+    log = tmp_path / "srun.log"
+    with namespaces(3) as nodes:
+        if nodes[0][0] is None:
+            pytest.skip("network namespaces unavailable")
+        names = [f"node{n:02d}" for n in range(1, 4)]
+        addrs = [addr for _, addr in nodes]
+        hosts = tmp_path / "hosts"
+        hosts.write_text("127.0.0.1 localhost\n::1 localhost\n"
+                         + "".join(f"{a} {n}\n" for a, n in zip(addrs, names, strict=True)))
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM")}
+        env.update(PATH=os.pathsep.join([str(bin_dir), os.path.dirname(ckplan_exe()[0]), env["PATH"]]), NO_COLOR="1",
+                   COLUMNS="200", SLURM_JOB_NODELIST="node[01-03]", SLURM_NODELIST="node[01-03]", SLURM_JOB_ID="4242",
+                   SLURM_JOB_NUM_NODES="3", SLURM_CPUS_ON_NODE="2", SLURM_SUBMIT_DIR=str(submit), USER="ckplan-test",
+                   TARGET=str(target), SHIM_LOG=str(log),
+                   SHIM_NODES=" ".join(f"{n}={ns}" for n, (ns, _) in zip(names, nodes, strict=True)))
+        # sbatch would run the script on the first node; here it runs beside the nodes, which it reaches by their veths
+        cmd = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+               'mount --bind "$1" /etc/hosts && exec bash "$2" --quick --writers 1', "sh", str(hosts), str(script)]
+        try:
+            proc = subprocess.run(cmd, cwd=submit, env=env, capture_output=True, text=True, timeout=500)
+        finally:
+            tasks = [int(line.split()[1]) for line in log.read_text().splitlines() if line.startswith("task ")]
+            alive = [pid for pid in tasks if _running(pid)]
+            left = server_processes(addrs, 8765, os.path.realpath(submit))
+            for pid in alive:
+                os.kill(pid, signal.SIGKILL)
+            kill_servers(addrs, 8765, os.path.realpath(submit))
+    err = proc.stderr
+    assert proc.returncode == 0, err
+    assert "ckplan: --hosts slurm: 3 nodes in $SLURM_JOB_NODELIST (node[01-03]): node01, node02, node03" in err
+    assert log.read_text().startswith("srun --ntasks-per-node=1 ")
+    # each agent bound its own node's address, found from its Slurm name inside its own namespace, and said so
+    assert sorted(re.findall(r"--server=ip:(10\.231\.\d\.2),8765", err)) == sorted(addrs)
+    assert err.count("ckplan: warning: fio's server protocol has no authentication") == 3
+    assert err.count("ckplan agent: stopping on SIGTERM") == 3
+    profile = json.loads((submit / "ckplan-profile-4242.json").read_text())
+    assert profile["hosts"] == 3 and [a["hosts"] for a in profile["aggregate_bandwidth"]] == [1, 2, 3]
+    assert all(name in profile["notes"][0] for name in names)
+    assert all(p["bytes_per_s"] > 10e6 for p in profile["aggregate_bandwidth"])
+    # nothing is left: agents, fio servers, their jobs, scratch directories, fio's prerun files
+    assert alive == [] and left == []
+    assert scratch(target) == [] and os.listdir(submit) == ["ckplan-profile-4242.json"]
+
+
+def test_a_second_agent_on_a_taken_port_is_refused(tmp_path):
+    """fio's server binds with SO_REUSEPORT: without the check, a second agent would share the port and take half
+    of the probes' connections."""
+    port = _free_port()
+    first = _agent(["--port", str(port)], tmp_path)
+    try:
+        _wait_listening("127.0.0.1", port, first)
+        for bind in ("127.0.0.1", "0.0.0.0"):
+            proc = run_cli("agent", "--bind", bind, "--port", str(port), timeout=30)
+            assert_one_line_error(proc, f"port {port} is taken: a process listens on 127.0.0.1:{port} already", code=3)
+        assert first.poll() is None
+    finally:
+        first.terminate()
+        first.communicate(timeout=15)
+        _stop(first, "127.0.0.1", port, tmp_path)

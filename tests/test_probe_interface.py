@@ -8,9 +8,9 @@ import json
 import pytest
 
 from ckplan import catalog
+from ckplan.probe.base import TargetSpec
 from ckplan.probe.cluster import HostsTarget
 from ckplan.probe.filesystem import FilesystemTarget
-from ckplan.probe.base import TargetSpec
 from ckplan.probe.interface import ProbeTarget, open_target
 from ckplan.probe.s3 import S3Target
 from ckplan.profile import StorageProfile

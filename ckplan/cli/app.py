@@ -86,8 +86,11 @@ def probe(
     endpoint_url: EndpointUrl = None, region: Region = None, profile: AwsProfile = None,
     part_size: Annotated[str, typer.Option("--part-size", help="S3: multipart part size.", rich_help_panel="S3")] = "8MiB",
     timeout: S3Timeout = "30s",
-    hosts: Annotated[Optional[str], typer.Option(help="Probe from many hosts at once: host[:port],… each running `ckplan agent`.", rich_help_panel="Multi-host")] = None,
-    hosts_file: Annotated[Optional[Path], typer.Option("--hosts-file", help="One host[:port] per line.", rich_help_panel="Multi-host")] = None,
+    hosts: Annotated[Optional[str], typer.Option(help="Probe from many hosts at once, each running `ckplan agent`: host[:port],…, "
+                                                 "Slurm host lists such as gpu[001-016]:8766, or slurm (the job's nodes).", rich_help_panel="Multi-host")] = None,
+    hosts_file: Annotated[Optional[Path], typer.Option("--hosts-file", help="One host[:port] or host list per line.", rich_help_panel="Multi-host")] = None,
+    agent_wait: Annotated[Optional[str], typer.Option("--agent-wait", help="Wait up to this long for every host's agent to answer "
+                                                      "(agents srun started a moment ago), e.g. 2m.", rich_help_panel="Multi-host")] = None,
     no_calibrate: Annotated[bool, typer.Option("--no-calibrate", help="Skip measuring this machine's serialisers (`ckplan calibrate`).")] = False,
     json: o.Json = False,
 ) -> None:
@@ -105,6 +108,8 @@ def probe(
         profile_store.check_name(save)
     if hosts is not None and not hosts.strip(" ,"):
         raise InputError("--hosts names no hosts: give host[:port],…")
+    if agent_wait is not None and not (hosts or hosts_file):
+        raise InputError("--agent-wait applies to a multi-host probe (--hosts or --hosts-file)")
     if writers is not None:
         check_range(writers, "--writers", 1, MAX_GPUS, limit=f"{MAX_GPUS:,}")
     _output_file(out, "--out")
@@ -120,7 +125,8 @@ def probe(
         path, preset="quick" if quick else "thorough" if thorough else "default", writers=writers,
         plan=o.load_plan(plan_file) if plan_file else None, scale=scale,
         max_bytes=parse_bytes(max_bytes, "--max-bytes") if max_bytes else None, name=save, calibrate=not no_calibrate,
-        hosts=hosts, hosts_file=hosts_file,
+        hosts=hosts, hosts_file=hosts_file, agent_wait_s=parse_duration(agent_wait, "--agent-wait") if agent_wait is not None else None,
+        notice=lambda line: print(f"ckplan: {line}", file=sys.stderr, flush=True),
         s3=S3Options(endpoint_url=endpoint_url, region=region, profile=profile, part_bytes=parse_bytes(part_size, "--part-size"),
                      timeout_s=parse_duration(timeout, "--timeout"))))
     estimate = target.estimated_seconds  # prepares: every check that can fail comes before a byte is written
@@ -344,25 +350,31 @@ def watch(
 
 @app.command()
 def agent(
-    bind: Annotated[str, typer.Option(help="Address the fio server listens on; bind to a trusted network only.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="Port (fio's default is 8765).")] = 8765,
+    bind: Annotated[Optional[str], typer.Option(help="Address or host name the fio server listens on; slurm: this node's "
+                                                "Slurm name (SLURMD_NODENAME). Bind to a trusted network only. "
+                                                "Default: $CKPLAN_AGENT_BIND, else 127.0.0.1.", show_default=False)] = None,
+    port: Annotated[Optional[str], typer.Option(help="Port. Default: $CKPLAN_AGENT_PORT, else 8765 (fio's).",
+                                                show_default=False)] = None,
+    idle_timeout: Annotated[Optional[str], typer.Option("--idle-timeout", help="Exit after this long with no probe "
+                                                        "connected, e.g. 10m. Default: $CKPLAN_AGENT_IDLE_TIMEOUT, else never.",
+                                                        show_default=False)] = None,
 ) -> None:
-    """Run a fio server on this host for `ckplan probe PATH --hosts …` (fio's protocol has no authentication)."""
-    import os
+    """Run a fio server on this host for `ckplan probe PATH --hosts …` (fio's protocol has no authentication).
+    It stops on SIGTERM (a Slurm job's end), and every fio process with it; safe under `srun --ntasks-per-node=1`."""
     import shlex
 
+    from ckplan.probe.agent import agent_settings, check_port_free, run_agent
     from ckplan.probe.cluster import agent_command, is_loopback
 
-    if not 0 < port < 65536:
-        raise InputError(f"--port must be 1-65535, got {port}")
-    if not bind.strip():  # it would reach fio as --server=ip:,PORT, an address nobody meant
-        raise InputError("--bind is empty: give the address the fio server listens on")
-    cmd = agent_command(bind, port)
-    if not is_loopback(bind):
-        print(f"ckplan: warning: fio's server protocol has no authentication; anyone who reaches {bind}:{port} "
+    settings = agent_settings(bind, port, idle_timeout)
+    check_port_free(settings.address, settings.port)
+    cmd = agent_command(settings.address, settings.port)
+    where = f"{settings.address}:{settings.port}" + (f" ({settings.bind})" if settings.bind else "")
+    if not is_loopback(settings.address):
+        print(f"ckplan: warning: fio's server protocol has no authentication; anyone who reaches {where} "
               "can run jobs as this user. Bind to a trusted network only.", file=sys.stderr)
     print(f"running: {shlex.join(cmd)}", file=sys.stderr, flush=True)
-    os.execv(cmd[0], cmd)
+    raise typer.Exit(run_agent(settings, lambda line: print(f"ckplan agent: {line}", file=sys.stderr, flush=True)))
 
 
 @app.command("compress-test")

@@ -321,5 +321,6 @@ def flag_names() -> dict[str, str]:
     names.update({f.field: f.flag for f in _policy_flags()})
     names.update(dtype_overrides="--dtype", options="--option", plan_file="--plan", save_name="--save", keep="--keep",
                  goodput="--target-goodput", ranks="--ranks", repeats="--repeats", scale="--scale", file="--file", by="--by",
-                 interval="--interval", pattern="--pattern")
+                 interval="--interval", pattern="--pattern", hosts="--hosts", hosts_file="--hosts-file", bind="--bind",
+                 port="--port", idle_timeout="--idle-timeout", agent_wait="--agent-wait")
     return names

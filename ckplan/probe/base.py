@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Callable, Protocol
 
 if TYPE_CHECKING:
     from ckplan.sizing.plan import CheckpointPlan
@@ -128,4 +128,6 @@ class TargetSpec:
     calibrate: bool = True  # measure this machine's serialisers (filesystem target, PyTorch installed)
     hosts: str | None = None  # host[:port],… as given (--hosts), parsed by the hosts target
     hosts_file: Path | None = None  # one host[:port] per line (--hosts-file)
+    agent_wait_s: float | None = None  # hosts: wait this long for every agent to answer before probing
+    notice: Callable[[str], None] | None = None  # where a target says what it found (the hosts Slurm gave)
     s3: S3Options = field(default_factory=S3Options)

@@ -27,13 +27,14 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ckplan import children
 from ckplan.errors import EnvironmentProblem, InputError, MeasurementFailed
-from ckplan.probe import fio
+from ckplan.probe import fio, hostlist
 from ckplan.probe.base import PRESETS, SCRATCH_PREFIX, Preset, Progress, Silent, TargetSpec, noise_notes, writer_counts
 from ckplan.profile import BandwidthPoint, Latency, Measurement, Replay, SmallFiles, Spread, StorageProfile
 
@@ -42,7 +43,10 @@ if TYPE_CHECKING:
     from ckplan.profile import TargetKind
 
 DEFAULT_PORT = 8765
-HOST_ENTRY = re.compile(r"(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<name>[A-Za-z0-9][A-Za-z0-9.-]*))(?::(?P<port>\d+))?")
+V6_ENTRY = re.compile(r"\[(?P<v6>[0-9A-Fa-f.]*:[0-9A-Fa-f:.]*)\](?::(?P<port>[^:]*))?")
+HOST_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9.-]*")
+SLURM_VARIABLES = ("SLURM_JOB_NODELIST", "SLURM_NODELIST")
+ENTRY_FORMS = "use host, host:port, [ipv6]:port, a Slurm host list such as node[01-16]:8765, or slurm"
 
 
 @dataclass(frozen=True)
@@ -59,28 +63,101 @@ class Host:
         return f"[{self.name}]:{self.port}" if ":" in self.name else f"{self.name}:{self.port}"
 
 
-def parse_hosts(spec: str | None, hosts_file: Path | None) -> list[Host]:
-    entries: list[str] = []
-    if spec:
-        entries += [e.strip() for e in spec.split(",") if e.strip()]
+def slurm_nodelist(environ: Mapping[str, str]) -> tuple[str, str]:
+    """The job's node list as (variable, hostlist expression): SLURM_JOB_NODELIST, else SLURM_NODELIST."""
+    for var in SLURM_VARIABLES:
+        if environ.get(var, "").strip():
+            return var, environ[var].strip()
+    raise InputError("‹hosts› slurm reads the job's nodes from SLURM_JOB_NODELIST or SLURM_NODELIST, and neither is set: "
+                     "run it inside a Slurm job (sbatch, salloc) or name the hosts")
+
+
+def parse_hosts(spec: str | None, hosts_file: Path | None, environ: Mapping[str, str] | None = None,
+                notice: Callable[[str], None] | None = None, limit: int = hostlist.MAX_HOSTS) -> list[Host]:
+    """The hosts of `--hosts` and `--hosts-file`: comma-separated entries, each a host, a Slurm host list
+    (`gpu[001-016,020]`, `io[1-2]-ib`) or `slurm` (the job's nodes), optionally followed by :PORT, which applies to
+    every host of that entry. `notice` is told which nodes `slurm` found."""
+    environ = os.environ if environ is None else environ
+    sources: list[tuple[str, str]] = [("‹hosts›", spec)] if spec else []
     if hosts_file:
         from ckplan.readers import read_text_file
 
-        entries += [line.split("#")[0].strip() for line in read_text_file(hosts_file, "--hosts-file").splitlines()]
-    hosts = []
-    for entry in filter(None, entries):
-        m = HOST_ENTRY.fullmatch(entry)
-        if not m:
-            raise InputError(f"bad host entry {entry!r}: use host, host:port, or [ipv6]:port")
-        port = int(m.group("port") or DEFAULT_PORT)
-        if not 0 < port < 65536:
-            raise InputError(f"bad port in host entry {entry!r}")
-        hosts.append(Host(m.group("v6") or m.group("name"), port))
+        lines = read_text_file(hosts_file, "‹hosts_file›").splitlines()
+        sources += [(f"‹hosts_file› line {i}", line.split("#")[0].strip()) for i, line in enumerate(lines, 1)]
+    hosts: list[Host] = []
+    for where, text in sources:
+        try:
+            entries = [e.strip() for e in hostlist.split_top(text)]
+        except InputError as exc:
+            raise InputError(f"{where}: {exc}") from None
+        for entry in filter(None, entries):
+            hosts += _entry(entry, where, environ, notice, limit - len(hosts), len(hosts))
     if not hosts:
-        raise InputError("--hosts or --hosts-file names no hosts")
-    if len(set(hosts)) != len(hosts):
-        raise InputError("a host is listed twice")
+        raise InputError("‹hosts› or ‹hosts_file› names no hosts")
+    seen: set[Host] = set()
+    for h in hosts:
+        if h in seen:
+            raise InputError(f"host {h} is listed twice")
+        seen.add(h)
     return hosts
+
+
+def _entry(entry: str, where: str, environ: Mapping[str, str], notice: Callable[[str], None] | None,
+           room: int, before: int) -> list[Host]:
+    """The hosts of one entry; `room` more may be added to the `before` already named."""
+    m = V6_ENTRY.fullmatch(entry)
+    expr, port_text = (m["v6"], m["port"]) if m else entry.split(":", 1) if entry.count(":") == 1 else (entry, None)
+    if ":" in entry and not m and entry.count(":") != 1:
+        raise InputError(f"{where}: bad host entry {entry!r}: {ENTRY_FORMS}")
+    port = DEFAULT_PORT
+    if port_text is not None:
+        if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+            raise InputError(f"{where}: bad port in host entry {entry!r}: give a number 1-65535 after the colon")
+        port = int(port_text)
+    if m:
+        return [Host(expr, port)]
+    source = ""
+    if expr == "slurm":
+        var, expr = slurm_nodelist(environ)
+        source = f" (slurm: {var}={expr})"
+    try:
+        n = hostlist.count(expr)
+        if n > room:
+            total = f", {before + n:,} in all" if before else ""
+            raise InputError(f"{expr!r} expands to {n:,} hosts{total}; at most {room + before:,} are allowed")
+        names = hostlist.expand(expr, limit=room)
+    except InputError as exc:
+        raise InputError(f"{where}{source}: {exc}") from None
+    for name in names:
+        if not HOST_NAME.fullmatch(name):
+            raise InputError(f"{where}{source}: bad host name {name!r} in {entry!r}: {ENTRY_FORMS}")
+    if source and notice:
+        shown = ", ".join(names[:8]) + (f", … ({len(names) - 8} more)" if len(names) > 8 else "")
+        notice(f"--hosts slurm: {len(names)} node{'s' if len(names) != 1 else ''} in ${var} ({expr}): {shown}")
+    return [Host(name, port) for name in names]
+
+
+def wait_for_agents(hosts: list[Host], timeout_s: float, poll_s: float = 0.5) -> None:
+    """Return once every host accepts a TCP connection on its port (agents that srun started a moment ago), or
+    raise naming those that did not within `timeout_s`. A fio server takes a connection that closes at once as
+    a client that left."""
+    pending = list(hosts)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        for host in list(pending):
+            try:
+                with socket.create_connection((host.name, host.port), timeout=min(2.0, max(0.1, timeout_s))):
+                    pending.remove(host)
+            except socket.gaierror:
+                raise InputError(f"host {host.name!r} does not resolve to an address: check ‹hosts› or ‹hosts_file›") from None
+            except OSError:
+                pass
+        if not pending:
+            return
+        if time.monotonic() >= deadline:
+            raise EnvironmentProblem(f"no agent answered on {', '.join(map(str, pending))} within {timeout_s:g} s "
+                                     "(start one on each host with `ckplan agent`)")
+        time.sleep(poll_s)
 
 
 def agent_command(bind: str, port: int) -> list[str]:
@@ -371,8 +448,11 @@ class HostsTarget:
     def prepare(self) -> ClusterJob:
         if self._job is None:
             s = self.spec
-            self._job = prepare_cluster_probe(Path(s.path), parse_hosts(s.hosts, s.hosts_file), preset=s.preset,
-                                              writers=s.writers, plan=s.plan, scale=s.scale, name=s.name)
+            hosts = parse_hosts(s.hosts, s.hosts_file, notice=s.notice)
+            self._job = prepare_cluster_probe(Path(s.path), hosts, preset=s.preset, writers=s.writers, plan=s.plan,
+                                              scale=s.scale, name=s.name)
+            if s.agent_wait_s is not None:
+                wait_for_agents(hosts, s.agent_wait_s)
         return self._job
 
     @property
