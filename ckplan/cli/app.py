@@ -89,6 +89,7 @@ def probe(
     hosts: Annotated[Optional[str], typer.Option(help="Probe from many hosts at once: host[:port],… each running `ckplan agent`.", rich_help_panel="Multi-host")] = None,
     hosts_file: Annotated[Optional[Path], typer.Option("--hosts-file", help="One host[:port] per line.", rich_help_panel="Multi-host")] = None,
     no_calibrate: Annotated[bool, typer.Option("--no-calibrate", help="Skip measuring this machine's serialisers (`ckplan calibrate`).")] = False,
+    emit_jobs: Annotated[Optional[Path], typer.Option("--emit-jobs", metavar="DIR", help="Write every fio run's job file, numbered in the order they ran, and run.sh to rerun them, into this new or empty directory.")] = None,
     json: o.Json = False,
 ) -> None:
     """Measure what a target sustains: buffered and direct bandwidth against writers, small files, fsync latency,
@@ -109,6 +110,8 @@ def probe(
     if writers is not None:
         check_range(writers, "--writers", 1, MAX_GPUS, limit=f"{MAX_GPUS:,}")
     _output_file(out, "--out")
+    if emit_jobs is not None and path.startswith("s3:"):
+        raise InputError("--emit-jobs writes fio job files; the S3 probe runs ckplan's own client, not fio")
     if quick and thorough:
         raise InputError("give --quick or --thorough, not both")
     if not 0 < scale <= 1:
@@ -126,11 +129,11 @@ def probe(
     elif hosts or hosts_file:
         from ckplan.probe.cluster import parse_hosts, prepare_cluster_probe, run_cluster_probe
         job = prepare_cluster_probe(Path(path), parse_hosts(hosts, hosts_file), preset=preset, writers=writers,
-                                    plan=plan, scale=scale, name=save)
+                                    plan=plan, scale=scale, name=save, emit_jobs=emit_jobs)
         run = run_cluster_probe
     else:
         job = prepare_probe(Path(path), preset=preset, writers=writers, plan=plan, scale=scale, max_bytes=limit, name=save,
-                            calibrate=not no_calibrate)
+                            calibrate=not no_calibrate, emit_jobs=emit_jobs)
         run = run_probe
     signal.signal(signal.SIGTERM, _interrupt)  # run the same cleanup as Ctrl-C
     from ckplan.render.profile import live_progress

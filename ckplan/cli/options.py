@@ -319,5 +319,5 @@ def flag_names() -> dict[str, str]:
     names = {f.name: f.flag for f in _plan_flags({}, ())}
     names.update({f.field: f.flag for f in _policy_flags()})
     names.update(dtype_overrides="--dtype", options="--option", plan_file="--plan", save_name="--save", keep="--keep",
-                 goodput="--target-goodput")
+                 goodput="--target-goodput", emit_jobs="--emit-jobs")
     return names
