@@ -268,7 +268,8 @@ def _bandwidth(scratch, settings, max_writers, per_writer, direct, progress, raw
             "numjobs": w, "ioengine": "psync", "direct": int(path == "direct"), "fallocate": "none",
             "group_reporting": 1, "unlink": 1})
         note = jobfiles.Note(f"bandwidth, {path}", measures, figure,
-                             "jobs[0].write.bw_bytes, in bytes/s (group_reporting sums the writers)", raw_fio=len(raw))
+                             "jobs[0].write.bw_bytes, in bytes/s (group_reporting sums the writers)", raw_fio=len(raw),
+                             group="bandwidth", warm_up=name == "warm-up")
         doc = fio.run_fio([job], scratch, f"the bandwidth phase ({path}, {w} writers)", on_status=progress.update,
                           note=note)
         raw.append(doc)
@@ -338,7 +339,7 @@ def _small_files(scratch, settings, writers, budget, plan, progress, raw) -> Sma
                 f"{low}-{high} bytes, one after another, in a fresh directory", figure,
                 "files/s = the files in the directory after the run (ckplan counts them: fio counts no creates) × 1000 "
                 "÷ the longest jobs[].write.runtime (ms); ops/s = (3 × files + the sum of jobs[].write.total_ios) × 1000 "
-                "÷ the same runtime", raw_fio=len(raw), count_files_in="small")
+                "÷ the same runtime", raw_fio=len(raw), count_files_in="small", warm_up="warm-up" in label)
             doc = fio.run_fio([job], scratch, "the small-file phase", on_status=progress.update, note=note)
             files = sum(1 for _ in os.scandir(directory))
         finally:

@@ -48,6 +48,8 @@ class Note:
     name: str | None = None  # the file name's stem after the number (default: the first job's name)
     count_files_in: str | None = None  # a directory under CKPLAN_JOB_DIR that run.sh makes fresh, counts the files of
     # after the run (into NNN-NAME.files) and removes: the small-file phase, whose files ckplan counts itself
+    group: str | None = None  # the runs that share a warm-up (default: the phase)
+    warm_up: bool = False  # a warm-up: the group's later runs say to run it first, as the probe did
 
 
 def check_dir(path: Path) -> Path:
@@ -82,18 +84,24 @@ class JobWriter:
         self.scratch: str | None = None  # the probe's scratch directory as written in a job file, replaced by PLACEHOLDER
         self.jobs: list[JobFile] = []
         self.blocks: list[str] = []
+        self.warm_ups: dict[str, str] = {}  # group -> the number of its latest warm-up run
 
     def record(self, cmd: list[str], texts: dict[str, str], note: Note) -> None:
         """One fio run: its command line and the text of each job file it names (a path in cmd → the text)."""
         number = f"{len(self.jobs) + 1:03d}"
         first = next(iter(texts.values()))
         stem = f"{number}-{note.name or _first_job(first)}"
-        names = {path: f"{stem}.fio" if len(texts) == 1 else f"{stem}.host{i}.fio" for i, path in enumerate(texts)}
+        multi_host = self.local_target is None
+        names = {path: f"{stem}.host{i}.fio" if multi_host else f"{stem}.fio" for i, path in enumerate(texts)}
         hand = ["fio"] + [names.get(arg, arg) for arg in cmd[1:]]
+        group = note.group or note.phase
+        warm_up = None if note.warm_up else self.warm_ups.get(group)
+        if note.warm_up:
+            self.warm_ups[group] = number
         for path, text in texts.items():
             if self.scratch:
                 text = text.replace(self.scratch, PLACEHOLDER)
-            self._write(names[path], self._comment(number, note, cmd, hand) + text)
+            self._write(names[path], self._comment(number, note, cmd, hand, warm_up) + text)
         self.jobs.append(JobFile(number=int(number), files=list(names.values()), phase=note.phase, figure=note.figure,
                                  raw_fio=note.raw_fio))
         block = [f"# {number}  {note.phase}: {note.figure}", f"if want {number}; then",
@@ -112,7 +120,7 @@ class JobWriter:
         self.blocks.append(f"# ({phase} ran here: {why}; it has no fio job file)")
         self._write(SCRIPT, self._script())
 
-    def _comment(self, number: str, note: Note, cmd: list[str], hand: list[str]) -> str:
+    def _comment(self, number: str, note: Note, cmd: list[str], hand: list[str], warm_up: str | None) -> str:
         lines = [f"ckplan probe --emit-jobs: fio run {number} of {self.about} ({self.fio_version})",
                  f"phase:    {note.phase}",
                  f"measures: {note.measures}",
@@ -120,6 +128,9 @@ class JobWriter:
                  f"read:     {note.read}"]
         if note.raw_fio is not None:
             lines.append(f"          the profile's raw_fio[{note.raw_fio}] holds this run's output")
+        if warm_up:
+            lines.append(f"run first: the warm-up, run {warm_up}, as the probe did (the first runs after other work run "
+                         f"slow, and its figure was measured after it): `sh run.sh {warm_up} {number}`")
         lines.append(f"ckplan ran: {shlex.join(cmd)}")
         if self.local_target is not None:
             lines += [f"directory: {PLACEHOLDER} stands for the probe's scratch directory on the target, removed after "
