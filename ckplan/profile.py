@@ -110,6 +110,16 @@ class Calibration(BaseModel):
     duration_s: float
 
 
+class JobFile(BaseModel):
+    """One fio run of a probe, as `probe --emit-jobs DIR` wrote it (file names relative to `jobs_dir`)."""
+
+    number: int  # its place in the order the runs happened (the files' NNN- prefix)
+    files: list[str]  # its job file; one per host for a multi-host run
+    phase: str
+    figure: str  # the profile figure it produced, or why none (a warm-up, a calibration run)
+    raw_fio: int | None = None  # index of its output in the profile's raw_fio
+
+
 class Measurement(BaseModel):
     tool: str  # 'fio-3.33', 'ckplan-s3 (boto3 1.x)', 'builtin'
     date: str
@@ -119,6 +129,10 @@ class Measurement(BaseModel):
     bandwidth_bytes_per_writer: int | None = None
     runtime_cap_s: float | None = None
     repeats: int = 1
+    # `probe --emit-jobs DIR`: where every fio run's job file and run.sh went, and what each run produced. Optional
+    # fields with defaults: profiles without them read as before, and older ckplans ignore them (schema 2 still)
+    jobs_dir: str | None = None
+    jobs: list[JobFile] = Field(default_factory=list)
 
 
 class StorageProfile(BaseModel):

@@ -92,6 +92,7 @@ def probe(
     agent_wait: Annotated[Optional[str], typer.Option("--agent-wait", help="Wait up to this long for every host's agent to answer "
                                                       "(agents srun started a moment ago), e.g. 2m.", rich_help_panel="Multi-host")] = None,
     no_calibrate: Annotated[bool, typer.Option("--no-calibrate", help="Skip measuring this machine's serialisers (`ckplan calibrate`).")] = False,
+    emit_jobs: Annotated[Optional[Path], typer.Option("--emit-jobs", metavar="DIR", help="Write every fio run's job file, numbered in the order they ran, and run.sh to rerun them, into this new or empty directory.")] = None,
     json: o.Json = False,
 ) -> None:
     """Measure what a target sustains: buffered and direct bandwidth against writers, small files, fsync latency,
@@ -113,6 +114,8 @@ def probe(
     if writers is not None:
         check_range(writers, "--writers", 1, MAX_GPUS, limit=f"{MAX_GPUS:,}")
     _output_file(out, "--out")
+    if emit_jobs is not None and path.startswith("s3:"):
+        raise InputError("--emit-jobs writes fio job files; the S3 probe runs ckplan's own client, not fio")
     if quick and thorough:
         raise InputError("give --quick or --thorough, not both")
     if not 0 < scale <= 1:
@@ -125,7 +128,7 @@ def probe(
         path, preset="quick" if quick else "thorough" if thorough else "default", writers=writers,
         plan=o.load_plan(plan_file) if plan_file else None, scale=scale,
         max_bytes=parse_bytes(max_bytes, "--max-bytes") if max_bytes else None, name=save, calibrate=not no_calibrate,
-        hosts=hosts, hosts_file=hosts_file, agent_wait_s=parse_duration(agent_wait, "--agent-wait") if agent_wait is not None else None,
+        emit_jobs=emit_jobs, hosts=hosts, hosts_file=hosts_file, agent_wait_s=parse_duration(agent_wait, "--agent-wait") if agent_wait is not None else None,
         notice=lambda line: print(f"ckplan: {line}", file=sys.stderr, flush=True),
         s3=S3Options(endpoint_url=endpoint_url, region=region, profile=profile, part_bytes=parse_bytes(part_size, "--part-size"),
                      timeout_s=parse_duration(timeout, "--timeout"))))

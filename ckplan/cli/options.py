@@ -322,5 +322,5 @@ def flag_names() -> dict[str, str]:
     names.update(dtype_overrides="--dtype", options="--option", plan_file="--plan", save_name="--save", keep="--keep",
                  goodput="--target-goodput", ranks="--ranks", repeats="--repeats", scale="--scale", file="--file", by="--by",
                  interval="--interval", pattern="--pattern", hosts="--hosts", hosts_file="--hosts-file", bind="--bind",
-                 port="--port", idle_timeout="--idle-timeout", agent_wait="--agent-wait")
+                 port="--port", idle_timeout="--idle-timeout", agent_wait="--agent-wait", emit_jobs="--emit-jobs")
     return names

@@ -126,6 +126,7 @@ class TargetSpec:
     max_bytes: int | None = None  # the filesystem target's byte budget
     name: str | None = None  # the profile's name (--save)
     calibrate: bool = True  # measure this machine's serialisers (filesystem target, PyTorch installed)
+    emit_jobs: Path | None = None  # write every fio job file and command line that ran here (not S3: it runs no fio)
     hosts: str | None = None  # host[:port],… as given (--hosts), parsed by the hosts target
     hosts_file: Path | None = None  # one host[:port] per line (--hosts-file)
     agent_wait_s: float | None = None  # hosts: wait this long for every agent to answer before probing

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 
 from ckplan import children
 from ckplan.errors import EnvironmentProblem, InputError, MeasurementFailed
-from ckplan.probe import fio, hostlist
+from ckplan.probe import fio, hostlist, jobfiles
 from ckplan.probe.base import PRESETS, SCRATCH_PREFIX, Preset, Progress, Silent, TargetSpec, noise_notes, writer_counts
 from ckplan.profile import BandwidthPoint, Latency, Measurement, Replay, SmallFiles, Spread, StorageProfile
 
@@ -198,15 +198,20 @@ def cleanup_job(scratch: str) -> fio.FioJob:
                                     "exec_prerun": f"rm -rf {shlex.quote(scratch)} {CLEANUP_JOB}.prerun.txt"})
 
 
-def run_clients(run: ClusterRun, jobs_by_host: dict[Host, list[fio.FioJob]], what: str, timeout_s: float) -> dict:
+def run_clients(run: ClusterRun, jobs_by_host: dict[Host, list[fio.FioJob]], what: str, timeout_s: float,
+                note: jobfiles.Note | None = None) -> dict:
     """One fio client run, every host at once; every host must report, or the error names the ones that did not."""
     hosts = list(jobs_by_host)
     with tempfile.TemporaryDirectory(prefix="ckplan-cluster-") as tmp:
         args = [fio.fio_binary(), "--output-format=json"]
+        texts = {}
         for i, (host, jobs) in enumerate(jobs_by_host.items()):
             job = Path(tmp) / f"host{i}.fio"
-            job.write_text(run.jobfile(host, jobs))
+            texts[str(job)] = run.jobfile(host, jobs)
+            job.write_text(texts[str(job)])
             args += [host.client_arg, str(job)]
+        if note is not None:
+            jobfiles.record(args, texts, note)
         try:
             proc = subprocess.run(args, capture_output=True, text=True, timeout=timeout_s, preexec_fn=children.preexec())
         except subprocess.TimeoutExpired:
@@ -281,6 +286,7 @@ class ClusterJob:
     plan: object | None
     scale: float
     name: str | None
+    emit_jobs: Path | None = None  # write every fio run's job files and run.sh here (ckplan.probe.jobfiles)
 
     @property
     def estimated_seconds(self) -> float:
@@ -289,16 +295,20 @@ class ClusterJob:
 
 
 def prepare_cluster_probe(path: Path, hosts: list[Host], *, preset: str = "default", writers: int | None = None,
-                          plan=None, scale: float = 1.0, name: str | None = None) -> ClusterJob:
+                          plan=None, scale: float = 1.0, name: str | None = None, emit_jobs: Path | None = None) -> ClusterJob:
     fio.fio_binary()
     if not path.is_absolute():
         raise InputError(f"give the target as an absolute path, as the hosts see it: {path}")
     fio.check_job_path(path)
     w = writers or (plan.max_writers_per_node if plan else 1)
+    if emit_jobs is not None:
+        emit_jobs = jobfiles.check_dir(emit_jobs)
+        jobfiles.make_dir(emit_jobs)
     # many hosts write to one target at once: a quarter of the single-host size per writer keeps the
     # space the probe takes on shared storage bounded; the runtime cap still ends most points first
     return ClusterJob(path=path, hosts=hosts, preset=PRESETS[preset], writers=w,
-                      bytes_per_writer=PRESETS[preset].bytes_per_writer // 4, plan=plan, scale=scale, name=name)
+                      bytes_per_writer=PRESETS[preset].bytes_per_writer // 4, plan=plan, scale=scale, name=name,
+                      emit_jobs=emit_jobs)
 
 
 def run_cluster_probe(job: ClusterJob, progress: Progress | None = None) -> StorageProfile:
@@ -308,11 +318,18 @@ def run_cluster_probe(job: ClusterJob, progress: Progress | None = None) -> Stor
     runtime = job.preset.point_runtime_s(job.writers)
     timeout = 3 * job.estimated_seconds + 60
     raw: list[dict] = []
+    date = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    tool = fio.fio_version()
+    writer = None
+    if job.emit_jobs is not None:
+        writer = jobfiles.JobWriter(job.emit_jobs, fio_version=tool,
+                                    about=f"the probe of {job.path} from {len(job.hosts)} hosts, driven from {socket.gethostname()} at {date}")
     try:
-        bandwidth, spread_note = _sweep_writers(job, run, runtime, timeout, progress, raw)
-        aggregate = _sweep_hosts(job, run, runtime, timeout, progress, raw)
-        small, aggregate_files, latency = _small_files(job, run, timeout, progress, raw)
-        replayed = _replay(job, run, timeout, progress, raw) if job.plan is not None else None
+        with jobfiles.emitting(writer):
+            bandwidth, spread_note = _sweep_writers(job, run, runtime, timeout, progress, raw)
+            aggregate = _sweep_hosts(job, run, runtime, timeout, progress, raw)
+            small, aggregate_files, latency = _small_files(job, run, timeout, progress, raw)
+            replayed = _replay(job, run, timeout, progress, raw) if job.plan is not None else None
     except BaseException:
         cleanup(run)
         raise
@@ -326,10 +343,10 @@ def run_cluster_probe(job: ClusterJob, progress: Progress | None = None) -> Stor
         # the small-file spread here is across hosts, not repeats, so only bandwidth is checked for noise
         notes=[spread_note, "buffered writes with a final fsync (end_fsync) on every host"] + noise_notes(bandwidth),
         raw_fio=raw,
-        measurement=Measurement(tool=f"{fio.fio_version()} client/server",
-                                date=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), host=socket.gethostname(),
+        measurement=Measurement(tool=f"{tool} client/server", date=date, host=socket.gethostname(),
                                 preset=job.preset.name, duration_s=time.monotonic() - started,
-                                bandwidth_bytes_per_writer=job.bytes_per_writer, runtime_cap_s=runtime, repeats=job.preset.repeats))
+                                bandwidth_bytes_per_writer=job.bytes_per_writer, runtime_cap_s=runtime, repeats=job.preset.repeats,
+                                jobs_dir=str(job.emit_jobs) if writer else None, jobs=writer.jobs if writer else []))
 
 
 def _bw_job(w: int, size: int, runtime: float) -> fio.FioJob:
@@ -344,8 +361,15 @@ def _sweep_writers(job, run, runtime, timeout, progress, raw) -> tuple[list[Band
         slowest = []
         for r in range(job.preset.repeats):
             progress.phase(f"{len(job.hosts)} hosts × {w} writer(s), run {r + 1}/{job.preset.repeats}", runtime)
+            note = jobfiles.Note(
+                f"bandwidth, {w} writer(s) on every host", f"every host at once: sequential 1 MiB writes through the page "
+                f"cache by {w} writer(s) per host, one file each, ending with an fsync (end_fsync=1) inside the runtime cap",
+                f"buffered_bandwidth (writers={w}).bytes_per_s: the slowest host's figure, run {r + 1} of "
+                f"{job.preset.repeats}; the profile keeps the median of the runs, with their min…max (spread)",
+                "client_stats[] with jobname bw: write.bw_bytes per hostname (bytes/s), the smallest of them",
+                raw_fio=len(raw), name=f"bw-{w}w")
             doc = run_clients(run, {h: [_bw_job(w, job.bytes_per_writer, runtime)] for h in job.hosts},
-                              f"the bandwidth phase ({w} writers)", timeout)
+                              f"the bandwidth phase ({w} writers)", timeout, note)
             raw.append(doc)
             hosts = per_host(doc, jobname="bw")
             slowest.append(min(hosts.values()))
@@ -366,8 +390,14 @@ def _sweep_hosts(job, run, runtime, timeout, progress, raw) -> list[BandwidthPoi
         values = []
         for r in range(job.preset.repeats):
             progress.phase(f"scaling: {h} host(s) × {job.writers} writer(s), run {r + 1}/{job.preset.repeats}", runtime)
+            note = jobfiles.Note(
+                f"host scaling, {h} host(s) at once", f"the first {h} host(s) at once, {job.writers} writer(s) each: "
+                "sequential 1 MiB writes through the page cache, one file per writer, ending with an fsync (end_fsync=1)",
+                f"aggregate_bandwidth (hosts={h}).bytes_per_s: run {r + 1} of {job.preset.repeats}; the profile keeps "
+                "the median of the runs, with their min…max (spread)",
+                "client_stats[] with jobname 'All clients': write.bw_bytes (bytes/s)", raw_fio=len(raw), name=f"scaling-{h}h")
             doc = run_clients(run, {host: [_bw_job(job.writers, job.bytes_per_writer, runtime)] for host in job.hosts[:h]},
-                              f"the host-scaling phase ({h} hosts)", timeout)
+                              f"the host-scaling phase ({h} hosts)", timeout, note)
             raw.append(doc)
             values.append(all_clients(doc))
         spread = Spread.of(values)
@@ -387,7 +417,15 @@ def _small_files(job, run, timeout, progress, raw) -> tuple[SmallFiles, float, L
                                  "ioengine": "psync", "numjobs": job.writers, "unlink": 1})
     lat = fio.FioJob("fsync", {"stonewall": 1, "rw": "write", "bs": "4k", "size": "4M", "ioengine": "psync", "fsync": 1,
                                "runtime": "2s", "percentile_list": "50:99:99.9", "unlink": 1})
-    doc = run_clients(run, {h: [small, lat] for h in job.hosts}, "the small-file phase", timeout)
+    note = jobfiles.Note(
+        "small files, then fsync latency", f"every host at once: {job.writers} writer(s) each creating, writing, fsyncing "
+        f"and closing {nrfiles} files of 16 KiB (unlinked after); then (stonewall) 4 KiB writes each followed by an fsync",
+        "small_files.files_per_s (the slowest host's), aggregate_files_per_s (all hosts' sum), fsync_latency (the "
+        "host with the worst p99)",
+        f"files/s per host = {nrfiles} × {job.writers} × 1000 ÷ the longest client_stats[jobname small].write.runtime (ms) "
+        "of that host (every file completes, so fio's nrfiles is the count); fsync latency: client_stats[jobname fsync]"
+        ".sync.lat_ns percentiles, in ns", raw_fio=len(raw))
+    doc = run_clients(run, {h: [small, lat] for h in job.hosts}, "the small-file phase", timeout, note)
     raw.append(doc)
     longest: dict[str, float] = {}
     for c in doc["client_stats"]:
@@ -424,7 +462,12 @@ def _replay(job, run, timeout, progress, raw) -> Replay:
             "filesize": f"{min(sizes)}-{max(sizes)}" if len(set(sizes)) > 1 else sizes[0], "file_service_type": "sequential",
             "openfiles": 1, "create_on_open": 1, "fsync_on_close": 1, "ioengine": "psync", "unlink": 1})
             for rank, sizes in ranks.items()]
-    doc = run_clients(run, jobs_by_host, "the replay", timeout)
+    note = jobfiles.Note(
+        "replay", f"host k writes node k's share of the plan at scale {job.scale:g}: one job per rank writing its files "
+        "one after another, each fsynced on close", "replay.seconds, replay.bytes, replay.files",
+        "seconds = the longest client_stats[jobname rankN].write.runtime (ms) ÷ 1000; bytes = the sum of their "
+        "write.io_bytes", raw_fio=len(raw), name="replay")
+    doc = run_clients(run, jobs_by_host, "the replay", timeout, note)
     raw.append(doc)
     ranks_stats = [c for c in doc["client_stats"] if str(c.get("jobname", "")).startswith("rank")]
     seconds = max(max(int(c["write"]["runtime"]) for c in ranks_stats) / 1000, 1e-3)
@@ -450,7 +493,7 @@ class HostsTarget:
             s = self.spec
             hosts = parse_hosts(s.hosts, s.hosts_file, notice=s.notice)
             self._job = prepare_cluster_probe(Path(s.path), hosts, preset=s.preset, writers=s.writers, plan=s.plan,
-                                              scale=s.scale, name=s.name)
+                                              scale=s.scale, name=s.name, emit_jobs=s.emit_jobs)
             if s.agent_wait_s is not None:
                 wait_for_agents(hosts, s.agent_wait_s)
         return self._job

@@ -25,6 +25,7 @@ from typing import Callable
 
 from ckplan import children
 from ckplan.errors import InputError, MeasurementFailed
+from ckplan.probe import jobfiles
 
 INSTALL_HINT = "fio is not installed; install it with `apt-get install fio` (Debian/Ubuntu) or `dnf install fio` (RHEL/Fedora)"
 
@@ -116,11 +117,13 @@ def write_bytes(doc: dict) -> int:
 
 
 def run_fio(jobs: list[FioJob], workdir: Path, what: str, global_options: dict | None = None,
-            on_status: Callable[[int, float], None] | None = None, timeout_s: float = 3600) -> dict:
+            on_status: Callable[[int, float], None] | None = None, timeout_s: float = 3600,
+            note: jobfiles.Note | None = None) -> dict:
     """Run jobs and return fio's final JSON document.
 
     `on_status(bytes_written, elapsed_s)` is called about once a second with
-    live figures from fio's --status-interval documents.
+    live figures from fio's --status-interval documents. `note` says what the
+    run is for, in the job file `probe --emit-jobs` writes of it.
     """
     exe = fio_binary()
     jobfile = workdir / f"{jobs[0].name}.fio"
@@ -130,12 +133,15 @@ def run_fio(jobs: list[FioJob], workdir: Path, what: str, global_options: dict |
     # Threads and processes measured alike here (alternating runs, /var/tmp and /dev/shm: within the
     # runs' own scatter); the I/O calls are the same.
     glob = FioJob("global", {"thread": 1, **(global_options or {})})
+    text = glob.render() + "".join(j.render() for j in jobs)
     try:
-        jobfile.write_text(glob.render() + "".join(j.render() for j in jobs))
+        jobfile.write_text(text)
     except OSError as exc:  # the target filled up (or went away) between two runs
         raise FioError(describe_errno(exc.errno, what) if exc.errno else f"cannot write fio's job file: {exc}",
                        exc.errno) from None
     cmd = [exe, "--output-format=json", "--status-interval=1", str(jobfile)]
+    if note is not None:
+        jobfiles.record(cmd, {str(jobfile): text}, note)
     start = time.monotonic()
     chunks: list[bytes] = []
     with tempfile.TemporaryFile() as err:

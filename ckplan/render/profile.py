@@ -37,6 +37,8 @@ def render_profile(p: StorageProfile) -> None:
     m = p.measurement
     out.print(f"measured with {m.tool} on {m.host} at {m.date}, preset {m.preset}, {fmt_duration(m.duration_s)}"
               + (f", up to {fmt_bytes(m.bandwidth_bytes_per_writer)} per writer, {m.runtime_cap_s:g} s per point" if m.bandwidth_bytes_per_writer else ""))
+    if m.jobs_dir:
+        out.print(f"fio job files of its {len(m.jobs)} runs, in order: {m.jobs_dir} (`sh {m.jobs_dir}/run.sh` runs them again)")
     table = Table(title="Write bandwidth against concurrent multipart streams" if objects
                   else "Write bandwidth against writers per host, slowest host (flushed)" if p.target_kind == "hosts"
                   else "Write bandwidth against writers (flushed)", title_justify="left")

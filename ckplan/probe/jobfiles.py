@@ -1,0 +1,224 @@
+"""`ckplan probe --emit-jobs DIR`: every fio run of a probe, as a job file a person can run again.
+
+Each run becomes `NNN-NAME.fio` (multi-host: `NNN-NAME.hostI.fio`, one per host), numbered in the order
+the runs happened, with the job text ckplan gave fio and a leading comment: the phase, what the run
+measures, the profile figure it produced and how to read that figure from fio's JSON. `run.sh` holds
+the command line of every run, in order, and runs all or some of them again.
+
+The directory. A single-host probe writes inside a fresh scratch directory on the target and removes it
+afterwards, so a job file that named it would name a directory that no longer exists. The job files name
+it `${CKPLAN_JOB_DIR}` instead (fio expands environment variables in a job file), and run.sh makes a fresh
+directory on the same target with mktemp and removes it at the end: the same filesystem and an empty
+directory, which is what the probe measured in; a fixed name would either collide with the user's files
+or look like a killed probe's scratch directory to `ckplan clean`. Left unset, fio refuses the job
+("failed parsing directory=${CKPLAN_JOB_DIR}") rather than write somewhere unintended. A multi-host
+probe's job files are emitted exactly as sent: each names its own directory under the target as the
+hosts see it, which fio makes (filename_format) and the job's last section removes.
+
+The calibration and a single-host replay run PyTorch's savers or ckplan's own writer, not fio: run.sh
+says where they ran, and they have no job file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import os
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+from ckplan.errors import InputError
+from ckplan.profile import JobFile
+
+PLACEHOLDER = "${CKPLAN_JOB_DIR}"
+SCRIPT = "run.sh"
+
+
+@dataclass(frozen=True)
+class Note:
+    """What one fio run is for, in the words its job file's comment uses."""
+
+    phase: str  # e.g. "bandwidth, buffered write path"
+    measures: str  # what the run does to the target
+    figure: str  # the profile figure it produced, or why it produced none (a warm-up, a calibration)
+    read: str  # where that figure is in fio's JSON output
+    raw_fio: int | None = None  # index of this run's output in the profile's raw_fio
+    name: str | None = None  # the file name's stem after the number (default: the first job's name)
+    count_files_in: str | None = None  # a directory under CKPLAN_JOB_DIR that run.sh makes fresh, counts the files of
+    # after the run (into NNN-NAME.files) and removes: the small-file phase, whose files ckplan counts itself
+    group: str | None = None  # the runs that share a warm-up (default: the phase)
+    warm_up: bool = False  # a warm-up: the group's later runs say to run it first, as the probe did
+
+
+def check_dir(path: Path) -> Path:
+    """The directory the job files go to: new, or an empty directory, checked before the probe writes a byte."""
+    path = path.expanduser()
+    if path.exists() or path.is_symlink():
+        if not path.is_dir():
+            raise InputError(f"‹emit_jobs› {path} is not a directory: give a new or empty directory for the job files")
+        if any(path.iterdir()):
+            raise InputError(f"‹emit_jobs› {path} is not empty: give a new or empty directory, so that its numbered "
+                             "job files are this probe's alone")
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise InputError(f"‹emit_jobs› {path} is not writable by this user")
+    return path.absolute()
+
+
+def make_dir(path: Path) -> None:
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(f"cannot create the ‹emit_jobs› directory {path}: {exc.strerror}") from None
+
+
+class JobWriter:
+    """Writes each run's job file as it starts (a failed run's too) and rewrites run.sh after each."""
+
+    def __init__(self, directory: Path, *, about: str, fio_version: str, local_target: Path | None = None):
+        self.directory = directory
+        self.about = about  # "the probe of PATH on HOST at DATE"
+        self.fio_version = fio_version
+        self.local_target = local_target  # single host: where run.sh makes its fresh directory; None: multi-host
+        self.scratch: str | None = None  # the probe's scratch directory as written in a job file, replaced by PLACEHOLDER
+        self.jobs: list[JobFile] = []
+        self.blocks: list[str] = []
+        self.warm_ups: dict[str, str] = {}  # group -> the number of its latest warm-up run
+
+    def record(self, cmd: list[str], texts: dict[str, str], note: Note) -> None:
+        """One fio run: its command line and the text of each job file it names (a path in cmd → the text)."""
+        number = f"{len(self.jobs) + 1:03d}"
+        first = next(iter(texts.values()))
+        stem = f"{number}-{note.name or _first_job(first)}"
+        multi_host = self.local_target is None
+        names = {path: f"{stem}.host{i}.fio" if multi_host else f"{stem}.fio" for i, path in enumerate(texts)}
+        hand = ["fio"] + [names.get(arg, arg) for arg in cmd[1:]]
+        group = note.group or note.phase
+        warm_up = None if note.warm_up else self.warm_ups.get(group)
+        if note.warm_up:
+            self.warm_ups[group] = number
+        for path, text in texts.items():
+            if self.scratch:
+                text = text.replace(self.scratch, PLACEHOLDER)
+            self._write(names[path], self._comment(number, note, cmd, hand, warm_up) + text)
+        self.jobs.append(JobFile(number=int(number), files=list(names.values()), phase=note.phase, figure=note.figure,
+                                 raw_fio=note.raw_fio))
+        block = [f"# {number}  {note.phase}: {note.figure}", f"if want {number}; then",
+                 f"  echo {shlex.quote(f'{number} {note.phase}')} >&2"]
+        if note.count_files_in:
+            sub = f'"$dir"/{shlex.quote(note.count_files_in)}'
+            block += [f"  mkdir -- {sub}", f"  {shlex.join(hand)} > {stem}.json",
+                      f"  ls -A -- {sub} | wc -l > {stem}.files", f"  rm -rf -- {sub}"]
+        else:
+            block.append(f"  {shlex.join(hand)} > {stem}.json")
+        self.blocks.append("\n".join(block + ["fi"]))
+        self._write(SCRIPT, self._script())
+
+    def other(self, phase: str, why: str) -> None:
+        """A phase that ran here without fio: a comment in run.sh at its place in the order."""
+        self.blocks.append(f"# ({phase} ran here: {why}; it has no fio job file)")
+        self._write(SCRIPT, self._script())
+
+    def _comment(self, number: str, note: Note, cmd: list[str], hand: list[str], warm_up: str | None) -> str:
+        lines = [f"ckplan probe --emit-jobs: fio run {number} of {self.about} ({self.fio_version})",
+                 f"phase:    {note.phase}",
+                 f"measures: {note.measures}",
+                 f"figure:   {note.figure}",
+                 f"read:     {note.read}"]
+        if note.raw_fio is not None:
+            lines.append(f"          the profile's raw_fio[{note.raw_fio}] holds this run's output")
+        if warm_up:
+            lines.append(f"run first: the warm-up, run {warm_up}, as the probe did (the first runs after other work run "
+                         f"slow, and its figure was measured after it): `sh run.sh {warm_up} {number}`")
+        lines.append(f"ckplan ran: {shlex.join(cmd)}")
+        if self.local_target is not None:
+            lines += [f"directory: {PLACEHOLDER} stands for the probe's scratch directory on the target, removed after "
+                      "the probe; run.sh makes a fresh one on the same target and removes it afterwards. By hand:",
+                      f"  mkdir -p DIR && CKPLAN_JOB_DIR=DIR {shlex.join(hand)}",
+                      "  (DIR on the probed filesystem for the same figure; a ':' in DIR written as '\\:')"]
+        else:
+            lines += ["directory: exactly as ckplan sent it: each host writes under its own directory in the target as the "
+                      "hosts see it, which fio makes (filename_format) and the last section (ckplan-cleanup) removes;",
+                      f"  every host runs `ckplan agent` (a fio server). By hand: {shlex.join(hand)}"]
+        if note.count_files_in:
+            lines.append(f"files:    ckplan counts the files in {PLACEHOLDER}/{note.count_files_in} after the run "
+                         "(fio counts no creates); run.sh writes that count to the run's .files file")
+        lines.append("output:   --status-interval=1 prints one JSON document a second; the last one is final")
+        return "".join(f"# {line}\n" for line in lines)
+
+    def _script(self) -> str:
+        head = [
+            "#!/bin/sh",
+            f"# Every fio run of {self.about} ({self.fio_version}), in the order they ran.",
+            "# Each NNN-*.fio begins with what it measures and the profile figure it produced; the profile's",
+            "# measurement.jobs lists the same, with the index of each run's output in raw_fio.",
+            "#",
+            "#   sh run.sh            every run, in order",
+            "#   sh run.sh 005 007    only these runs",
+            "# fio's output of run NNN goes to NNN-NAME.json here (the last JSON document in it is the final one).",
+        ]
+        if self.local_target is not None:
+            head += [
+                "#",
+                "# The probe wrote in a fresh scratch directory on the target, removed after it; the job files name it",
+                f"# {PLACEHOLDER}. This script makes a fresh directory on the same target (mktemp -d) and removes it at",
+                "# the end: the same filesystem, and an empty directory, as the probe had. To write elsewhere:",
+                "#   CKPLAN_JOB_DIR=/some/dir sh run.sh 005    (made if missing, and kept)",
+            ]
+        head += ["set -eu", 'cd "$(dirname "$0")"', 'only=" $* "',
+                 'want() { [ "$only" = "  " ] || case "$only" in *" $1 "*) return 0 ;; *) return 1 ;; esac; }',
+                 f'[ "$(fio --version)" = {shlex.quote(self.fio_version)} ] || '
+                 f'echo "run.sh: warning: this is $(fio --version); the probe ran {self.fio_version}" >&2']
+        if self.local_target is not None:
+            head += [
+                'if [ -n "${CKPLAN_JOB_DIR:-}" ]; then',
+                '  dir=$CKPLAN_JOB_DIR',
+                '  mkdir -p -- "$dir"',
+                "else",
+                f"  dir=$(mktemp -d {shlex.quote(str(self.local_target / 'ckplan-jobs.XXXXXX'))})",
+                "  trap 'rm -rf -- \"$dir\"' EXIT",
+                "  trap 'exit 130' INT TERM",
+                "fi",
+                "case $dir in *[';#']*) echo \"run.sh: fio cannot take ';' or '#' in a path: $dir\" >&2; exit 2 ;; esac",
+                "# fio splits a directory at ':': escape it (and '\\'), as ckplan does",
+                "CKPLAN_JOB_DIR=$(printf '%s\\n' \"$dir\" | sed -e 's/\\\\/\\\\\\\\/g' -e 's/:/\\\\:/g')",
+                "export CKPLAN_JOB_DIR",
+            ]
+        return "\n".join(head + [""] + self.blocks) + "\n"
+
+    def _write(self, name: str, text: str) -> None:
+        try:
+            (self.directory / name).write_text(text)
+        except OSError as exc:
+            raise InputError(f"cannot write {self.directory / name} (‹emit_jobs›): {exc.strerror}") from None
+
+
+def _first_job(text: str) -> str:
+    sections = [line.strip()[1:-1] for line in text.splitlines() if line.strip().startswith("[")]
+    return next((s for s in sections if s != "global"), "job")
+
+
+_CURRENT: contextvars.ContextVar[JobWriter | None] = contextvars.ContextVar("ckplan_job_writer", default=None)
+
+
+@contextlib.contextmanager
+def emitting(writer: JobWriter | None) -> Iterator[JobWriter | None]:
+    """Every fio run inside records itself with `writer` (nothing is recorded where it is None)."""
+    token = _CURRENT.set(writer)
+    try:
+        yield writer
+    finally:
+        _CURRENT.reset(token)
+
+
+def record(cmd: list[str], texts: dict[str, str], note: Note) -> None:
+    writer = _CURRENT.get()
+    if writer is not None:
+        writer.record(cmd, texts, note)
+
+
+def other(phase: str, why: str) -> None:
+    writer = _CURRENT.get()
+    if writer is not None:
+        writer.other(phase, why)
