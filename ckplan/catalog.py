@@ -10,10 +10,11 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
 from ckplan.errors import InputError, did_you_mean
 from ckplan.readers import validation_message
+from ckplan.schema import Model
 from ckplan.sizing.architecture import Architecture, parameter_count
 
 if TYPE_CHECKING:
@@ -122,7 +123,7 @@ def planning_data() -> PlanningData:
     return PlanningData(storage_classes=storage_classes(), codec=compression_default())
 
 
-class CatalogEntry(BaseModel):
+class CatalogEntry(Model):
     name: str
     display: str
     parameters: int
@@ -137,7 +138,7 @@ class CatalogEntry(BaseModel):
     experts: int
 
 
-class ModelCatalog(BaseModel):
+class ModelCatalog(Model):
     """`ckplan models`: the catalog with each model's derived and published parameter counts."""
 
     models: list[CatalogEntry]

@@ -12,23 +12,22 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from pydantic import BaseModel
-
 from ckplan.errors import InputError, missing_extra
+from ckplan.schema import Model
 
 SAMPLE_BYTES = 32 * 2**20
 # Byte share of each state in a 14 B/param bf16-mixed Adam save (weights 2, master 4, moments 4 + 4).
 MIX = {"bf16 weights": 2 / 14, "fp32 master weights": 4 / 14, "fp32 exp_avg": 4 / 14, "fp32 exp_avg_sq": 4 / 14}
 
 
-class CodecResult(BaseModel):
+class CodecResult(Model):
     codec: str
     data: str
     ratio: float
     bytes_per_s_per_core: float
 
 
-class CompressReport(BaseModel):
+class CompressReport(Model):
     kind: str = "ckplan.compress-test"
     source: str
     sample_bytes: int

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import Field, model_validator
 
 from ckplan import __version__
+from ckplan.schema import Model
 from ckplan.sizing.layouts.base import WritePath
 
 SCHEMA_VERSION = 2  # 2: a curve per write path (buffered, direct), the replay's method, this machine's calibration
@@ -19,7 +20,7 @@ SCHEMA_VERSION = 2  # 2: a curve per write path (buffered, direct), the replay's
 TargetKind = Literal["filesystem", "s3", "hosts", "builtin"]
 
 
-class Spread(BaseModel):
+class Spread(Model):
     """Median of repeats, with the min and max, as hyperfine reports them."""
 
     median: float
@@ -43,14 +44,14 @@ class Spread(BaseModel):
         return (self.max - self.min) / self.median if self.median else 0.0
 
 
-class BandwidthPoint(BaseModel):
+class BandwidthPoint(Model):
     writers: int  # concurrent writers per host
     hosts: int = 1
     bytes_per_s: float  # median over repeats, summed over writers (and hosts)
     spread: Spread | None = None
 
 
-class SmallFiles(BaseModel):
+class SmallFiles(Model):
     files_per_s: float
     ops_per_s: float  # create + write + fsync + close
     file_bytes_min: int
@@ -59,7 +60,7 @@ class SmallFiles(BaseModel):
     spread: Spread | None = None
 
 
-class Latency(BaseModel):
+class Latency(Model):
     p50_s: float
     p99_s: float
     p999_s: float
@@ -67,7 +68,7 @@ class Latency(BaseModel):
     samples: int | None = None
 
 
-class Replay(BaseModel):
+class Replay(Model):
     """Wall time of one node's share of a plan, written as the framework would."""
 
     # "framework saver": the plan's own serialiser (torch.save, safetensors, DCP) in one process per writer;
@@ -88,7 +89,7 @@ class Replay(BaseModel):
     spread: Spread | None = None
 
 
-class Calibration(BaseModel):
+class Calibration(Model):
     """This machine's serialiser throughput per writer and DCP's fixed cost per save (`ckplan calibrate`).
 
     A serialiser writes into /dev/null, so the figure is its own CPU cost (pickling, CRC32, copies) and not
@@ -110,7 +111,7 @@ class Calibration(BaseModel):
     duration_s: float
 
 
-class JobFile(BaseModel):
+class JobFile(Model):
     """One fio run of a probe, as `probe --emit-jobs DIR` wrote it (file names relative to `jobs_dir`)."""
 
     number: int  # its place in the order the runs happened (the files' NNN- prefix)
@@ -120,7 +121,7 @@ class JobFile(BaseModel):
     raw_fio: int | None = None  # index of its output in the profile's raw_fio
 
 
-class Measurement(BaseModel):
+class Measurement(Model):
     tool: str  # 'fio-3.33', 'ckplan-s3 (boto3 1.x)', 'builtin'
     date: str
     host: str
@@ -135,7 +136,7 @@ class Measurement(BaseModel):
     jobs: list[JobFile] = Field(default_factory=list)
 
 
-class StorageProfile(BaseModel):
+class StorageProfile(Model):
     kind: Literal["ckplan.storage"] = "ckplan.storage"
     schema_version: int = SCHEMA_VERSION
     ckplan_version: str = __version__

@@ -5,11 +5,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from pydantic import BaseModel
-
 from ckplan import catalog
 from ckplan.errors import InputError, did_you_mean
 from ckplan.profile import SCHEMA_VERSION, StorageProfile
+from ckplan.schema import Model
 
 
 def saved_dir() -> Path:
@@ -72,7 +71,7 @@ def resolve(spec: str) -> StorageProfile:
     raise InputError(f"unknown storage {spec!r}{did_you_mean(spec, names)}")
 
 
-class ProfileRow(BaseModel):
+class ProfileRow(Model):
     name: str
     source: str
     storage_class: str
@@ -83,7 +82,7 @@ class ProfileRow(BaseModel):
     location: str
 
 
-class ProfileList(BaseModel):
+class ProfileList(Model):
     profiles: list[ProfileRow]
 
     @classmethod

@@ -7,17 +7,16 @@ from __future__ import annotations
 import datetime as dt
 from pathlib import Path
 
-from pydantic import BaseModel
-
 from ckplan.errors import InputError
 from ckplan.planning.recommend import Recommendation
 from ckplan.profile import StorageProfile
 from ckplan.render.document import Bullets, Decision, Document, Heading, Image, Para, TableBlock, to_html, to_markdown
+from ckplan.schema import Model
 from ckplan.sizing.plan import CheckpointPlan
 from ckplan.units import fmt_bytes, fmt_duration, fmt_percent, fmt_rate
 
 
-class ReportFiles(BaseModel):
+class ReportFiles(Model):
     markdown: str
     html: str
     charts: list[str]

@@ -123,10 +123,10 @@ def test_render_profile_filesystem_s3_hosts_and_calibration(screen):
     assert "1.50 GB/s" in out and "2.50 GB/s" in out and "2.40 GB/s … 2.70 GB/s (n=3, range 12.0%)" in out
     assert "1,399 files/s" in out and "4.0 ms" in out  # fsync p99 4 ms
     assert "at full size ≈ 3.3 min" in out and "torch.save 1.20 GB/s" in out and "20.0 ms (2 ranks)" in out
-    s3 = fs.model_copy(update={"fs_type": "s3", "storage_class": "s3", "mount_options": {"endpoint": "http://127.0.0.1:9", "region": "us-east-1"},
+    s3 = fs.model_copy(update={"target_kind": "s3", "fs_type": "s3", "storage_class": "s3", "mount_options": {"endpoint": "http://127.0.0.1:9", "region": "us-east-1"},
                                "replay": None, "calibration": None})
     render_profile(s3)
-    hosts = fs.model_copy(update={"hosts": 4, "mount_options": {"hosts": "a,b,c,d"}, "replay": None,
+    hosts = fs.model_copy(update={"target_kind": "hosts", "hosts": 4, "mount_options": {"hosts": "a,b,c,d"}, "replay": None,
                                   "aggregate_bandwidth": [BandwidthPoint(writers=2, hosts=1, bytes_per_s=2e9),
                                                           BandwidthPoint(writers=2, hosts=4, bytes_per_s=6e9)]})
     render_profile(hosts)

@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Callable, Optional
 
 import typer
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from ckplan.errors import InputError
+from ckplan.schema import Model
 
 if TYPE_CHECKING:
     from ckplan.planning.policy import Policy
@@ -96,7 +97,7 @@ def _build_defaults() -> dict[str, Any]:
     return {name: p.default for name, p in inspect.signature(build_plan).parameters.items()}
 
 
-class PlanSpec(BaseModel):
+class PlanSpec(Model):
     """A plan as the user gave it: a plan file, or the plan flags (None = not given: build_plan's default)."""
 
     plan_file: Path | None = None

@@ -18,16 +18,15 @@ import time
 from pathlib import Path
 from typing import Callable, Literal
 
-from pydantic import BaseModel
-
 from ckplan import __version__
 from ckplan.errors import InputError
+from ckplan.schema import Model
 
 UTIL_SATURATED = 90.0  # %util at which a device counts as saturated (iostat's rule of thumb)
 AWAIT_SLOW_MS = 300.0  # write await that signals a queue building up behind the device
 
 
-class Sample(BaseModel):
+class Sample(Model):
     t: float  # seconds since the start
     write_bytes_per_s: float
     write_iops: float
@@ -36,13 +35,13 @@ class Sample(BaseModel):
     gpu_util_percent: float | None = None
 
 
-class Figure(BaseModel):
+class Figure(Model):
     peak: float
     p99: float
     median: float
 
 
-class WatchResult(BaseModel):
+class WatchResult(Model):
     kind: Literal["ckplan.watch"] = "ckplan.watch"
     ckplan_version: str = __version__
     device: str

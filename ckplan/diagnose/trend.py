@@ -6,10 +6,9 @@ import math
 import statistics
 from typing import Literal
 
-from pydantic import BaseModel
-
 from ckplan import __version__
 from ckplan.diagnose.extractors import Save
+from ckplan.schema import Model
 
 # Two-sided 95% Student t quantiles for small samples; 1.96 beyond the table.
 T95 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26, 10: 2.23, 12: 2.18,
@@ -18,13 +17,13 @@ GROWTH_SHARE = 0.10  # growing: the fitted rise over the run exceeds 10% of the 
 TAIL_RATIO = 2.0  # noisy: p99 above twice the median
 
 
-class SavePoint(BaseModel):
+class SavePoint(Model):
     label: str
     seconds: float
     at: float | None
 
 
-class Diagnosis(BaseModel):
+class Diagnosis(Model):
     kind: Literal["ckplan.diagnosis"] = "ckplan.diagnosis"
     ckplan_version: str = __version__
     logs: list[str]

@@ -3,10 +3,10 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel
+from ckplan.schema import Model
 
 
-class CompressionDefault(BaseModel):
+class CompressionDefault(Model):
     codec: str
     ratio: float  # input bytes ÷ output bytes, on a mix of bf16 weights and fp32 optimizer state
     bytes_per_s_per_core: float  # compression throughput of one core

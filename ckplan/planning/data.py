@@ -6,13 +6,12 @@ StorageProfile model at start-up.
 
 from __future__ import annotations
 
-from pydantic import BaseModel
-
 from ckplan.planning.compression import CompressionDefault
 from ckplan.profile import StorageProfile
+from ckplan.schema import Model
 
 
-class PlanningData(BaseModel):
+class PlanningData(Model):
     """Packaged figures the planner reads, passed in from the edge (`catalog.planning_data()`), never loaded inside:
     the built-in storage classes (staging tiers, faster shared targets) and the compression codec's measured figures."""
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 import math
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from ckplan.planning.compression import CompressionDefault
 from ckplan.planning.data import PlanningData
@@ -18,12 +18,13 @@ from ckplan.planning.policy import Policy
 from ckplan.planning.savetime import SaveOverrides
 from ckplan.planning.scenario import Scenario, async_scenario, evaluate, staged_scenario, sync_scenario
 from ckplan.profile import StorageProfile
+from ckplan.schema import Model
 from ckplan.sizing.plan import CheckpointPlan
 
 SHM_SHARE_OF_HOST_MEMORY = 0.5  # tmpfs defaults to half of RAM
 
 
-class WhatIf(BaseModel):
+class WhatIf(Model):
     mitigation: str
     save_seconds: float
     stall_seconds: float

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import Field
+
+from ckplan.schema import Model
 
 # Failure model: M_job = 1 / (nodes × node rate + job rate) (interval.job_mtbf), fitted exactly through the two
 # published *observed* job MTBFs at scale (shared reference intervals.md; 8 GPUs per node):
@@ -39,7 +41,7 @@ DEFAULT_DCP_FIXED_S = 0.010
 TIGHT_FRACTION = 0.8  # overhead above 80% of the budget is 'tight'
 
 
-class Policy(BaseModel):
+class Policy(Model):
     mode: Literal["sync", "async"] = "sync"
     max_loss_s: float = DEFAULT_MAX_LOSS_S
     max_overhead: float = DEFAULT_MAX_OVERHEAD

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from ckplan.errors import InputError
 from ckplan.planning.data import PlanningData
@@ -41,12 +41,13 @@ from ckplan.planning.scenario import (
     sync_scenario,
 )
 from ckplan.profile import BandwidthPoint, Latency, Measurement, SmallFiles, StorageProfile
+from ckplan.schema import Model
 from ckplan.sizing.plan import CheckpointPlan
 
 METADATA_SHARE = 0.1  # share of the persist time left for creates/fsyncs of the plan's files
 
 
-class Provision(BaseModel):
+class Provision(Model):
     gpus: int
     nodes: int
     checkpoint_bytes: int
@@ -68,7 +69,7 @@ class Provision(BaseModel):
     headroom: float | None = None  # given profile's aggregate bandwidth ÷ the burst needed
 
 
-class ProvisionSweep(BaseModel):
+class ProvisionSweep(Model):
     kind: Literal["ckplan.provision"] = "ckplan.provision"
     plan: str
     mode: str

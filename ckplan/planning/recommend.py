@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from ckplan import __version__
 from ckplan.errors import InputError
@@ -26,11 +26,12 @@ from ckplan.planning.scenario import (
     sync_scenario,
 )
 from ckplan.profile import StorageProfile
+from ckplan.schema import Model
 from ckplan.sizing.plan import CheckpointPlan
 from ckplan.units import fmt_duration, fmt_percent, fmt_rate
 
 
-class Recommendation(BaseModel):
+class Recommendation(Model):
     kind: Literal["ckplan.recommendation"] = "ckplan.recommendation"
     ckplan_version: str = __version__
     plan: str  # CheckpointPlan.describe()
@@ -112,7 +113,7 @@ def recommend(plan: CheckpointPlan, profile: StorageProfile, policy: Policy, dat
     return rec
 
 
-class Comparison(BaseModel):
+class Comparison(Model):
     """One plan on every built-in storage class, without what-ifs."""
 
     kind: Literal["ckplan.comparison"] = "ckplan.comparison"

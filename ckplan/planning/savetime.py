@@ -37,24 +37,23 @@ from __future__ import annotations
 import math
 from typing import Literal, TypedDict
 
-from pydantic import BaseModel
-
 from ckplan.planning.policy import DEFAULT_DCP_FIXED_S, DEFAULT_SERIALIZE_BYTES_PER_S
 from ckplan.profile import Calibration, StorageProfile, interpolate
+from ckplan.schema import Model
 from ckplan.sizing.layouts.base import WritePath
 from ckplan.sizing.plan import CheckpointPlan
 
 FigureSource = Literal["given", "measured here", "default"]
 
 
-class MachineFigure(BaseModel):
+class MachineFigure(Model):
     """A figure that depends on the machine that saves, and where this one came from."""
 
     value: float
     source: FigureSource
 
 
-class MachineFigures(BaseModel):
+class MachineFigures(Model):
     serialize_bytes_per_s: dict[str, MachineFigure]  # per file format, one writer on one core
     coordination_seconds: MachineFigure  # a collective save's fixed cost
 
@@ -79,7 +78,7 @@ def machine_figures(calibration: Calibration | None, given: dict[str, float] | N
     return MachineFigures(serialize_bytes_per_s=rates, coordination_seconds=coord)
 
 
-class SaveTime(BaseModel):
+class SaveTime(Model):
     seconds: float
     bandwidth_seconds: float  # includes the busiest writer's serialisation
     serialize_seconds: float = 0.0

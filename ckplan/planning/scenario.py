@@ -24,19 +24,20 @@ import math
 from dataclasses import dataclass
 from typing import Callable, Literal, Unpack
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from ckplan.errors import InputError
 from ckplan.planning import interval
 from ckplan.planning.policy import TIGHT_FRACTION, Policy
 from ckplan.planning.savetime import SaveOverrides, SaveTime, predict_save
 from ckplan.profile import StorageProfile
+from ckplan.schema import Model
 from ckplan.sizing.plan import CheckpointPlan
 
 Mode = Literal["sync", "async", "staged"]
 
 
-class Scenario(BaseModel):
+class Scenario(Model):
     name: str
     mode: Mode
     save_seconds: float  # persist time: until durable on the target
@@ -54,7 +55,7 @@ def restart_with_persist(restart_s: float, save_s: float, stall_s: float) -> flo
     return restart_s + max(save_s - stall_s, 0.0)
 
 
-class Constraint(BaseModel):
+class Constraint(Model):
     """One rule's bound on the interval τ, as evaluated for one scenario."""
 
     name: str
@@ -96,7 +97,7 @@ LOSS_WINDOW = Rule(
 RULES = (OVERHEAD, ONE_IN_FLIGHT, LOSS_WINDOW)
 
 
-class Evaluation(BaseModel):
+class Evaluation(Model):
     shortest_safe_interval_s: float
     binding_constraint: str
     longest_interval_s: float  # the loss window's bound

@@ -7,13 +7,12 @@ import shutil
 import socket
 from pathlib import Path
 
-from pydantic import BaseModel
-
 from ckplan.errors import InputError
 from ckplan.probe import target
+from ckplan.schema import Model
 
 
-class CleanResult(BaseModel):
+class CleanResult(Model):
     target: str
     removed: list[str]
     kept: list[str]  # probes that may still be running: other hosts', live S3 ones (remove with --force)

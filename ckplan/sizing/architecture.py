@@ -11,12 +11,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import Field, model_validator
+
+from ckplan.schema import Model
 
 Role = Literal["embedding", "head", "matrix", "vector", "router"]
 
 
-class LatentAttention(BaseModel):
+class LatentAttention(Model):
     """DeepSeek's multi-head latent attention (MLA, DeepSeek-V2 §2.1): q and kv pass through low-rank projections.
 
     q_lora_rank 0 is a full-rank q projection (DeepSeek-V2-Lite). Each head's query and key have a part without
@@ -30,7 +32,7 @@ class LatentAttention(BaseModel):
     v_head_dim: int = Field(gt=0)
 
 
-class Architecture(BaseModel):
+class Architecture(Model):
     """The config numbers of one model, as in its published config.json.
 
     The fields after `learned_positions` describe what the catalog's Llama-style models do not have; their

@@ -7,10 +7,11 @@ import math
 from collections import defaultdict
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, field_validator, model_serializer, model_validator
+from pydantic import Field, SerializerFunctionWrapHandler, field_validator, model_serializer, model_validator
 
 from ckplan import __version__
 from ckplan.errors import InputError, did_you_mean
+from ckplan.schema import Model
 from ckplan.sizing.architecture import Architecture, Tensor, parameter_count
 from ckplan.sizing.architecture import tensors as model_tensors
 from ckplan.sizing.layouts import LAYOUTS
@@ -32,7 +33,7 @@ Seconds = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 Amount = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 
 
-class TrainingSetup(BaseModel):
+class TrainingSetup(Model):
     model: str | None = None
     parameters: Annotated[int | None, Field(ge=1, le=MAX_PARAMETERS)]  # None: unknown (a plan measured from disk)
     shape_source: str  # the catalog model whose tensor shapes were used, or "measured from disk: DIR" (size --from)
@@ -69,14 +70,14 @@ class TrainingSetup(BaseModel):
         return data
 
 
-class NodeLoad(BaseModel):
+class NodeLoad(Model):
     node: Count
     bytes: Count
     files: Count
     writers: Count
 
 
-class Operations(BaseModel):
+class Operations(Model):
     """Metadata and data operations of one save, counted the way a durable save does them."""
 
     creates: Count
@@ -87,7 +88,7 @@ class Operations(BaseModel):
     write_call_bytes: Positive = WRITE_CALL_BYTES
 
 
-class IntervalDemand(BaseModel):
+class IntervalDemand(Model):
     interval_s: Seconds
     max_overhead: Annotated[float, Field(gt=0, lt=1)]
     stall_budget_s: Seconds
@@ -100,7 +101,7 @@ class IntervalDemand(BaseModel):
     iops_needed: Amount
 
 
-class CheckpointPlan(BaseModel):
+class CheckpointPlan(Model):
     kind: Literal["ckplan.plan"] = "ckplan.plan"
     schema_version: int = PLAN_SCHEMA_VERSION
     ckplan_version: str = __version__

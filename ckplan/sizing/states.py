@@ -19,9 +19,10 @@ from __future__ import annotations
 import math
 from typing import Iterable, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from ckplan.errors import InputError
+from ckplan.schema import Model
 from ckplan.sizing.architecture import Tensor
 
 Optimizer = Literal["adam", "adamw", "sgd", "sgd-momentum", "lion", "adafactor", "adam-8bit", "muon", "none"]
@@ -35,7 +36,7 @@ BNB_BLOCK = 2048  # bitsandbytes blockwise quantisation block size
 BNB_MIN_8BIT_NUMEL = 4096  # bitsandbytes keeps smaller tensors' states in fp32
 
 
-class StateBytes(BaseModel):
+class StateBytes(Model):
     """One persisted state: e.g. 'exp_avg' at fp32 holding 28.0 GB."""
 
     name: str

@@ -4,18 +4,17 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel
-
 from ckplan import __version__
 from ckplan.planning.savetime import SaveTime, predict_save
 from ckplan.probe.replay import node_share
 from ckplan.profile import Spread, StorageProfile
+from ckplan.schema import Model
 from ckplan.sizing.plan import CheckpointPlan
 
 LARGE_ERROR_PERCENT = 15.0
 
 
-class Validation(BaseModel):
+class Validation(Model):
     kind: Literal["ckplan.validation"] = "ckplan.validation"
     ckplan_version: str = __version__
     target: str

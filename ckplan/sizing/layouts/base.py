@@ -10,8 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-from pydantic import BaseModel, Field, computed_field
+from pydantic import Field, computed_field
 
+from ckplan.schema import Model
 from ckplan.sizing.architecture import Tensor
 from ckplan.sizing.states import StateBytes
 
@@ -57,7 +58,7 @@ def file_format(path: str) -> FileFormat:
     return "raw"
 
 
-class ManifestFile(BaseModel):
+class ManifestFile(Model):
     path: str
     bytes: int = Field(ge=0)  # bounded so that a hand-edited plan file is refused where it is read
     rank: int = Field(ge=0)
