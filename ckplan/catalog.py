@@ -144,6 +144,13 @@ class ModelCatalog(Model):
     models: list[CatalogEntry]
 
     @classmethod
-    def from_catalog(cls, catalog: dict[str, Architecture]) -> "ModelCatalog":
-        return cls(models=[CatalogEntry(parameters=parameter_count(a), **a.model_dump(include=set(CatalogEntry.model_fields) - {"parameters"}))
-                           for a in catalog.values()])
+    def from_catalog(cls, catalog: dict[str, Architecture]) -> ModelCatalog:
+        return cls(
+            models=[
+                CatalogEntry(
+                    parameters=parameter_count(a),
+                    **a.model_dump(include=set(CatalogEntry.model_fields) - {"parameters"}),
+                )
+                for a in catalog.values()
+            ]
+        )

@@ -14,7 +14,7 @@ import queue
 import signal
 import sys
 import time
-from typing import Callable
+from collections.abc import Callable
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
@@ -77,8 +77,14 @@ def exit_reason(code: int) -> str:
     return f"exited with code {code}"
 
 
-def collect(results, procs, count: int, timeout_s: float, on_dead: Callable[[str], Exception],
-            check: Callable[[object], None] | None = None) -> list:
+def collect(
+    results,
+    procs,
+    count: int,
+    timeout_s: float,
+    on_dead: Callable[[str], Exception],
+    check: Callable[[object], None] | None = None,
+) -> list:
     """`count` items from a multiprocessing queue, each passed to `check` (which raises for a worker's
     error report); raises `on_dead(why)` as soon as a worker died without reporting, instead of waiting
     out the timeout for items that cannot come."""

@@ -49,8 +49,12 @@ def _generated(n_bytes: int) -> dict[str, tuple[bytes, int]]:
     bf16 = (master.view(np.uint32) >> 16).astype(np.uint16)[: n_bytes // 2]
     exp_avg = rng.normal(0, 1e-3, n).astype(np.float32)
     exp_avg_sq = (exp_avg.astype(np.float64) ** 2 * rng.uniform(0.5, 1.5, n) + 1e-12).astype(np.float32)
-    return {"bf16 weights": (bf16.tobytes(), 2), "fp32 master weights": (master.tobytes(), 4),
-            "fp32 exp_avg": (exp_avg.tobytes(), 4), "fp32 exp_avg_sq": (exp_avg_sq.tobytes(), 4)}
+    return {
+        "bf16 weights": (bf16.tobytes(), 2),
+        "fp32 master weights": (master.tobytes(), 4),
+        "fp32 exp_avg": (exp_avg.tobytes(), 4),
+        "fp32 exp_avg_sq": (exp_avg_sq.tobytes(), 4),
+    }
 
 
 def _bytegroup(data: bytes, width: int) -> bytes:
@@ -96,7 +100,9 @@ def measure_compressibility(path: Path | None = None, sample_bytes: int = SAMPLE
             start = time.process_time()
             out = fn(blob, width)
             cpu = max(time.process_time() - start, 1e-9)
-            results.append(CodecResult(codec=codec, data=name, ratio=len(blob) / len(out), bytes_per_s_per_core=len(blob) / cpu))
+            results.append(
+                CodecResult(codec=codec, data=name, ratio=len(blob) / len(out), bytes_per_s_per_core=len(blob) / cpu)
+            )
     mix_ratio, mix_speed = {}, {}
     weights = MIX if path is None else {path.name: 1.0}
     for codec in _codecs():
@@ -106,5 +112,11 @@ def measure_compressibility(path: Path | None = None, sample_bytes: int = SAMPLE
         mix_speed[codec] = 1 / sum(w / rows[d].bytes_per_s_per_core for d, w in weights.items())
     fast_enough = [c for c in mix_ratio if mix_speed[c] >= 200e6] or list(mix_ratio)
     best = max(fast_enough, key=lambda c: mix_ratio[c])
-    return CompressReport(source=source, sample_bytes=sum(len(b) for b, _ in data.values()), results=results,
-                          mix_ratio=mix_ratio, mix_bytes_per_s_per_core=mix_speed, recommended=best)
+    return CompressReport(
+        source=source,
+        sample_bytes=sum(len(b) for b, _ in data.values()),
+        results=results,
+        mix_ratio=mix_ratio,
+        mix_bytes_per_s_per_core=mix_speed,
+        recommended=best,
+    )

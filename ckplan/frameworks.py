@@ -76,21 +76,33 @@ class Framework:
 _DCP = Saver("dcp", "torch.distributed.checkpoint.save (gloo)")
 
 # One line per framework. The order is the order in which diagnose feeds a log's lines to the extractors.
-FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
-    # DCP prints nothing of its own; torchtitan, which saves with it, prints each save's time
-    Framework(LAYOUTS["dcp"], _DCP, (Torchtitan,)),
-    Framework(LAYOUTS["megatron"], _DCP, (Megatron,)),
-    Framework(LAYOUTS["deepspeed"], Saver("torch.save", "torch.save per rank file"), (DeepSpeed,)),
-    Framework(LAYOUTS["hf"], Saver("safetensors", "safetensors.torch.save_file shards + torch.save optimizer/RNG"),
-              (HfTrainer,)),
-    Framework(LAYOUTS["lightning"], Saver("torch.save", "torch.save of one .ckpt"), (Lightning,)),
-    Framework(LAYOUTS["dlio"], Saver("torch.save", "torch.save per rank file (DLIO's random tensors)"), (),
-              no_extractor="no sample of what DLIO prints per save has been checked (tests/fixtures/logs holds "
-              "none); --pattern reads its log"),
-)}
+FRAMEWORKS: dict[str, Framework] = {
+    f.name: f
+    for f in (
+        # DCP prints nothing of its own; torchtitan, which saves with it, prints each save's time
+        Framework(LAYOUTS["dcp"], _DCP, (Torchtitan,)),
+        Framework(LAYOUTS["megatron"], _DCP, (Megatron,)),
+        Framework(LAYOUTS["deepspeed"], Saver("torch.save", "torch.save per rank file"), (DeepSpeed,)),
+        Framework(
+            LAYOUTS["hf"],
+            Saver("safetensors", "safetensors.torch.save_file shards + torch.save optimizer/RNG"),
+            (HfTrainer,),
+        ),
+        Framework(LAYOUTS["lightning"], Saver("torch.save", "torch.save of one .ckpt"), (Lightning,)),
+        Framework(
+            LAYOUTS["dlio"],
+            Saver("torch.save", "torch.save per rank file (DLIO's random tensors)"),
+            (),
+            no_extractor="no sample of what DLIO prints per save has been checked (tests/fixtures/logs holds "
+            "none); --pattern reads its log",
+        ),
+    )
+}
 
 # every built-in log extractor, once, in the registry's order
-LOG_EXTRACTORS: tuple[type[Extractor], ...] = tuple(dict.fromkeys(cls for f in FRAMEWORKS.values() for cls in f.extractors))
+LOG_EXTRACTORS: tuple[type[Extractor], ...] = tuple(
+    dict.fromkeys(cls for f in FRAMEWORKS.values() for cls in f.extractors)
+)
 
 
 def framework_of(name: str) -> Framework:

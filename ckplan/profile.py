@@ -29,7 +29,7 @@ class Spread(Model):
     repeats: int = 1
 
     @classmethod
-    def of(cls, values: list[float]) -> "Spread":
+    def of(cls, values: list[float]) -> Spread:
         ordered = sorted(values)
         n = len(ordered)
         median = ordered[n // 2] if n % 2 else (ordered[n // 2 - 1] + ordered[n // 2]) / 2
@@ -176,8 +176,15 @@ class StorageProfile(Model):
     def _kind_of_older_files(cls, data: Any) -> Any:
         """Profiles saved before target_kind was recorded: the kind their fields imply, decided here once."""
         if isinstance(data, dict) and "target_kind" not in data:
-            kind = ("builtin" if data.get("source") == "builtin" else "s3" if data.get("fs_type") == "s3"
-                    else "hosts" if isinstance(data.get("hosts"), int) and data["hosts"] > 1 else "filesystem")
+            kind = (
+                "builtin"
+                if data.get("source") == "builtin"
+                else "s3"
+                if data.get("fs_type") == "s3"
+                else "hosts"
+                if isinstance(data.get("hosts"), int) and data["hosts"] > 1
+                else "filesystem"
+            )
             data = {**data, "target_kind": kind}
         return data
 
@@ -201,7 +208,7 @@ def interpolate(points: list[tuple[float, float]], x: float) -> float | None:
     points = sorted(points)
     if x <= points[0][0]:
         return points[0][1] * x / points[0][0]
-    for (x0, y0), (x1, y1) in zip(points, points[1:]):
+    for (x0, y0), (x1, y1) in zip(points, points[1:], strict=False):
         if x <= x1:
             return y0 + (x - x0) / (x1 - x0) * (y1 - y0)
     return None

@@ -19,7 +19,9 @@ def saved_dir() -> Path:
 def check_name(name: str) -> None:
     """A --save name becomes NAME.json in the profile directory: no path separator, no hidden file, one printable line."""
     if not name.strip() or "/" in name or name.startswith(".") or not name.isprintable():
-        raise InputError(f"‹save_name› takes a plain name (no '/', no leading '.', no control characters), got {name!r}")
+        raise InputError(
+            f"‹save_name› takes a plain name (no '/', no leading '.', no control characters), got {name!r}"
+        )
 
 
 def save(profile: StorageProfile, name: str) -> Path:
@@ -42,11 +44,15 @@ def load_file(path: Path) -> StorageProfile:
 
     data = catalog.load_toml(path, "storage profile") if path.suffix == ".toml" else read_json(path, "storage profile")
     if not isinstance(data, dict) or data.get("kind", "ckplan.storage") != "ckplan.storage":
-        raise InputError(f"storage profile {path} is not a ckplan storage profile (one comes from `ckplan probe --out`)")
+        raise InputError(
+            f"storage profile {path} is not a ckplan storage profile (one comes from `ckplan probe --out`)"
+        )
     version = data.get("schema_version", SCHEMA_VERSION)
     if version != SCHEMA_VERSION:
-        raise InputError(f"storage profile {path} has schema version {version!r} (ckplan {data.get('ckplan_version', '?')}); "
-                         f"this ckplan reads version {SCHEMA_VERSION}: probe again")
+        raise InputError(
+            f"storage profile {path} has schema version {version!r} (ckplan {data.get('ckplan_version', '?')}); "
+            f"this ckplan reads version {SCHEMA_VERSION}: probe again"
+        )
     return validate_model(data, StorageProfile, f"{path} is not a valid storage profile")
 
 
@@ -86,11 +92,18 @@ class ProfileList(Model):
     profiles: list[ProfileRow]
 
     @classmethod
-    def collect(cls) -> "ProfileList":
+    def collect(cls) -> ProfileList:
         def row(p: StorageProfile, where: str) -> ProfileRow:
-            return ProfileRow(name=p.name, source=p.source, storage_class=p.storage_class, fs_type=p.fs_type,
-                              best_write_bytes_per_s=p.best_write_bytes_per_s, files_per_s=p.small_files.files_per_s,
-                              fsync_p99_s=p.fsync_latency.p99_s, location=where)
+            return ProfileRow(
+                name=p.name,
+                source=p.source,
+                storage_class=p.storage_class,
+                fs_type=p.fs_type,
+                best_write_bytes_per_s=p.best_write_bytes_per_s,
+                files_per_s=p.small_files.files_per_s,
+                fsync_p99_s=p.fsync_latency.p99_s,
+                location=where,
+            )
 
         rows = [row(load_file(path), str(path)) for path in saved().values()]
         rows += [row(p, "built-in") for p in catalog.storage_classes().values()]

@@ -25,8 +25,13 @@ MAX_PLAN_BYTES = 256 * 2**20
 
 Model = TypeVar("Model", bound=BaseModel)
 
-_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
-          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
 
 
 def check_regular_file(path: Path, what: str) -> os.stat_result:
@@ -56,13 +61,17 @@ def read_text_file(path: Path, what: str, max_bytes: int = MAX_DOCUMENT_BYTES) -
     if len(data) > max_bytes:
         raise InputError(f"{what} {path} is too large: over {max_bytes:,} bytes")
     if data.startswith((b"\xff\xfe", b"\xfe\xff")):
-        raise InputError(f"{what} {path} is UTF-16 text; ckplan reads UTF-8 (convert it, e.g. iconv -f UTF-16 -t UTF-8)")
+        raise InputError(
+            f"{what} {path} is UTF-16 text; ckplan reads UTF-8 (convert it, e.g. iconv -f UTF-16 -t UTF-8)"
+        )
     if b"\x00" in data:
         raise InputError(f"{what} {path} is a binary file, not text")
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        raise InputError(f"{what} {path} is not UTF-8 text: byte 0x{data[exc.start]:02x} at offset {exc.start}") from None
+        raise InputError(
+            f"{what} {path} is not UTF-8 text: byte 0x{data[exc.start]:02x} at offset {exc.start}"
+        ) from None
 
 
 def _no_constant(name: str) -> float:
@@ -80,7 +89,9 @@ def read_json(path: Path, what: str, max_bytes: int = MAX_DOCUMENT_BYTES) -> Any
     try:
         return json.loads(text, parse_constant=_no_constant)
     except json.JSONDecodeError as exc:
-        raise InputError(f"{what} {path} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+        raise InputError(
+            f"{what} {path} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+        ) from None
     except ValueError as exc:
         raise InputError(f"{what} {path} is not valid JSON: {exc}") from None
     except RecursionError:
@@ -104,8 +115,9 @@ def validate_model(data: Any, model_cls: type[Model], described: str) -> Model:
         raise InputError(f"{described}: nested too deeply") from None
 
 
-def read_json_model(path: Path, model_cls: type[Model], what: str, max_bytes: int = MAX_DOCUMENT_BYTES,
-                    expected: str = "") -> Model:
+def read_json_model(
+    path: Path, model_cls: type[Model], what: str, max_bytes: int = MAX_DOCUMENT_BYTES, expected: str = ""
+) -> Model:
     """A JSON file validated as model_cls. `expected` says where a valid file comes from, for the error."""
     data = read_json(path, what, max_bytes)
     return validate_model(data, model_cls, f"{path} is not a valid {what}{expected}")

@@ -26,45 +26,107 @@ class ReportFiles(Model):
 _d = fmt_duration
 
 
-def build_document(plan: CheckpointPlan, profile: StorageProfile, rec: Recommendation,
-                   charts: dict[str, bytes]) -> Document:
+def build_document(
+    plan: CheckpointPlan, profile: StorageProfile, rec: Recommendation, charts: dict[str, bytes]
+) -> Document:
     """The report; `charts` holds the PNG bytes by file name (waste.png, bandwidth.png)."""
     doc = Document(f"Checkpoint plan: {rec.plan}")
-    doc.add(Decision(rec.verdict, rec.summary, rec.verdict_reason),
-            Para(f"Generated {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC by ckplan {rec.ckplan_version}.", quiet=True))
-    doc.add(Heading("What one save writes"),
-            Para(f"{fmt_bytes(plan.total_bytes)} in {plan.file_count:,} files from {plan.writers:,} writers on "
-                 f"{plan.nodes_writing} node(s); {f'{plan.bytes_per_parameter:.2f}' if plan.bytes_per_parameter is not None else 'unknown'} bytes/parameter; busiest node "
-                 f"{fmt_bytes(plan.bytes_per_node_max)}, busiest rank {fmt_bytes(plan.bytes_per_rank_max)}."),
-            TableBlock(["state", "dtype", "bytes/param", "bytes"],
-                       [[s.name, s.dtype, f"{s.bytes / plan.parameters:.3f}" if plan.parameters else "–", fmt_bytes(s.bytes)] for s in plan.breakdown]
-                       + [["small files + overhead", "", "", fmt_bytes(plan.small_file_bytes)]]))
+    doc.add(
+        Decision(rec.verdict, rec.summary, rec.verdict_reason),
+        Para(
+            f"Generated {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC by ckplan {rec.ckplan_version}.",
+            quiet=True,
+        ),
+    )
+    doc.add(
+        Heading("What one save writes"),
+        Para(
+            f"{fmt_bytes(plan.total_bytes)} in {plan.file_count:,} files from {plan.writers:,} writers on "
+            f"{plan.nodes_writing} node(s); "
+            f"{f'{plan.bytes_per_parameter:.2f}' if plan.bytes_per_parameter is not None else 'unknown'} bytes/parameter; "
+            "busiest node "
+            f"{fmt_bytes(plan.bytes_per_node_max)}, busiest rank {fmt_bytes(plan.bytes_per_rank_max)}."
+        ),
+        TableBlock(
+            ["state", "dtype", "bytes/param", "bytes"],
+            [
+                [s.name, s.dtype, f"{s.bytes / plan.parameters:.3f}" if plan.parameters else "–", fmt_bytes(s.bytes)]
+                for s in plan.breakdown
+            ]
+            + [["small files + overhead", "", "", fmt_bytes(plan.small_file_bytes)]],
+        ),
+    )
     m = profile.measurement
-    doc.add(Heading("Storage"),
-            Para(f"{profile.name}: {profile.target}, {profile.fs_type} ({profile.storage_class}), "
-                 f"{'measured with ' + m.tool + ' on ' + m.host + ' at ' + m.date + ', preset ' + m.preset if profile.source == 'measured' else 'built-in typical figures, not a measurement'}."),
-            TableBlock(["write path", "writers", "bandwidth (median)", "min … max"],
-                       [[path, str(b.writers), fmt_rate(b.bytes_per_s),
-                         f"{fmt_rate(b.spread.min)} … {fmt_rate(b.spread.max)}" if b.spread and b.spread.repeats > 1 else ""]
-                        for path, curve in (("buffered", profile.buffered_bandwidth), ("direct", profile.direct_bandwidth))
-                        for b in curve]),
-            Para(f"Small files: {profile.small_files.files_per_s:,.0f} files/s; fsync p50 {_d(profile.fsync_latency.p50_s)}, "
-                 f"p99 {_d(profile.fsync_latency.p99_s)}."),
-            Image("bandwidth.png", "bandwidth against writers", charts["bandwidth.png"]))
+    doc.add(
+        Heading("Storage"),
+        Para(
+            f"{profile.name}: {profile.target}, {profile.fs_type} ({profile.storage_class}), "
+            + (
+                f"measured with {m.tool} on {m.host} at {m.date}, preset {m.preset}."
+                if profile.source == "measured"
+                else "built-in typical figures, not a measurement."
+            )
+        ),
+        TableBlock(
+            ["write path", "writers", "bandwidth (median)", "min … max"],
+            [
+                [
+                    path,
+                    str(b.writers),
+                    fmt_rate(b.bytes_per_s),
+                    f"{fmt_rate(b.spread.min)} … {fmt_rate(b.spread.max)}" if b.spread and b.spread.repeats > 1 else "",
+                ]
+                for path, curve in (("buffered", profile.buffered_bandwidth), ("direct", profile.direct_bandwidth))
+                for b in curve
+            ],
+        ),
+        Para(
+            f"Small files: {profile.small_files.files_per_s:,.0f} files/s; fsync p50 {_d(profile.fsync_latency.p50_s)}, "
+            f"p99 {_d(profile.fsync_latency.p99_s)}."
+        ),
+        Image("bandwidth.png", "bandwidth against writers", charts["bandwidth.png"]),
+    )
     rows = [["save (persist) time", _d(rec.save_seconds)], ["stall per save", _d(rec.stall_seconds)]]
-    rows += [[f"{'shortest' if c.bound == 'min' else 'longest'} τ: {c.name}" + (" (binds)" if c.name == rec.binding_constraint else ""),
-              _d(c.seconds)] for c in rec.constraints]
-    rows += [["job MTBF", f"{_d(rec.mtbf_s)} ({rec.mtbf_source})"], ["Young optimum", _d(rec.young_interval_s)],
-             ["Daly optimum", _d(rec.optimal_interval_s)], ["recommended", _d(rec.recommended_interval_s)],
-             ["expected waste / ETTR", f"{fmt_percent(rec.expected_waste_fraction)} / {fmt_percent(rec.ettr)}"]]
+    rows += [
+        [
+            f"{'shortest' if c.bound == 'min' else 'longest'} τ: {c.name}"
+            + (" (binds)" if c.name == rec.binding_constraint else ""),
+            _d(c.seconds),
+        ]
+        for c in rec.constraints
+    ]
+    rows += [
+        ["job MTBF", f"{_d(rec.mtbf_s)} ({rec.mtbf_source})"],
+        ["Young optimum", _d(rec.young_interval_s)],
+        ["Daly optimum", _d(rec.optimal_interval_s)],
+        ["recommended", _d(rec.recommended_interval_s)],
+        ["expected waste / ETTR", f"{fmt_percent(rec.expected_waste_fraction)} / {fmt_percent(rec.ettr)}"],
+    ]
     rows += [[f"needed: {k}", fmt_rate(v) if "bytes_per_s" in k else f"{v:,.3g}"] for k, v in rec.needed.items()]
-    doc.add(Heading("Constraints and intervals"), TableBlock(["figure", "value"], rows),
-            Image("waste.png", "waste against interval", charts["waste.png"]))
+    doc.add(
+        Heading("Constraints and intervals"),
+        TableBlock(["figure", "value"], rows),
+        Image("waste.png", "waste against interval", charts["waste.png"]),
+    )
     if rec.what_if:
-        doc.add(Heading("What-ifs"), TableBlock(
-            ["mitigation", "save", "stall", "shortest safe τ", "recommended τ", "verdict", "waste"],
-            [[w.mitigation, _d(w.save_seconds), _d(w.stall_seconds), _d(w.shortest_safe_interval_s),
-              _d(w.recommended_interval_s), w.verdict, fmt_percent(w.expected_waste_fraction)] for w in rec.what_if]))
+        doc.add(
+            Heading("What-ifs"),
+            TableBlock(
+                ["mitigation", "save", "stall", "shortest safe τ", "recommended τ", "verdict", "waste"],
+                [
+                    [
+                        w.mitigation,
+                        _d(w.save_seconds),
+                        _d(w.stall_seconds),
+                        _d(w.shortest_safe_interval_s),
+                        _d(w.recommended_interval_s),
+                        w.verdict,
+                        fmt_percent(w.expected_waste_fraction),
+                    ]
+                    for w in rec.what_if
+                ],
+            ),
+        )
     doc.add(Heading("Assumptions"), Bullets(plan.assumptions + rec.assumptions))
     return doc
 

@@ -32,12 +32,19 @@ CHECKPOINT_DIR = re.compile(r"(global_step|checkpoint-|iter_|step-|step_)(\d+)")
 SAVE_SIBLINGS = ("latest", "zero_to_fp32.py", "latest_checkpointed_iteration.txt")  # written beside the checkpoint
 
 
-def scan_plan(directory: Path, *, gpus_per_node: int | None = None, gpus: int | None = None,
-              parameters: int | None = None) -> CheckpointPlan:
+def scan_plan(
+    directory: Path, *, gpus_per_node: int | None = None, gpus: int | None = None, parameters: int | None = None
+) -> CheckpointPlan:
     """The plan of the checkpoint saved in `directory`, measured from its files' names and sizes."""
     files, notes = scan(directory)
-    return measured_plan(files, source=os.path.abspath(os.path.expanduser(directory)), gpus_per_node=gpus_per_node,
-                         gpus=gpus, parameters=parameters, notes=notes)
+    return measured_plan(
+        files,
+        source=os.path.abspath(os.path.expanduser(directory)),
+        gpus_per_node=gpus_per_node,
+        gpus=gpus,
+        parameters=parameters,
+        notes=notes,
+    )
 
 
 def scan(directory: Path) -> tuple[list[tuple[str, int]], list[str]]:
@@ -65,8 +72,10 @@ def scan(directory: Path) -> tuple[list[tuple[str, int]], list[str]]:
         return walk.done()
     kinds = sorted({CHECKPOINT_DIR.fullmatch(e.name)[1] for e in candidates})  # type: ignore[index]
     if len(kinds) > 1:
-        raise InputError(f"‹from_dir› {path} holds checkpoints of more than one kind ({', '.join(k + 'N' for k in kinds)}): "
-                         "give the directory of one checkpoint")
+        raise InputError(
+            f"‹from_dir› {path} holds checkpoints of more than one kind ({', '.join(k + 'N' for k in kinds)}): "
+            "give the directory of one checkpoint"
+        )
     chosen = max(candidates, key=lambda e: int(CHECKPOINT_DIR.fullmatch(e.name)[2]))  # type: ignore[index]
     walk.tree(Path(chosen.path), chosen.name, 1)
     siblings = [e for e in top if e.name in SAVE_SIBLINGS and e.is_file(follow_symlinks=False)]
@@ -97,8 +106,10 @@ class _Walk:
                 for entry in it:
                     self.visited += 1
                     if self.visited > MAX_SCAN_FILES:
-                        raise InputError(f"‹from_dir› {self.root} holds more than {MAX_SCAN_FILES:,} files and "
-                                         "directories: give the directory of one checkpoint")
+                        raise InputError(
+                            f"‹from_dir› {self.root} holds more than {MAX_SCAN_FILES:,} files and "
+                            "directories: give the directory of one checkpoint"
+                        )
                     out.append(entry)
                 return sorted(out, key=lambda e: e.name)
         except OSError as exc:
@@ -106,8 +117,10 @@ class _Walk:
 
     def tree(self, directory: Path | str, prefix: str, depth: int) -> None:
         if depth > MAX_SCAN_DEPTH:
-            raise InputError(f"‹from_dir› {self.root} nests directories more than {MAX_SCAN_DEPTH} levels deep: "
-                             "give the directory of one checkpoint")
+            raise InputError(
+                f"‹from_dir› {self.root} nests directories more than {MAX_SCAN_DEPTH} levels deep: "
+                "give the directory of one checkpoint"
+            )
         for entry in self.entries(directory):
             self.entry(entry, prefix, depth)
 

@@ -29,16 +29,38 @@ _NUMBER = r"(-?[0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)"  # a sign is read, so that 
 
 _COUNT_SUFFIX = {"": 1, "k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}
 _BYTE_SUFFIX = {
-    "": 1, "b": 1,
-    "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "pb": 10**15, "eb": 10**18,
-    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40, "pib": 2**50, "eib": 2**60,
-    "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40,  # fio's convention: bare letters are binary
+    "": 1,
+    "b": 1,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "tb": 10**12,
+    "pb": 10**15,
+    "eb": 10**18,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
+    "pib": 2**50,
+    "eib": 2**60,
+    "k": 2**10,
+    "m": 2**20,
+    "g": 2**30,
+    "t": 2**40,  # fio's convention: bare letters are binary
 }
 _DURATION_SUFFIX = {"": 1, "s": 1, "ms": 1e-3, "us": 1e-6, "m": 60, "min": 60, "h": 3600, "d": 86400}
 
 
-def check_range(value: float, what: str, minimum: float, maximum: float, *, text: object = None,
-                above_minimum: bool = False, limit: str | None = None) -> float:
+def check_range(
+    value: float,
+    what: str,
+    minimum: float,
+    maximum: float,
+    *,
+    text: object = None,
+    above_minimum: bool = False,
+    limit: str | None = None,
+) -> float:
     """value itself, if it is a number in [minimum, maximum] (or (minimum, maximum] with above_minimum).
 
     `text` is what the user typed (default: the value); `limit` says the maximum in words.

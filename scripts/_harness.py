@@ -45,6 +45,7 @@ def free_port() -> int:
 
 # --- S3 -----------------------------------------------------------------------------------------------
 
+
 def credentials_env(tmp: Path | None = None) -> dict:
     env = {"AWS_ACCESS_KEY_ID": ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": SECRET_KEY, "AWS_DEFAULT_REGION": "us-east-1"}
     if tmp is not None:  # keep the user's own ~/.aws out of the tests
@@ -63,8 +64,12 @@ def moto_server_exe() -> str:
 def moto_server(extra_env: dict | None = None):
     exe = moto_server_exe()
     port = free_port()
-    proc = subprocess.Popen([exe, "-H", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            env={**os.environ, **(extra_env or {})})
+    proc = subprocess.Popen(
+        [exe, "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, **(extra_env or {})},
+    )
     deadline = time.monotonic() + 30
     while True:
         try:
@@ -82,8 +87,10 @@ def moto_server(extra_env: dict | None = None):
 
 def s3_client(endpoint: str, key: str = ACCESS_KEY, secret: str = SECRET_KEY):
     import boto3
-    return boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id=key,
-                        aws_secret_access_key=secret)
+
+    return boto3.client(
+        "s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id=key, aws_secret_access_key=secret
+    )
 
 
 def leftovers(endpoint: str, bucket: str) -> tuple[list[str], list[str]]:
@@ -172,6 +179,7 @@ class CountingProxy(Proxy):
 
 # --- fio hosts ----------------------------------------------------------------------------------------
 
+
 def _sh(*cmd: str) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, capture_output=True, text=True)
 
@@ -244,10 +252,15 @@ def namespaces(count: int):
         for n in range(1, count + 1):
             if use_netns:
                 ns, veth, addr = f"ckp{tag}{n}", f"ckv{tag}{n}", f"10.231.{n}.2"
-                for cmd in (["ip", "netns", "add", ns], ["ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns],
-                            ["ip", "addr", "add", f"10.231.{n}.1/24", "dev", veth], ["ip", "link", "set", veth, "up"],
-                            ["ip", "-n", ns, "addr", "add", f"{addr}/24", "dev", "eth0"], ["ip", "-n", ns, "link", "set", "eth0", "up"],
-                            ["ip", "-n", ns, "link", "set", "lo", "up"]):
+                for cmd in (
+                    ["ip", "netns", "add", ns],
+                    ["ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns],
+                    ["ip", "addr", "add", f"10.231.{n}.1/24", "dev", veth],
+                    ["ip", "link", "set", veth, "up"],
+                    ["ip", "-n", ns, "addr", "add", f"{addr}/24", "dev", "eth0"],
+                    ["ip", "-n", ns, "link", "set", "eth0", "up"],
+                    ["ip", "-n", ns, "link", "set", "lo", "up"],
+                ):
                     result = _sh(*cmd)
                     assert result.returncode == 0, f"{' '.join(cmd)}: {result.stderr}"
                 made.append((ns, veth))
@@ -276,8 +289,15 @@ def fio_hosts(count: int, port: int = 8765, workdir=None):
                 for ns, addr in hosts:
                     cmd = (["ip", "netns", "exec", ns] if ns else []) + ["fio", f"--server=ip:{addr},{port}"]
                     # the server dies with this process too (ip netns exec execs fio, which keeps the setting)
-                    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                                            start_new_session=True, cwd=workdir, preexec_fn=children.preexec())
+                    proc = subprocess.Popen(
+                        cmd,
+                        stdout=subprocess.DEVNULL,
+                        stderr=subprocess.PIPE,
+                        text=True,
+                        start_new_session=True,
+                        cwd=workdir,
+                        preexec_fn=children.preexec(),
+                    )
                     servers.append((addr, proc))
                     _wait(addr, port, proc, ns)
                 yield servers

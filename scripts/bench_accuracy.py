@@ -59,8 +59,12 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="ckplan-accuracy-"))
-    print(f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC, {args.params} params, 2 ranks, {args.repeats} saves per row\n")
-    print("| target | layout | measured (median, min…max, spread) | model-only | error | replay-informed | error | judged |")
+    print(
+        f"{dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC, {args.params} params, 2 ranks, {args.repeats} saves per row\n"
+    )
+    print(
+        "| target | layout | measured (median, min…max, spread) | model-only | error | replay-informed | error | judged |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     misses, judged = 0, 0
     durations: list[str] = []
@@ -74,15 +78,28 @@ def main() -> None:
             layouts.reverse()
         for l_index, (label, flags) in enumerate(layouts):
             plan_file = work / f"plan-{t_index}-{l_index}.json"
-            plan_file.write_text(ckplan("size", "--params", args.params, "--gpus", "2", "--gpus-per-node", "2", *flags, "--json"))
+            plan_file.write_text(
+                ckplan("size", "--params", args.params, "--gpus", "2", "--gpus-per-node", "2", *flags, "--json")
+            )
             replay_file = work / f"replay-{t_index}-{l_index}.json"
 
             def probe_with_plan() -> None:
                 ckplan("probe", target, "--writers", "2", "--plan", str(plan_file), "--out", str(replay_file))
 
             def saves() -> dict:
-                return json.loads(ckplan("validate", target, "--plan", str(plan_file), "--storage", str(base),
-                                         "--repeats", str(args.repeats), "--json"))
+                return json.loads(
+                    ckplan(
+                        "validate",
+                        target,
+                        "--plan",
+                        str(plan_file),
+                        "--storage",
+                        str(base),
+                        "--repeats",
+                        str(args.repeats),
+                        "--json",
+                    )
+                )
 
             if (t_index + l_index) % 2:
                 v = saves()
@@ -92,7 +109,9 @@ def main() -> None:
                 v = saves()
             plan = CheckpointPlan.model_validate_json(plan_file.read_text())
             replay_profile = StorageProfile.model_validate_json(replay_file.read_text())
-            durations.append(f"{target} default probe with the {label} plan: {replay_profile.measurement.duration_s:.1f} s")
+            durations.append(
+                f"{target} default probe with the {label} plan: {replay_profile.measurement.duration_s:.1f} s"
+            )
             model_s = scaled_prediction(plan, base_profile, 1.0)[2].seconds
             replay_pred = scaled_prediction(plan, replay_profile, 1.0)[2]
             assert replay_pred.source == "replay", "the plan's probe holds a replay of the same plan"
@@ -104,13 +123,20 @@ def main() -> None:
             ok = in_range and (not quiet or (abs(e_model) <= MODEL_TARGET and abs(e_replay) <= REPLAY_TARGET))
             judged += quiet
             misses += not ok
-            verdict = ("ok" if ok else "MISSED") + ("" if quiet else f" (spread {spread:.0%} ≥ {NOISY:.0%}: range rule only)")
-            print(f"| {target} | {label} | {med:.2f} s ({m['min']:.2f}…{m['max']:.2f}, {spread:.0%}) | {model_s:.2f} s | "
-                  f"{e_model:+.1f}% | {replay_pred.seconds:.2f} s | {e_replay:+.1f}% | {verdict} |", flush=True)
+            verdict = ("ok" if ok else "MISSED") + (
+                "" if quiet else f" (spread {spread:.0%} ≥ {NOISY:.0%}: range rule only)"
+            )
+            print(
+                f"| {target} | {label} | {med:.2f} s ({m['min']:.2f}…{m['max']:.2f}, {spread:.0%}) | {model_s:.2f} s | "
+                f"{e_model:+.1f}% | {replay_pred.seconds:.2f} s | {e_replay:+.1f}% | {verdict} |",
+                flush=True,
+            )
     shutil.rmtree(work, ignore_errors=True)
     print("\nProbe durations (calibration and replay included):\n" + "\n".join(f"- {d}" for d in durations))
-    print(f"\n{judged} row(s) judged on error (spread < {NOISY:.0%}); {misses} row(s) missed a target "
-          f"(model-only ±{MODEL_TARGET:.0f}%, replay-informed ±{REPLAY_TARGET:.0f}%, both inside the measured range)")
+    print(
+        f"\n{judged} row(s) judged on error (spread < {NOISY:.0%}); {misses} row(s) missed a target "
+        f"(model-only ±{MODEL_TARGET:.0f}%, replay-informed ±{REPLAY_TARGET:.0f}%, both inside the measured range)"
+    )
 
 
 if __name__ == "__main__":

@@ -26,8 +26,10 @@ import tempfile
 import time
 from pathlib import Path
 
-STEP = ("[rank0]:2025-01-01 {h:02d}:{m:02d}:{s:02d},000 - root - INFO - step: {i}  loss:  2.3456  "
-        "memory: 87.04GiB(93.48%)  tps: 52,142  mfu: 43.09%  lr: 1.0000e-04  grad_norm: 0.9876\n")
+STEP = (
+    "[rank0]:2025-01-01 {h:02d}:{m:02d}:{s:02d},000 - root - INFO - step: {i}  loss:  2.3456  "
+    "memory: 87.04GiB(93.48%)  tps: 52,142  mfu: 43.09%  lr: 1.0000e-04  grad_norm: 0.9876\n"
+)
 SAVE = "[rank0]:2025-01-01 {h:02d}:{m:02d}:{s:02d},000 - root - INFO - Finished saving the checkpoint in {d:.2f} seconds.\n"
 GREP = ["grep", "-c", "-F", "Finished saving the checkpoint"]
 
@@ -77,8 +79,9 @@ def main() -> None:
     ap.add_argument("--dir", default="/var/tmp")
     args = ap.parse_args()
     ckplan = [sys.executable, "-m", "ckplan", "diagnose"]
-    where = subprocess.run([sys.executable, "-c", "import ckplan; print(ckplan.__file__)"],
-                           capture_output=True, text=True, check=True).stdout.strip()
+    where = subprocess.run(
+        [sys.executable, "-c", "import ckplan; print(ckplan.__file__)"], capture_output=True, text=True, check=True
+    ).stdout.strip()
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         log, tenth = Path(tmp) / "train.log", Path(tmp) / "tenth.log"
         saves = generate(log, int(args.gb * 1e9))
@@ -91,7 +94,7 @@ def main() -> None:
         rates: dict[str, list[float]] = {"ckplan": [], "grep": []}
         peaks: list[int] = []
         for run in range(args.runs):
-            for name in (("ckplan", "grep") if run % 2 == 0 else ("grep", "ckplan")):
+            for name in ("ckplan", "grep") if run % 2 == 0 else ("grep", "ckplan"):
                 if name == "ckplan":
                     elapsed, peak, out = timed([*ckplan, str(log), "--json"])
                     d = json.loads(out)
@@ -103,9 +106,13 @@ def main() -> None:
                 rates[name].append(size / elapsed / 1e6)
         _, tenth_peak, _ = timed([*ckplan, str(tenth), "--json"])
     ratio = statistics.median(rates["ckplan"]) / statistics.median(rates["grep"])
-    print(f"log: {size / 1e9:.2f} GB, {saves:,} saves, page cache warm; {args.runs} alternating runs each; ckplan from {where}")
-    print(f"ckplan diagnose LOG --json: {spread(rates['ckplan'])}, peak RSS {max(peaks) / 2**20:.0f} MiB "
-          f"(on a tenth of the log: {tenth_peak / 2**20:.0f} MiB)")
+    print(
+        f"log: {size / 1e9:.2f} GB, {saves:,} saves, page cache warm; {args.runs} alternating runs each; ckplan from {where}"
+    )
+    print(
+        f"ckplan diagnose LOG --json: {spread(rates['ckplan'])}, peak RSS {max(peaks) / 2**20:.0f} MiB "
+        f"(on a tenth of the log: {tenth_peak / 2**20:.0f} MiB)"
+    )
     print(f"{' '.join(GREP)} LOG: {spread(rates['grep'])}")
     print(f"ckplan / grep (medians): {ratio:.2f}; verdict {d['verdict']}")
 

@@ -38,9 +38,21 @@ PROBES = 3
 
 
 def fio_bandwidth(directory: Path) -> float:
-    job = fio.FioJob("parity", {"directory": fio.escape_path(directory), "rw": "write", "bs": "4M", "size": FILE_BYTES,
-                                "numjobs": WRITERS, "ioengine": "psync", "end_fsync": 1, "group_reporting": 1, "unlink": 1,
-                                "fallocate": "none"})  # like a real save: no preallocation (see docs/benchmarks.md)
+    job = fio.FioJob(
+        "parity",
+        {
+            "directory": fio.escape_path(directory),
+            "rw": "write",
+            "bs": "4M",
+            "size": FILE_BYTES,
+            "numjobs": WRITERS,
+            "ioengine": "psync",
+            "end_fsync": 1,
+            "group_reporting": 1,
+            "unlink": 1,
+            "fallocate": "none",
+        },
+    )  # like a real save: no preallocation (see docs/benchmarks.md)
     doc = fio.run_fio([job], directory, "the parity benchmark")
     return float(doc["jobs"][0]["write"]["bw_bytes"])
 
@@ -64,12 +76,14 @@ def parity(target: Path) -> None:
             else:
                 fio_bw.append(fio_bandwidth(directory))
                 ours.append(writer_bandwidth(directory))
-    ratios = [o / f for o, f in zip(ours, fio_bw)]
+    ratios = [o / f for o, f in zip(ours, fio_bw, strict=False)]
     r = statistics.median(ratios)
-    print(f"| {target} | {WRITERS} × {FILE_BYTES // 2**20} MiB, buffered + fsync, {PAIRS} pairs "
-          f"| fio {statistics.median(fio_bw) / 1e9:.2f} GB/s ({min(fio_bw) / 1e9:.2f}…{max(fio_bw) / 1e9:.2f}) "
-          f"| ckplan writer {statistics.median(ours) / 1e9:.2f} GB/s ({min(ours) / 1e9:.2f}…{max(ours) / 1e9:.2f}) "
-          f"| {r:.2f} ({min(ratios):.2f}…{max(ratios):.2f}) | {'ok' if r >= 0.9 else 'MISSED'} |")
+    print(
+        f"| {target} | {WRITERS} × {FILE_BYTES // 2**20} MiB, buffered + fsync, {PAIRS} pairs "
+        f"| fio {statistics.median(fio_bw) / 1e9:.2f} GB/s ({min(fio_bw) / 1e9:.2f}…{max(fio_bw) / 1e9:.2f}) "
+        f"| ckplan writer {statistics.median(ours) / 1e9:.2f} GB/s ({min(ours) / 1e9:.2f}…{max(ours) / 1e9:.2f}) "
+        f"| {r:.2f} ({min(ratios):.2f}…{max(ratios):.2f}) | {'ok' if r >= 0.9 else 'MISSED'} |"
+    )
 
 
 def ckplan(*args: str) -> tuple[float, dict]:
@@ -94,12 +108,16 @@ def repeatability(target: Path) -> None:
         files.append(p["small_files"]["files_per_s"])
         inside_bw.append(Spread(**top["spread"]).relative_range)
         inside_files.append(Spread(**p["small_files"]["spread"]).relative_range)
-    for label, values, inside, unit, div in (("best write bandwidth", best, inside_bw, "GB/s", 1e9),
-                                             ("small files", files, inside_files, "files/s", 1)):
+    for label, values, inside, unit, div in (
+        ("best write bandwidth", best, inside_bw, "GB/s", 1e9),
+        ("small files", files, inside_files, "files/s", 1),
+    ):
         med = statistics.median(values)
         spread = (max(values) - min(values)) / med
-        print(f"| {target} | {label} | {med / div:,.2f} {unit} | {min(values) / div:,.2f} … {max(values) / div:,.2f} | "
-              f"{spread * 100:.1f}% | {max(inside) * 100:.0f}% | {'ok' if spread <= 0.10 else 'MISSED'} |")
+        print(
+            f"| {target} | {label} | {med / div:,.2f} {unit} | {min(values) / div:,.2f} … {max(values) / div:,.2f} | "
+            f"{spread * 100:.1f}% | {max(inside) * 100:.0f}% | {'ok' if spread <= 0.10 else 'MISSED'} |"
+        )
 
 
 def main() -> None:
@@ -108,16 +126,20 @@ def main() -> None:
     ap.add_argument("--skip-thorough", action="store_true")
     args = ap.parse_args()
     targets = [Path(t) for t in args.targets]
-    print("Writer parity (target: median ratio ≥ 0.90)\n\n"
-          "| target | pattern | fio | ckplan writer | writer ÷ fio, median of pairs (min…max) | |\n|---|---|---|---|---|---|")
+    print(
+        "Writer parity (target: median ratio ≥ 0.90)\n\n"
+        "| target | pattern | fio | ckplan writer | writer ÷ fio, median of pairs (min…max) | |\n|---|---|---|---|---|---|"
+    )
     for t in targets:
         parity(t)
     print("\nPreset durations\n\n| target | preset | wall time |\n|---|---|---|")
     for t in targets:
         presets(t, args.skip_thorough)
-    print(f"\nRepeatability of {PROBES} default probes (target: range ≤ 10% of median)\n\n"
-          "| target | figure | median | min … max | range | widest range of repeats inside one probe | |\n"
-          "|---|---|---|---|---|---|---|")
+    print(
+        f"\nRepeatability of {PROBES} default probes (target: range ≤ 10% of median)\n\n"
+        "| target | figure | median | min … max | range | widest range of repeats inside one probe | |\n"
+        "|---|---|---|---|---|---|---|"
+    )
     for t in targets:
         repeatability(t)
 

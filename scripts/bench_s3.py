@@ -42,30 +42,50 @@ def main() -> None:
     with moto_server() as url, tempfile.TemporaryDirectory() as tmp:
         s3 = s3_client(url)
         s3.create_bucket(Bucket=BUCKET)
-        out = subprocess.run([str(bindir / "ckplan"), "probe", f"s3://{BUCKET}/probe", "--endpoint-url", url,
-                              "--writers", "4", "--json"], capture_output=True, text=True, check=True)
+        out = subprocess.run(
+            [
+                str(bindir / "ckplan"),
+                "probe",
+                f"s3://{BUCKET}/probe",
+                "--endpoint-url",
+                url,
+                "--writers",
+                "4",
+                "--json",
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         p = json.loads(out.stdout)
         print("Probe, default preset, 4 writers\n\n| streams | median | min … max |\n|---|---|---|")
         for b in p["buffered_bandwidth"]:
             sp = b["spread"]
-            print(f"| {b['writers']} | {b['bytes_per_s'] / 1e6:.0f} MB/s | {sp['min'] / 1e6:.0f} … {sp['max'] / 1e6:.0f} MB/s |")
+            print(
+                f"| {b['writers']} | {b['bytes_per_s'] / 1e6:.0f} MB/s | {sp['min'] / 1e6:.0f} … {sp['max'] / 1e6:.0f} MB/s |"
+            )
         lat, small = p["fsync_latency"], p["small_files"]
-        print(f"\nSmall objects ({small['file_bytes_min'] // 1024}–{small['file_bytes_max'] // 1024} KiB, 4 writers): "
-              f"{small['files_per_s']:.0f} PUT/s; latency p50 {lat['p50_s'] * 1e3:.1f} ms, p99 {lat['p99_s'] * 1e3:.1f} ms, "
-              f"p99.9 {lat['p999_s'] * 1e3:.1f} ms ({lat['samples']} requests)\n")
+        print(
+            f"\nSmall objects ({small['file_bytes_min'] // 1024}–{small['file_bytes_max'] // 1024} KiB, 4 writers): "
+            f"{small['files_per_s']:.0f} PUT/s; latency p50 {lat['p50_s'] * 1e3:.1f} ms, p99 {lat['p99_s'] * 1e3:.1f} ms, "
+            f"p99.9 {lat['p999_s'] * 1e3:.1f} ms ({lat['samples']} requests)\n"
+        )
 
         data = Path(tmp) / "blob"
         data.write_bytes(os.urandom(TOTAL))
         import boto3.s3.transfer as t
 
         from ckplan.probe.s3 import Scratch, Writer, client, parse_url, remove_prefix
+
         loc = parse_url(f"s3://{BUCKET}/cmp", url)
         probe_client = client(loc, 30, 16)
 
         def probe_streams() -> None:
             with Scratch(probe_client, loc) as scratch:
                 w = Writer(probe_client, scratch, 8 * 2**20, threading.Event(), lambda n: None)
-                threads = [threading.Thread(target=w.multipart, args=(f"{scratch.prefix}s{i}", TOTAL // 4)) for i in range(4)]
+                threads = [
+                    threading.Thread(target=w.multipart, args=(f"{scratch.prefix}s{i}", TOTAL // 4)) for i in range(4)
+                ]
                 for th in threads:
                     th.start()
                 for th in threads:
@@ -75,10 +95,15 @@ def main() -> None:
         aws = shutil.which("aws", path=str(bindir)) or "aws"
         clients = {
             "ckplan probe streams (4 × 128 MiB, 8 MiB parts)": probe_streams,
-            "boto3 upload_file, default TransferConfig (8 MiB, 10 threads)": lambda: s3.upload_file(str(data), BUCKET, "cmp/default"),
-            "boto3 upload_file, tuned (16 MiB, 16 threads)": lambda: s3.upload_file(str(data), BUCKET, "cmp/tuned", Config=tuned),
-            "aws s3 cp, defaults": lambda: subprocess.run([aws, "--endpoint-url", url, "s3", "cp", "--quiet", str(data),
-                                                           f"s3://{BUCKET}/cmp/awscli"], check=True),
+            "boto3 upload_file, default TransferConfig (8 MiB, 10 threads)": lambda: s3.upload_file(
+                str(data), BUCKET, "cmp/default"
+            ),
+            "boto3 upload_file, tuned (16 MiB, 16 threads)": lambda: s3.upload_file(
+                str(data), BUCKET, "cmp/tuned", Config=tuned
+            ),
+            "aws s3 cp, defaults": lambda: subprocess.run(
+                [aws, "--endpoint-url", url, "s3", "cp", "--quiet", str(data), f"s3://{BUCKET}/cmp/awscli"], check=True
+            ),
         }
         results = {name: [] for name in clients}
         for _ in range(REPEATS):
@@ -86,10 +111,15 @@ def main() -> None:
                 results[name].append(timed(fn))
                 remove_prefix(s3, BUCKET, "cmp/")
         base = statistics.median(results["aws s3 cp, defaults"])
-        print(f"Same {TOTAL // 2**20} MiB, {REPEATS} alternating runs\n\n| client | median | min … max | vs aws s3 cp |\n|---|---|---|---|")
+        print(
+            f"Same {TOTAL // 2**20} MiB, {REPEATS} alternating runs\n\n"
+            "| client | median | min … max | vs aws s3 cp |\n|---|---|---|---|"
+        )
         for name, values in results.items():
             med = statistics.median(values)
-            print(f"| {name} | {med / 1e6:.0f} MB/s | {min(values) / 1e6:.0f} … {max(values) / 1e6:.0f} | {med / base:.2f}× |")
+            print(
+                f"| {name} | {med / 1e6:.0f} MB/s | {min(values) / 1e6:.0f} … {max(values) / 1e6:.0f} | {med / base:.2f}× |"
+            )
 
 
 if __name__ == "__main__":

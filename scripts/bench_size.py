@@ -18,11 +18,13 @@ import sys
 import time
 
 RUNS = 15
-LARGE = "import time, resource; t = time.perf_counter(); "\
-        "from ckplan import catalog; from ckplan.sizing.plan import build_plan, nearest_shape; "\
-        "p = build_plan(arch=nearest_shape(1e12, catalog.models()), parameters=10**12, gpus=1024, tp=8, pp=8, zero=1); "\
-        "d = p.model_dump_json(); e = time.perf_counter() - t; "\
-        "print(e, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, p.file_count, len(d))"
+LARGE = (
+    "import time, resource; t = time.perf_counter(); "
+    "from ckplan import catalog; from ckplan.sizing.plan import build_plan, nearest_shape; "
+    "p = build_plan(arch=nearest_shape(1e12, catalog.models()), parameters=10**12, gpus=1024, tp=8, pp=8, zero=1); "
+    "d = p.model_dump_json(); e = time.perf_counter() - t; "
+    "print(e, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, p.file_count, len(d))"
+)
 
 
 def main() -> int:
@@ -46,14 +48,20 @@ def main() -> int:
         theirs.append(t_base)
         ratios.append(t_cmd / t_base)
     median = statistics.median(ratios)
-    print(f"ckplan size --params 7e9 --optimizer adam: {statistics.median(ours):.3f} s median "
-          f"({min(ours):.3f}…{max(ours):.3f}); python -c 'import typer, rich, pydantic': {statistics.median(theirs):.3f} s "
-          f"({min(theirs):.3f}…{max(theirs):.3f}); ratio {median:.2f}× median ({min(ratios):.2f}…{max(ratios):.2f}) "
-          f"over {RUNS} alternating pairs; target ≤ 1.60×")
-    elapsed, peak, files, size = subprocess.run([sys.executable, "-c", LARGE], capture_output=True, text=True, check=True).stdout.split()
-    print(f"1T params, 1,024 GPUs (tp 8, pp 8, ZeRO-1), full manifest of {int(files):,} files: "
-          f"{float(elapsed):.3f} s to plan and serialise ({int(size) / 1e6:.1f} MB JSON), "
-          f"process peak RSS {int(peak) / 2**20:.0f} MiB; target < 1 s")
+    print(
+        f"ckplan size --params 7e9 --optimizer adam: {statistics.median(ours):.3f} s median "
+        f"({min(ours):.3f}…{max(ours):.3f}); python -c 'import typer, rich, pydantic': {statistics.median(theirs):.3f} s "
+        f"({min(theirs):.3f}…{max(theirs):.3f}); ratio {median:.2f}× median ({min(ratios):.2f}…{max(ratios):.2f}) "
+        f"over {RUNS} alternating pairs; target ≤ 1.60×"
+    )
+    elapsed, peak, files, size = subprocess.run(
+        [sys.executable, "-c", LARGE], capture_output=True, text=True, check=True
+    ).stdout.split()
+    print(
+        f"1T params, 1,024 GPUs (tp 8, pp 8, ZeRO-1), full manifest of {int(files):,} files: "
+        f"{float(elapsed):.3f} s to plan and serialise ({int(size) / 1e6:.1f} MB JSON), "
+        f"process peak RSS {int(peak) / 2**20:.0f} MiB; target < 1 s"
+    )
     return 0 if median <= 1.6 and float(elapsed) < 1.0 else 1
 
 

@@ -23,10 +23,23 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         report, shot = Path(tmp) / "report", Path(tmp) / "shot.png"
         subprocess.run([exe, "report", "--storage", "lustre", "--out", str(report)], check=True, capture_output=True)
-        subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-                        "--force-device-scale-factor=1", "--force-color-profile=srgb", f"--user-data-dir={tmp}/profile",
-                        f"--screenshot={shot}", f"--window-size={WIDTH},{HEIGHT}", (report / "report.html").as_uri()],
-                       check=True, capture_output=True)
+        subprocess.run(
+            [
+                chromium,
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--hide-scrollbars",
+                "--force-device-scale-factor=1",
+                "--force-color-profile=srgb",
+                f"--user-data-dir={tmp}/profile",
+                f"--screenshot={shot}",
+                f"--window-size={WIDTH},{HEIGHT}",
+                (report / "report.html").as_uri(),
+            ],
+            check=True,
+            capture_output=True,
+        )
         img = Image.open(shot).convert("RGB")
         ink = ImageChops.invert(img).getbbox()  # the box around everything not white
         assert ink and ink[3] < HEIGHT - 40, "the page is taller than the window: raise HEIGHT"

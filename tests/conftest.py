@@ -17,9 +17,13 @@ def ckplan_exe() -> list[str]:
     return [exe]
 
 
-def run_cli(*args: str, check: bool = False, timeout: float = 300, env: dict | None = None, cwd=None) -> subprocess.CompletedProcess:
+def run_cli(
+    *args: str, check: bool = False, timeout: float = 300, env: dict | None = None, cwd=None
+) -> subprocess.CompletedProcess:
     full_env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "200", **(env or {})}
-    proc = subprocess.run(ckplan_exe() + list(args), capture_output=True, text=True, timeout=timeout, env=full_env, cwd=cwd)
+    proc = subprocess.run(
+        ckplan_exe() + list(args), capture_output=True, text=True, timeout=timeout, env=full_env, cwd=cwd
+    )
     if check and proc.returncode != 0:
         raise AssertionError(f"ckplan {' '.join(args)} exited {proc.returncode}:\n{proc.stderr}")
     return proc

@@ -67,9 +67,11 @@ def sshfs_loopback(tmp: Path):
         _sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(keys / name))
     port = _free_port()
     config = keys / "sshd_config"
-    config.write_text(f"Port {port}\nListenAddress 127.0.0.1\nHostKey {keys}/host\nAuthorizedKeysFile {keys}/client.pub\n"
-                      f"PermitRootLogin prohibit-password\nPasswordAuthentication no\nPidFile {keys}/sshd.pid\n"
-                      "Subsystem sftp internal-sftp\nUsePAM no\nStrictModes no\n")
+    config.write_text(
+        f"Port {port}\nListenAddress 127.0.0.1\nHostKey {keys}/host\nAuthorizedKeysFile {keys}/client.pub\n"
+        f"PermitRootLogin prohibit-password\nPasswordAuthentication no\nPidFile {keys}/sshd.pid\n"
+        "Subsystem sftp internal-sftp\nUsePAM no\nStrictModes no\n"
+    )
     Path("/run/sshd").mkdir(exist_ok=True)
     _sh(sshd, "-f", str(config), "-E", str(keys / "log"))
     remote, mnt = tmp / "remote", tmp / "sshfs mnt"
@@ -77,9 +79,18 @@ def sshfs_loopback(tmp: Path):
     mnt.mkdir()
     try:
         for _ in range(50):
-            proc = subprocess.run(["sshfs", "-p", str(port), "-o", f"IdentityFile={keys}/client,StrictHostKeyChecking=no,"
-                                   "UserKnownHostsFile=/dev/null,BatchMode=yes", f"root@127.0.0.1:{remote}", str(mnt)],
-                                  capture_output=True)
+            proc = subprocess.run(
+                [
+                    "sshfs",
+                    "-p",
+                    str(port),
+                    "-o",
+                    f"IdentityFile={keys}/client,StrictHostKeyChecking=no,UserKnownHostsFile=/dev/null,BatchMode=yes",
+                    f"root@127.0.0.1:{remote}",
+                    str(mnt),
+                ],
+                capture_output=True,
+            )
             if proc.returncode == 0:
                 break
             time.sleep(0.1)

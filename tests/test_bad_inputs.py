@@ -34,7 +34,12 @@ def inputs(tmp_path_factory) -> dict[str, str]:
     d = tmp_path_factory.mktemp("inputs")
     plan = json.loads(build_plan(arch=catalog.model("llama-3.1-8b"), model_name="llama-3.1-8b").model_dump_json())
     profile = json.loads(catalog.storage_classes()["nfs"].model_dump_json())
-    files: dict[str, str] = {"dir": str(d), "devzero": "/dev/zero", "urandom": "/dev/urandom", "missing": str(d / "missing.json")}
+    files: dict[str, str] = {
+        "dir": str(d),
+        "devzero": "/dev/zero",
+        "urandom": "/dev/urandom",
+        "missing": str(d / "missing.json"),
+    }
 
     def put(name: str, data: bytes | str) -> None:
         path = d / name
@@ -83,8 +88,15 @@ def inputs(tmp_path_factory) -> dict[str, str]:
     put("profile_kind.json", variant(profile, lambda p: p.update(kind="ckplan.plan")))
     put("profile_bwtype.json", variant(profile, lambda p: p.update(buffered_bandwidth="fast")))
     # Hugging Face config.json files (--config): one ckplan sizes, one it does not, one missing a size
-    llama = {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32,
-             "num_hidden_layers": 32, "num_key_value_heads": 8, "vocab_size": 128256}
+    llama = {
+        "model_type": "llama",
+        "hidden_size": 4096,
+        "intermediate_size": 14336,
+        "num_attention_heads": 32,
+        "num_hidden_layers": 32,
+        "num_key_value_heads": 8,
+        "vocab_size": 128256,
+    }
     put("config_llama.json", json.dumps(llama))
     put("config_t5.json", json.dumps({**llama, "model_type": "t5"}))
     put("config_nolayers.json", json.dumps({k: v for k, v in llama.items() if k != "num_hidden_layers"}))
@@ -276,17 +288,70 @@ CASES = [
     ("recommend-storage-unknown", ["recommend", "--storage", "floppy"], 2),
     ("recommend-storage-empty", ["recommend", "--storage", ""], 2),
     # recommend: every kind of bad plan file
-    *_plan_files("binary.json", "utf16.json", "badutf8.json", "latin1.json", "nested.json", "nestedobj.json",
-                 "empty.json", "blank.json", "truncated.json", "notjson.json", "nan.json", "array.json", "string.json",
-                 "null.json", "plan_v99.json", "plan_negtotal.json", "plan_gpus0.json", "plan_gpn.json",
-                 "plan_world.json", "plan_nosetup.json", "plan_nomanifest.json", "plan_negfile.json", "plan_kind.json",
-                 "plan_inf.json", "plan_params0.json", "plan_zero9.json", "plan_types.json", "profile.json",
-                 "huge_plan.json", "devzero", "urandom", "socket", "dir", "missing"),
+    *_plan_files(
+        "binary.json",
+        "utf16.json",
+        "badutf8.json",
+        "latin1.json",
+        "nested.json",
+        "nestedobj.json",
+        "empty.json",
+        "blank.json",
+        "truncated.json",
+        "notjson.json",
+        "nan.json",
+        "array.json",
+        "string.json",
+        "null.json",
+        "plan_v99.json",
+        "plan_negtotal.json",
+        "plan_gpus0.json",
+        "plan_gpn.json",
+        "plan_world.json",
+        "plan_nosetup.json",
+        "plan_nomanifest.json",
+        "plan_negfile.json",
+        "plan_kind.json",
+        "plan_inf.json",
+        "plan_params0.json",
+        "plan_zero9.json",
+        "plan_types.json",
+        "profile.json",
+        "huge_plan.json",
+        "devzero",
+        "urandom",
+        "socket",
+        "dir",
+        "missing",
+    ),
     # recommend: every kind of bad storage profile file
-    *[(f"recommend-storage-{n}", ["recommend", "--storage", f"@{n}"], 2) for n in (
-        "binary.json", "utf16.json", "badutf8.json", "nested.json", "nestedobj.json", "empty.json", "truncated.json",
-        "nan.json", "array.json", "profile_v99.json", "profile_nobw.json", "profile_kind.json", "profile_bwtype.json",
-        "plan.json", "huge_profile.json", "bad.toml", "deep.toml", "binary.toml", "urandom", "socket", "dir", "missing")],
+    *[
+        (f"recommend-storage-{n}", ["recommend", "--storage", f"@{n}"], 2)
+        for n in (
+            "binary.json",
+            "utf16.json",
+            "badutf8.json",
+            "nested.json",
+            "nestedobj.json",
+            "empty.json",
+            "truncated.json",
+            "nan.json",
+            "array.json",
+            "profile_v99.json",
+            "profile_nobw.json",
+            "profile_kind.json",
+            "profile_bwtype.json",
+            "plan.json",
+            "huge_profile.json",
+            "bad.toml",
+            "deep.toml",
+            "binary.toml",
+            "urandom",
+            "socket",
+            "dir",
+            "missing",
+        )
+    ],
     # report
     ("report-no-storage", ["report"], 2),
     ("report-plan-utf16", ["report", "--storage", "nfs", "--plan", "@utf16.json"], 2),
@@ -358,8 +423,21 @@ CASES = [
 ]
 
 
-COMMANDS = {"size", "models", "probe", "clean", "profiles", "recommend", "report", "validate", "provision", "agent",
-            "diagnose", "watch", "compress-test"}
+COMMANDS = {
+    "size",
+    "models",
+    "probe",
+    "clean",
+    "profiles",
+    "recommend",
+    "report",
+    "validate",
+    "provision",
+    "agent",
+    "diagnose",
+    "watch",
+    "compress-test",
+}
 
 
 def _argv(argv: list[str], files: dict[str, str]) -> list[str]:
@@ -382,6 +460,7 @@ def run(tmp_path, monkeypatch, capsys):
     def go(*argv: str) -> tuple[int, str, str]:
         monkeypatch.setattr(sys, "argv", ["ckplan", *argv])
         from ckplan.cli.app import main
+
         try:
             with pytest.raises(SystemExit) as exit_:
                 main()
@@ -419,57 +498,77 @@ def test_cases_are_distinct_and_cover_every_command():
 
 
 # Messages: each names the flag or the file, and says what is wrong in the user's terms.
-@pytest.mark.parametrize("argv,fragment", [
-    (["size", "--params", "1e400"], "--params is too large: '1e400' (at most 1e15)"),
-    (["size", "--params", "1e-3"], "--params must be ≥ 1: '1e-3'"),
-    (["size", "--params", ""], "not a valid --params: ''"),
-    (["size", "--gpus", str(2**20 + 8)], "--gpus is too large: '1048584' (at most 1,048,576 GPUs)"),
-    (["size", "--gpus", "8", "--gpus-per-node", "16"], "--gpus-per-node 16 exceeds --gpus 8"),
-    (["size", "--option", "bogus=1"], "unknown --option 'bogus': the deepspeed layout takes writer"),
-    (["size", "--framework", "hf", "--zero", "0", "--option", "bogus=1"], "the hf layout takes hf_shard_size"),
-    (["recommend", "--node-failure-rate", "inf"], "--node-failure-rate is too large: 'inf'"),
-    (["recommend", "--node-failure-rate", "nan"], "--node-failure-rate is not a number: 'nan'"),
-    (["recommend", "--restart", "1e9h"], "--restart is too large: '1e9h' (at most 10 years)"),
-    (["recommend", "--snapshot-bandwidth", "2PB/s"], "--snapshot-bandwidth is too large: '2PB/s' (at most 1 PB/s)"),
-    (["recommend", "--host-memory", "2EiB"], "--host-memory is too large: '2EiB' (at most 1 EB)"),
-    (["recommend", "--plan", "@plan.json", "--params", "7B"], "give --plan or the plan flags, not both (got --plan and --params)"),
-    (["recommend", "--plan", "@plan_v99.json"], "plan schema version 99; this ckplan reads version 1"),
-    (["recommend", "--plan", "@plan.json", "--config", "@config_llama.json"], "not both (got --plan and --config)"),
-    (["size", "--config", "@config_nolayers.json"], "config_nolayers.json has no num_hidden_layers"),
-    (["size", "--config", "@config_t5.json"], "model_type 't5' is not one ckplan sizes"),
-    (["size", "--config", "@plan.json"], "plan.json has no model_type"),
-    (["size", "--config", "@array.json"], "array.json is not a Hugging Face config"),
-    (["size", "--config", "@dir"], "config.json"),
-    (["recommend", "--plan", "@plan_negtotal.json"], "total_bytes: Input should be greater than or equal to 0"),
-    (["recommend", "--plan", "@plan_gpus0.json"], "setup.gpus: Input should be greater than or equal to 1"),
-    (["recommend", "--plan", "@nested.json"], "nested too deeply"),
-    (["recommend", "--plan", "@utf16.json"], "is UTF-16 text"),
-    (["recommend", "--plan", "@badutf8.json"], "is not UTF-8 text: byte 0xc3 at offset 34"),
-    (["recommend", "--plan", "@binary.json"], "is a binary file"),
-    (["recommend", "--plan", "@devzero"], "plan /dev/zero is a character device, not a regular file"),
-    (["recommend", "--plan", "@dir"], "is a directory, not a regular file"),
-    (["recommend", "--plan", "@huge_plan.json"], f"is too large: {MAX_PLAN_BYTES + 1:,} bytes (at most {MAX_PLAN_BYTES:,})"),
-    (["recommend", "--plan", "@nan.json"], "NaN is not a JSON number"),
-    (["recommend", "--storage", "@profile_v99.json"], "has schema version 99"),
-    (["recommend", "--storage", "@profile_nobw.json"], "is not a valid storage profile: buffered_bandwidth: Field required"),
-    (["clean", ""], "clean needs a directory or s3://bucket/prefix, got an empty path"),
-    (["provision", "--gpus", "8", "--chart", "@dir"], "--chart"),
-    (["probe", "@target", "--save", "a\nb"], "--save takes a plain name"),
-    (["probe", "@target", "--hosts", ""], "--hosts names no hosts"),
-    (["probe", "@target", "--writers", "0"], "--writers must be ≥ 1: '0'"),
-    (["diagnose", "@devzero"], "log /dev/zero is a character device"),
-    (["recommend", "--storage", "@socket"], "is a socket, not a regular file"),
-    (["compress-test", "--file", "@dir"], "--file"),
-])
+@pytest.mark.parametrize(
+    "argv,fragment",
+    [
+        (["size", "--params", "1e400"], "--params is too large: '1e400' (at most 1e15)"),
+        (["size", "--params", "1e-3"], "--params must be ≥ 1: '1e-3'"),
+        (["size", "--params", ""], "not a valid --params: ''"),
+        (["size", "--gpus", str(2**20 + 8)], "--gpus is too large: '1048584' (at most 1,048,576 GPUs)"),
+        (["size", "--gpus", "8", "--gpus-per-node", "16"], "--gpus-per-node 16 exceeds --gpus 8"),
+        (["size", "--option", "bogus=1"], "unknown --option 'bogus': the deepspeed layout takes writer"),
+        (["size", "--framework", "hf", "--zero", "0", "--option", "bogus=1"], "the hf layout takes hf_shard_size"),
+        (["recommend", "--node-failure-rate", "inf"], "--node-failure-rate is too large: 'inf'"),
+        (["recommend", "--node-failure-rate", "nan"], "--node-failure-rate is not a number: 'nan'"),
+        (["recommend", "--restart", "1e9h"], "--restart is too large: '1e9h' (at most 10 years)"),
+        (["recommend", "--snapshot-bandwidth", "2PB/s"], "--snapshot-bandwidth is too large: '2PB/s' (at most 1 PB/s)"),
+        (["recommend", "--host-memory", "2EiB"], "--host-memory is too large: '2EiB' (at most 1 EB)"),
+        (
+            ["recommend", "--plan", "@plan.json", "--params", "7B"],
+            "give --plan or the plan flags, not both (got --plan and --params)",
+        ),
+        (["recommend", "--plan", "@plan_v99.json"], "plan schema version 99; this ckplan reads version 1"),
+        (["recommend", "--plan", "@plan.json", "--config", "@config_llama.json"], "not both (got --plan and --config)"),
+        (["size", "--config", "@config_nolayers.json"], "config_nolayers.json has no num_hidden_layers"),
+        (["size", "--config", "@config_t5.json"], "model_type 't5' is not one ckplan sizes"),
+        (["size", "--config", "@plan.json"], "plan.json has no model_type"),
+        (["size", "--config", "@array.json"], "array.json is not a Hugging Face config"),
+        (["size", "--config", "@dir"], "config.json"),
+        (["recommend", "--plan", "@plan_negtotal.json"], "total_bytes: Input should be greater than or equal to 0"),
+        (["recommend", "--plan", "@plan_gpus0.json"], "setup.gpus: Input should be greater than or equal to 1"),
+        (["recommend", "--plan", "@nested.json"], "nested too deeply"),
+        (["recommend", "--plan", "@utf16.json"], "is UTF-16 text"),
+        (["recommend", "--plan", "@badutf8.json"], "is not UTF-8 text: byte 0xc3 at offset 34"),
+        (["recommend", "--plan", "@binary.json"], "is a binary file"),
+        (["recommend", "--plan", "@devzero"], "plan /dev/zero is a character device, not a regular file"),
+        (["recommend", "--plan", "@dir"], "is a directory, not a regular file"),
+        (
+            ["recommend", "--plan", "@huge_plan.json"],
+            f"is too large: {MAX_PLAN_BYTES + 1:,} bytes (at most {MAX_PLAN_BYTES:,})",
+        ),
+        (["recommend", "--plan", "@nan.json"], "NaN is not a JSON number"),
+        (["recommend", "--storage", "@profile_v99.json"], "has schema version 99"),
+        (
+            ["recommend", "--storage", "@profile_nobw.json"],
+            "is not a valid storage profile: buffered_bandwidth: Field required",
+        ),
+        (["clean", ""], "clean needs a directory or s3://bucket/prefix, got an empty path"),
+        (["provision", "--gpus", "8", "--chart", "@dir"], "--chart"),
+        (["probe", "@target", "--save", "a\nb"], "--save takes a plain name"),
+        (["probe", "@target", "--hosts", ""], "--hosts names no hosts"),
+        (["probe", "@target", "--writers", "0"], "--writers must be ≥ 1: '0'"),
+        (["diagnose", "@devzero"], "log /dev/zero is a character device"),
+        (["recommend", "--storage", "@socket"], "is a socket, not a regular file"),
+        (["compress-test", "--file", "@dir"], "--file"),
+    ],
+)
 def test_message_names_the_flag_or_file(run, inputs, argv, fragment):
     line = _check(*run(*_argv(argv, inputs)), 2)
     assert fragment in line, line
 
 
-@pytest.mark.parametrize("argv", [
-    ["recommend", "--plan", "@fifo"], ["recommend", "--storage", "@fifo"], ["diagnose", "@fifo"],
-    ["compress-test", "--file", "@fifo"], ["probe", "@target", "--hosts-file", "@fifo"], ["size", "--config", "@fifo"],
-], ids=["plan", "storage", "log", "compress-file", "hosts-file", "config"])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["recommend", "--plan", "@fifo"],
+        ["recommend", "--storage", "@fifo"],
+        ["diagnose", "@fifo"],
+        ["compress-test", "--file", "@fifo"],
+        ["probe", "@target", "--hosts-file", "@fifo"],
+        ["size", "--config", "@fifo"],
+    ],
+    ids=["plan", "storage", "log", "compress-file", "hosts-file", "config"],
+)
 def test_fifo_is_refused_without_blocking(inputs, tmp_path, argv):
     """A FIFO with no writer blocks whoever opens it: refused from its stat, within the timeout."""
     proc = run_cli(*_argv(argv, inputs), timeout=20, cwd=tmp_path, env={"XDG_CONFIG_HOME": str(tmp_path / "config")})
@@ -485,14 +584,26 @@ def test_fio_missing_is_an_environment_problem(run, inputs, tmp_path, monkeypatc
     assert "fio is not installed" in _check(*run("agent", "--port", "8799"), 3, json_out=False)
 
 
-@pytest.mark.parametrize("argv,hidden,fragment", [
-    (["compress-test"], "numpy", "needs numpy: pip install 'ckplan[compress]'"),
-    (["compress-test", "--file", "@plan.json"], "zstandard", "needs zstandard and lz4: pip install 'ckplan[compress]'"),
-    (["provision", "--gpus", "8", "--chart", "chart.png"], "matplotlib", "--chart needs matplotlib: pip install 'ckplan[report]'"),
-    (["report", "--storage", "nfs"], "matplotlib", "needs matplotlib: pip install 'ckplan[report]'"),
-    (["probe", "s3://bucket/prefix"], "boto3", "S3 probing needs boto3: pip install 'ckplan[s3]'"),
-    (["clean", "s3://bucket/prefix"], "boto3", "needs boto3"),
-], ids=["compress-numpy", "compress-zstandard", "provision-chart", "report", "probe-s3", "clean-s3"])
+@pytest.mark.parametrize(
+    "argv,hidden,fragment",
+    [
+        (["compress-test"], "numpy", "needs numpy: pip install 'ckplan[compress]'"),
+        (
+            ["compress-test", "--file", "@plan.json"],
+            "zstandard",
+            "needs zstandard and lz4: pip install 'ckplan[compress]'",
+        ),
+        (
+            ["provision", "--gpus", "8", "--chart", "chart.png"],
+            "matplotlib",
+            "--chart needs matplotlib: pip install 'ckplan[report]'",
+        ),
+        (["report", "--storage", "nfs"], "matplotlib", "needs matplotlib: pip install 'ckplan[report]'"),
+        (["probe", "s3://bucket/prefix"], "boto3", "S3 probing needs boto3: pip install 'ckplan[s3]'"),
+        (["clean", "s3://bucket/prefix"], "boto3", "needs boto3"),
+    ],
+    ids=["compress-numpy", "compress-zstandard", "provision-chart", "report", "probe-s3", "clean-s3"],
+)
 def test_missing_extra_is_an_environment_problem(run, inputs, monkeypatch, argv, hidden, fragment):
     monkeypatch.setitem(sys.modules, hidden, None)  # what `import` sees when the package is not installed
     line = _check(*run(*_argv(argv, inputs)), 3)
@@ -505,10 +616,18 @@ def test_compress_test_without_numpy_end_to_end(tmp_path, json_flag):
     CLI imports on the way (typer, rich, pydantic, ckplan's own modules) may need it before the extra is named."""
     import subprocess
 
-    hide = ("import sys; sys.modules['numpy'] = None; sys.argv = ['ckplan', 'compress-test', *sys.argv[1:]]; "
-            "from ckplan.cli.app import main; main()")
-    proc = subprocess.run([sys.executable, "-c", hide, *json_flag], capture_output=True, text=True, timeout=60,
-                          cwd=tmp_path, env={**os.environ, "NO_COLOR": "1"})
+    hide = (
+        "import sys; sys.modules['numpy'] = None; sys.argv = ['ckplan', 'compress-test', *sys.argv[1:]]; "
+        "from ckplan.cli.app import main; main()"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", hide, *json_flag],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+        env={**os.environ, "NO_COLOR": "1"},
+    )
     line = _check(proc.returncode, proc.stdout, proc.stderr, 3, json_out=bool(json_flag))
     assert line == "ckplan: error: compress-test's generated tensors needs numpy: pip install 'ckplan[compress]'", line
     assert os.listdir(tmp_path) == []
@@ -520,8 +639,18 @@ def test_unreachable_s3_endpoint_is_an_environment_problem(run, tmp_path, monkey
 
     for key, value in credentials_env(tmp_path / "aws").items():  # not the user's ~/.aws
         monkeypatch.setenv(key, value)
-    line = _check(*run(command, "s3://bucket/prefix", "--endpoint-url", f"http://127.0.0.1:{free_port()}", "--timeout", "2s",
-                       "--json"), 3)
+    line = _check(
+        *run(
+            command,
+            "s3://bucket/prefix",
+            "--endpoint-url",
+            f"http://127.0.0.1:{free_port()}",
+            "--timeout",
+            "2s",
+            "--json",
+        ),
+        3,
+    )
     assert "cannot connect to the S3 endpoint" in line, line
 
 
@@ -548,6 +677,7 @@ def test_debug_reraises(run, monkeypatch, how):
         monkeypatch.setenv("CKPLAN_DEBUG", "1")
     monkeypatch.setattr(sys, "argv", ["ckplan", *(["--debug"] if how == "flag" else []), "recommend"])
     from ckplan.cli.app import main
+
     with pytest.raises(_Bug):
         main()
 
@@ -574,10 +704,14 @@ def test_fio_failing_mid_run_exits_4(run, monkeypatch):
 
 # What stays accepted: the limits are inclusive and the defaults unchanged.
 def test_valid_edges_still_run(run, inputs):
-    for argv in (["size", "--params", "1e15", "--json"], ["size", "--gpus", "4", "--json"],
-                 ["size", "--gpus", "16", "--gpus-per-node", "16", "--json"], ["recommend", "--plan", inputs["plan.json"], "--json"],
-                 ["recommend", "--storage", inputs["profile.json"], "--json"],
-                 ["recommend", "--mtbf", "1e-9s", "--storage", "nfs", "--json"]):
+    for argv in (
+        ["size", "--params", "1e15", "--json"],
+        ["size", "--gpus", "4", "--json"],
+        ["size", "--gpus", "16", "--gpus-per-node", "16", "--json"],
+        ["recommend", "--plan", inputs["plan.json"], "--json"],
+        ["recommend", "--storage", inputs["profile.json"], "--json"],
+        ["recommend", "--mtbf", "1e-9s", "--storage", "nfs", "--json"],
+    ):
         code, out, err = run(*argv)
         assert code == 0, (argv, err)
         json.loads(out)
@@ -590,10 +724,15 @@ def test_every_plan_size_writes_reads_back(run, tmp_path):
     from ckplan.sizing.plan import build_plan
 
     # DeepSpeed ZeRO-3 without mixed precision has a negative small_file_bytes: it must still read back
-    for kw in ({"framework": "deepspeed", "zero": 3, "precision": "fp32", "optimizer": "sgd"},
-               {"framework": "hf", "zero": 0, "gpus": 1}, {"framework": "megatron", "gpus": 24, "gpus_per_node": 8, "tp": 2}):
+    for kw in (
+        {"framework": "deepspeed", "zero": 3, "precision": "fp32", "optimizer": "sgd"},
+        {"framework": "hf", "zero": 0, "gpus": 1},
+        {"framework": "megatron", "gpus": 24, "gpus_per_node": 8, "tp": 2},
+    ):
         path = tmp_path / "plan.json"
-        path.write_text(build_plan(arch=catalog.model("llama-3.1-8b"), model_name="llama-3.1-8b", **kw).model_dump_json())
+        path.write_text(
+            build_plan(arch=catalog.model("llama-3.1-8b"), model_name="llama-3.1-8b", **kw).model_dump_json()
+        )
         code, out, err = run("recommend", "--plan", str(path), "--storage", "nfs", "--json")
         assert code == 0, (kw, err)
 
@@ -613,15 +752,30 @@ def test_save_time_without_storage_gives_one_recommendation(run):
 
 # Properties: whatever the option values, ckplan answers (0) or refuses in one line (2); never a traceback.
 _text = st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=12)
-_number = st.one_of(st.floats(allow_nan=True, allow_infinity=True).map(repr), st.integers(-10**20, 10**20).map(str))
-_value = st.one_of(_text, _number, st.sampled_from(["7B", "1e15", "1e16", "5m", "5%", "0", "-1", "1e400", "nan", "", " "]))
-_small_world = st.one_of(st.integers(-3, 64), st.integers(2**20 + 1, 2**70))  # valid worlds stay small: big plans are slow
+_number = st.one_of(st.floats(allow_nan=True, allow_infinity=True).map(repr), st.integers(-(10**20), 10**20).map(str))
+_value = st.one_of(
+    _text, _number, st.sampled_from(["7B", "1e15", "1e16", "5m", "5%", "0", "-1", "1e400", "nan", "", " "])
+)
+_small_world = st.one_of(
+    st.integers(-3, 64), st.integers(2**20 + 1, 2**70)
+)  # valid worlds stay small: big plans are slow
 
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(params=_value, interval=_value, overhead=_value, gpus=_small_world, gpn=st.one_of(st.none(), _small_world))
 def test_size_options_property(run, params, interval, overhead, gpus, gpn):
-    argv = ["size", "--params", params, "--interval", interval, "--max-overhead", overhead, "--gpus", str(gpus), "--json"]
+    argv = [
+        "size",
+        "--params",
+        params,
+        "--interval",
+        interval,
+        "--max-overhead",
+        overhead,
+        "--gpus",
+        str(gpus),
+        "--json",
+    ]
     code, out, err = run(*argv + (["--gpus-per-node", str(gpn)] if gpn is not None else []))
     assert code in (0, 2), err
     if code:
@@ -633,16 +787,34 @@ def test_size_options_property(run, params, interval, overhead, gpus, gpn):
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(mtbf=_value, restart=_value, node_rate=_number, max_loss=_value, snapshot=_value)
 def test_recommend_options_property(run, mtbf, restart, node_rate, max_loss, snapshot):
-    code, out, err = run("recommend", "--storage", "nfs", "--mtbf", mtbf, "--restart", restart, "--node-failure-rate",
-                         node_rate, "--max-loss", max_loss, "--snapshot-bandwidth", snapshot, "--mode", "async", "--json")
+    code, out, err = run(
+        "recommend",
+        "--storage",
+        "nfs",
+        "--mtbf",
+        mtbf,
+        "--restart",
+        restart,
+        "--node-failure-rate",
+        node_rate,
+        "--max-loss",
+        max_loss,
+        "--snapshot-bandwidth",
+        snapshot,
+        "--mode",
+        "async",
+        "--json",
+    )
     assert code in (0, 2), err
     if code:
         _check(code, out, err, 2)
 
 
-_json = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
-                     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
-                     max_leaves=12)
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=12,
+)
 
 
 _DROP = object()
@@ -668,8 +840,12 @@ def _mutate(doc, path: list, value):
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(which=st.sampled_from(["plan", "profile"]), path=st.lists(st.integers(0, 50), min_size=1, max_size=4),
-       value=st.one_of(st.just(_DROP), _json), raw=st.one_of(st.none(), _json))
+@given(
+    which=st.sampled_from(["plan", "profile"]),
+    path=st.lists(st.integers(0, 50), min_size=1, max_size=4),
+    value=st.one_of(st.just(_DROP), _json),
+    raw=st.one_of(st.none(), _json),
+)
 def test_malformed_json_files_property(run, inputs, tmp_path_factory, which, path, value, raw):
     """A plan or profile ckplan wrote, with one value replaced or removed, or any JSON document instead."""
     source = json.loads(Path(inputs[f"{which}.json"]).read_text())

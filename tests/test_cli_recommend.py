@@ -7,15 +7,30 @@ import pytest
 
 from tests.conftest import assert_one_line_error, run_cli, run_json
 
-KEYS = ("save_seconds", "stall_seconds", "shortest_safe_interval_s", "binding_constraint", "optimal_interval_s",
-        "young_interval_s", "recommended_interval_s", "verdict", "expected_waste_fraction", "what_if")
+KEYS = (
+    "save_seconds",
+    "stall_seconds",
+    "shortest_safe_interval_s",
+    "binding_constraint",
+    "optimal_interval_s",
+    "young_interval_s",
+    "recommended_interval_s",
+    "verdict",
+    "expected_waste_fraction",
+    "what_if",
+)
 
 
 def test_default_compares_all_builtin_classes():
     data = run_json("recommend")
     assert {r["storage"] for r in data["recommendations"]} == {"local-nvme", "nfs", "lustre", "gpfs", "s3", "tmpfs"}
     by = {r["storage"]: r for r in data["recommendations"]}
-    assert by["tmpfs"]["save_seconds"] < by["lustre"]["save_seconds"] < by["nfs"]["save_seconds"] < by["s3"]["save_seconds"]
+    assert (
+        by["tmpfs"]["save_seconds"]
+        < by["lustre"]["save_seconds"]
+        < by["nfs"]["save_seconds"]
+        < by["s3"]["save_seconds"]
+    )
     table = run_cli("recommend", check=True).stdout
     assert "Recommendation by storage class" in table and "lustre" in table
 
@@ -30,19 +45,29 @@ def test_recommend_json_keys_and_steps():
 
 
 def test_recommend_human_output_leads_with_decision():
-    out = run_cli("recommend", "--storage", "nfs", "--model", "llama-3.1-70b", "--gpus", "64", "--max-loss", "10m", check=True).stdout
+    out = run_cli(
+        "recommend", "--storage", "nfs", "--model", "llama-3.1-70b", "--gpus", "64", "--max-loss", "10m", check=True
+    ).stdout
     assert out.splitlines()[1].startswith("INFEASIBLE")
     assert "needed: save_seconds" in out and "What-ifs" in out
     # rank 0 writes the whole bf16 model with torch.save: its serialiser, not the storage, is the limit
     assert "no storage bandwidth is enough" in " ".join(out.split())
 
 
-@pytest.mark.parametrize("args,fragment", [
-    (["--mtbf", "0"], "--mtbf"), (["--mtbf", "-3h"], "--mtbf"), (["--mode", "lazy"], "sync or async"),
-    (["--storage", "lustr"], "did you mean lustre"), (["--max-overhead", "0%"], "between"),
-    (["--stall-time", "5s"], "async only"), (["--storage", "/nonexistent/p.json"], "does not exist"),
-    (["--max-loss", "abc"], "not a valid"), (["--gpus", "8", "--tp", "3"], "divisible"),
-])
+@pytest.mark.parametrize(
+    "args,fragment",
+    [
+        (["--mtbf", "0"], "--mtbf"),
+        (["--mtbf", "-3h"], "--mtbf"),
+        (["--mode", "lazy"], "sync or async"),
+        (["--storage", "lustr"], "did you mean lustre"),
+        (["--max-overhead", "0%"], "between"),
+        (["--stall-time", "5s"], "async only"),
+        (["--storage", "/nonexistent/p.json"], "does not exist"),
+        (["--max-loss", "abc"], "not a valid"),
+        (["--gpus", "8", "--tp", "3"], "divisible"),
+    ],
+)
 def test_recommend_bad_input(args, fragment):
     assert_one_line_error(run_cli("recommend", *args), fragment)
 
@@ -78,11 +103,26 @@ def test_save_time_shortcut():
 @pytest.mark.fio
 def test_size_probe_recommend_report_end_to_end(tmp_path):
     plan = tmp_path / "plan.json"
-    plan.write_text(run_cli("size", "--params", "1e9", "--gpus", "2", "--gpus-per-node", "2", "--json", check=True).stdout)
+    plan.write_text(
+        run_cli("size", "--params", "1e9", "--gpus", "2", "--gpus-per-node", "2", "--json", check=True).stdout
+    )
     target = tmp_path / "target"
     target.mkdir()
     profile = tmp_path / "profile.json"
-    run_cli("probe", str(target), "--quick", "--writers", "2", "--plan", str(plan), "--scale", "0.02", "--out", str(profile), check=True)
+    run_cli(
+        "probe",
+        str(target),
+        "--quick",
+        "--writers",
+        "2",
+        "--plan",
+        str(plan),
+        "--scale",
+        "0.02",
+        "--out",
+        str(profile),
+        check=True,
+    )
     rec = run_json("recommend", "--plan", str(plan), "--storage", str(profile))
     assert rec["save_model"]["source"] == "replay"  # the profile replayed this exact plan
     p = json.loads(profile.read_text())

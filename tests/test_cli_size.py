@@ -24,14 +24,18 @@ def test_size_default_json_keys():
 
 
 def test_size_table_shows_both_units_and_assumptions():
-    out = run_cli("size", "--model", "llama-3.1-70b", "--gpus", "64", "--tp", "8", "--interval", "10m", check=True).stdout
+    out = run_cli(
+        "size", "--model", "llama-3.1-70b", "--gpus", "64", "--tp", "8", "--interval", "10m", check=True
+    ).stdout
     assert "GB (" in out and "GiB)" in out
     assert "Assumptions" in out and "naive N·C/T" in out
     assert "bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt" in out
 
 
 def test_python_dash_m_works():
-    proc = subprocess.run([sys.executable, "-m", "ckplan", "size", "--json"], capture_output=True, text=True, check=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "ckplan", "size", "--json"], capture_output=True, text=True, check=True
+    )
     assert json.loads(proc.stdout)["file_count"] == 11
 
 
@@ -43,13 +47,23 @@ def test_models_lists_catalog():
     assert l405["parameters"] == l405["published_parameters"] == 405_853_388_800
 
 
-@pytest.mark.parametrize("args,fragment", [
-    (["--params", "-1"], "must be ≥ 1"), (["--params", "abc"], "not a valid"), (["--params", "0"], "must be ≥ 1"),
-    (["--optimizer", "adm"], "did you mean adam"), (["--model", "llama3-8b"], "did you mean llama-3.1-8b"),
-    (["--gpus", "8", "--tp", "3"], "not divisible"), (["--interval", "0"], "--interval"),
-    (["--params", "7B", "--model", "llama-2-7b"], "not both"), (["--max-overhead", "150%"], "between"),
-    (["--dtype", "master"], "name=value"), (["--framework", "jax"], "unknown framework"), (["--nonsense"], "no such option"),
-])
+@pytest.mark.parametrize(
+    "args,fragment",
+    [
+        (["--params", "-1"], "must be ≥ 1"),
+        (["--params", "abc"], "not a valid"),
+        (["--params", "0"], "must be ≥ 1"),
+        (["--optimizer", "adm"], "did you mean adam"),
+        (["--model", "llama3-8b"], "did you mean llama-3.1-8b"),
+        (["--gpus", "8", "--tp", "3"], "not divisible"),
+        (["--interval", "0"], "--interval"),
+        (["--params", "7B", "--model", "llama-2-7b"], "not both"),
+        (["--max-overhead", "150%"], "between"),
+        (["--dtype", "master"], "name=value"),
+        (["--framework", "jax"], "unknown framework"),
+        (["--nonsense"], "no such option"),
+    ],
+)
 def test_size_bad_input(args, fragment):
     assert_one_line_error(run_cli("size", *args), fragment)
 
@@ -59,31 +73,61 @@ def test_malformed_model_profile_is_one_line(tmp_path):
     import shutil
 
     import ckplan
+
     pkg = tmp_path / "ckplan"
     shutil.copytree(Path(ckplan.__file__).parent, pkg, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copytree(Path(__file__).parent.parent / "profiles", pkg / "profiles")
-    (pkg / "profiles" / "models" / "broken.toml").write_text("name = \"broken\"\nhidden = -3\n")
-    proc = subprocess.run([sys.executable, "-m", "ckplan", "size", "--model", "llama-2-7b"], capture_output=True, text=True,
-                          env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"}, cwd=tmp_path)
+    (pkg / "profiles" / "models" / "broken.toml").write_text('name = "broken"\nhidden = -3\n')
+    proc = subprocess.run(
+        [sys.executable, "-m", "ckplan", "size", "--model", "llama-2-7b"],
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"},
+        cwd=tmp_path,
+    )
     assert_one_line_error(proc, "malformed model profile broken.toml")
 
 
 def test_wheel_ships_profiles_and_runs_from_elsewhere(tmp_path):
     """Build the wheel, install it (without the editable copy) and size from another directory."""
     root = Path(__file__).parent.parent
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path / "dist"), str(root)],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(tmp_path / "dist"),
+            str(root),
+        ],
+        check=True,
+        capture_output=True,
+    )
     wheel = next((tmp_path / "dist").glob("ckplan-*.whl"))
     names = zipfile.ZipFile(wheel).namelist()
     assert "ckplan/profiles/models/llama-3.1-8b.toml" in names
     assert any(n.startswith("ckplan/profiles/storage/") for n in names)
     target = tmp_path / "site"
-    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)], check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)],
+        check=True,
+        capture_output=True,
+    )
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     code = "import ckplan, ckplan.catalog as c; print(ckplan.__file__); print(c.profiles_dir()); print(len(c.models()))"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=elsewhere,
-                         env={"PYTHONPATH": str(target)}).stdout.split()
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=elsewhere,
+        env={"PYTHONPATH": str(target)},
+    ).stdout.split()
     assert out[0].startswith(str(target)) and out[1] == str(target / "ckplan" / "profiles") and int(out[2]) >= 11
 
 
@@ -108,8 +152,11 @@ def test_model_file_is_a_users_own_catalog_entry(tmp_path):
     """--model FILE.toml takes an entry in the schema of profiles/models/. A copy of Llama-2 7B under another name
     gives the catalog's own count (6,738,415,616: safetensors total_size / 2), and a field missing is one line."""
     own = tmp_path / "my-7b.toml"
-    own.write_text((Path(__file__).parent.parent / "profiles/models/llama-2-7b.toml").read_text()
-                   .replace('name = "llama-2-7b"', 'name = "my-7b"'))
+    own.write_text(
+        (Path(__file__).parent.parent / "profiles/models/llama-2-7b.toml")
+        .read_text()
+        .replace('name = "llama-2-7b"', 'name = "my-7b"')
+    )
     plan = run_json("size", "--model", str(own))
     assert plan["parameters"] == 6_738_415_616
     assert plan["setup"]["model"] == "my-7b"

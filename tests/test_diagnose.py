@@ -9,13 +9,16 @@ from tests.conftest import FIXTURES, assert_one_line_error, run_cli, run_json
 LOGS = FIXTURES / "logs"
 
 
-@pytest.mark.parametrize("name,expected", [
-    ("torchtitan", [5.53, 5.81, 5.40]),  # the logged durations
-    ("megatron", [24.89513, 26.01244, 27.15002]),  # max of the save-checkpoint timer, ms → s
-    ("deepspeed", [3.244, 3.750]),  # "about to be saved" → last "ready now"
-    ("hf", [1.788, 1.950]),  # "Saving model checkpoint to DIR" → last line naming DIR
-    ("lightning", [7.5, 8.25]),  # "saving model to" → next timestamped line
-])
+@pytest.mark.parametrize(
+    "name,expected",
+    [
+        ("torchtitan", [5.53, 5.81, 5.40]),  # the logged durations
+        ("megatron", [24.89513, 26.01244, 27.15002]),  # max of the save-checkpoint timer, ms → s
+        ("deepspeed", [3.244, 3.750]),  # "about to be saved" → last "ready now"
+        ("hf", [1.788, 1.950]),  # "Saving model checkpoint to DIR" → last line naming DIR
+        ("lightning", [7.5, 8.25]),  # "saving model to" → next timestamped line
+    ],
+)
 def test_framework_formats(name, expected):
     d = run_json("diagnose", str(LOGS / f"{name}.log"))
     assert [round(p["seconds"], 5) for p in d["series"]] == pytest.approx(expected, abs=1e-3)
@@ -34,7 +37,9 @@ def _write(tmp_path, seconds, interval=600):
         t = i * interval
         stamp = f"2025-01-01 {t // 3600:02d}:{t % 3600 // 60:02d}:{t % 60:02d},000"
         lines.append(f"[rank0]:{stamp} - root - INFO - step: {i * 100}  loss:  2.0000")
-        lines.append(f"[rank0]:{stamp} - root - INFO - Finished saving the checkpoint (or staging if async is enabled)in {s:.2f} seconds.")
+        lines.append(
+            f"[rank0]:{stamp} - root - INFO - Finished saving the checkpoint (or staging if async is enabled)in {s:.2f} seconds."
+        )
     path = tmp_path / "run.log"
     path.write_text("\n".join(lines) + "\n")
     return path
@@ -49,7 +54,9 @@ def test_growing_series(tmp_path):
     # the fitted last save is ~186 s; the interval is 600 s: about (600 - 186) / 4 ≈ 104 more saves
     assert d["saves_until_interval"] == pytest.approx((600 - (30 + 4 * 39)) / 4, rel=0.1)
     assert "more saves" in d["verdict_text"]
-    assert d["fraction_saving"] == pytest.approx(sum(seconds) / (39 * 600 + seconds[0]), rel=1e-4)  # log rounds to 0.01 s
+    assert d["fraction_saving"] == pytest.approx(
+        sum(seconds) / (39 * 600 + seconds[0]), rel=1e-4
+    )  # log rounds to 0.01 s
 
 
 def test_stable_series(tmp_path):
@@ -80,7 +87,9 @@ def test_custom_patterns(tmp_path):
     log.write_text("ckpt done took=12.5s\nnoise\nckpt done took=13.5s\n")
     d = run_json("diagnose", str(log), "--pattern", r"took=(?P<duration>[\d.]+)s")
     assert [p["seconds"] for p in d["series"]] == [12.5, 13.5] and d["patterns"] == ["custom"]
-    log.write_text("save from 2025-01-01 00:00:00 to 2025-01-01 00:00:20\nsave from 2025-01-01 01:00:00 to 2025-01-01 01:00:25\n")
+    log.write_text(
+        "save from 2025-01-01 00:00:00 to 2025-01-01 00:00:20\nsave from 2025-01-01 01:00:00 to 2025-01-01 01:00:25\n"
+    )
     d = run_json("diagnose", str(log), "--pattern", r"from (?P<start>\S+ \S+) to (?P<end>\S+ \S+)")
     assert [p["seconds"] for p in d["series"]] == [20, 25]
 
@@ -92,11 +101,16 @@ def test_compare_with_prediction(tmp_path):
     assert d["predicted_s"] > 0 and "ckplan predicts" in d["verdict_text"]
 
 
-@pytest.mark.parametrize("args,fragment", [
-    (["/nonexistent.log"], "cannot read"), (["--pattern", "(unclosed"], "not a valid regular expression"),
-    (["--pattern", "no groups here"], "named group"), (["--by", "day"], "save or time"),
-    (["--storage", "lustre"], "go together"),
-])
+@pytest.mark.parametrize(
+    "args,fragment",
+    [
+        (["/nonexistent.log"], "cannot read"),
+        (["--pattern", "(unclosed"], "not a valid regular expression"),
+        (["--pattern", "no groups here"], "named group"),
+        (["--by", "day"], "save or time"),
+        (["--storage", "lustre"], "go together"),
+    ],
+)
 def test_bad_input(args, fragment):
     args = args if args[0].startswith("/") else [str(LOGS / "torchtitan.log"), *args]
     assert_one_line_error(run_cli("diagnose", *args), fragment)

@@ -100,9 +100,13 @@ def test_match_across_the_default_block_boundary(tmp_path):
 
 def test_crlf_split_between_blocks(tmp_path):
     """The \\r of a \\r\\n the last byte of one block, the \\n the first of the next: one line end, not two."""
-    lines = [b"2024-05-02 09:00:00,000 INFO saving model to '/ckpt/a.ckpt'", b"",
-             b"2024-05-02 09:00:07,500 INFO done", b"2024-05-02 09:30:00,000 INFO saving model to '/ckpt/b.ckpt'",
-             b"2024-05-02 09:30:08,250 INFO done"]
+    lines = [
+        b"2024-05-02 09:00:00,000 INFO saving model to '/ckpt/a.ckpt'",
+        b"",
+        b"2024-05-02 09:00:07,500 INFO done",
+        b"2024-05-02 09:30:00,000 INFO saving model to '/ckpt/b.ckpt'",
+        b"2024-05-02 09:30:08,250 INFO done",
+    ]
     data = b"\r\n".join(lines) + b"\r\n"
     path = tmp_path / "crlf.log"
     path.write_bytes(data)
@@ -113,7 +117,9 @@ def test_crlf_split_between_blocks(tmp_path):
 
 def test_final_line_without_newline(tmp_path):
     path = tmp_path / "cut.log"
-    path.write_bytes(b"Finished saving the checkpoint in 1.5 seconds.\nnoise\nFinished saving the checkpoint in 2.5 seconds.")
+    path.write_bytes(
+        b"Finished saving the checkpoint in 1.5 seconds.\nnoise\nFinished saving the checkpoint in 2.5 seconds."
+    )
     for block in [*SMALL_BLOCKS, BLOCK]:
         saves, read = blocks([path], block=block)
         assert [s.seconds for s in saves] == [1.5, 2.5] and read == path.stat().st_size
@@ -127,7 +133,11 @@ def test_line_longer_than_a_block(tmp_path, where):
     match = b" Finished saving the checkpoint in 4.25 seconds. "
     line = {"start": match + junk, "middle": junk + match + junk, "end": junk + match}[where]
     path = tmp_path / "long.log"
-    path.write_bytes(b"Finished saving the checkpoint in 1.5 seconds.\n" + line + b"\nFinished saving the checkpoint in 2.5 seconds.\n")
+    path.write_bytes(
+        b"Finished saving the checkpoint in 1.5 seconds.\n"
+        + line
+        + b"\nFinished saving the checkpoint in 2.5 seconds.\n"
+    )
     for size in (block, block + 1, 7):
         saves, _ = blocks([path], block=size)
         assert [s.seconds for s in saves] == [1.5, 4.25, 2.5]
@@ -137,8 +147,10 @@ def test_state_carries_across_files(tmp_path):
     """A Lightning save opened at the end of one log ends at the first timestamped line of the next, as before."""
     a, b = tmp_path / "a.log", tmp_path / "b.log"
     a.write_bytes(b"2024-05-02 09:00:00,000 INFO saving model to '/ckpt/a.ckpt'\nno stamp here")
-    b.write_bytes(b"no stamp\r2024-05-02 09:00:03,000 INFO x\r2024-05-02 09:30:00,000 INFO saving model to '/c/b.ckpt'\r\n"
-                  b"2024-05-02 09:30:01,000 INFO y")
+    b.write_bytes(
+        b"no stamp\r2024-05-02 09:00:03,000 INFO x\r2024-05-02 09:30:00,000 INFO saving model to '/c/b.ckpt'\r\n"
+        b"2024-05-02 09:30:01,000 INFO y"
+    )
     for block in SMALL_BLOCKS:
         assert blocks([a, b], block=block) == line_by_line([a, b])
     assert [s.seconds for s in blocks([a, b])[0]] == [3.0, 1.0]
@@ -147,8 +159,10 @@ def test_state_carries_across_files(tmp_path):
 def test_a_timestamp_in_unicode_digits_is_seen_in_the_bytes(tmp_path):
     """TIMESTAMP's \\d matches Arabic-Indic digits: the line that ends an open Lightning save is found, and refused, as before."""
     path = tmp_path / "digits.log"
-    path.write_bytes("2024-05-02 09:00:00,000 INFO saving model to '/c/a.ckpt'\nno stamp\n"
-                     "٢٠٢٤-٠٥-٠٢ ٠٩:٠٠:٠٧ x\n2024-05-02 09:00:09,000 y\n".encode())
+    path.write_bytes(
+        "2024-05-02 09:00:00,000 INFO saving model to '/c/a.ckpt'\nno stamp\n"
+        "٢٠٢٤-٠٥-٠٢ ٠٩:٠٠:٠٧ x\n2024-05-02 09:00:09,000 y\n".encode()
+    )
     expected = line_by_line([path])
     assert expected == ("error", "cannot read the timestamp '٢٠٢٤-٠٥-٠٢ ٠٩:٠٠:٠٧'")
     for block in SMALL_BLOCKS:
@@ -173,36 +187,66 @@ PATTERNS = [
 @pytest.mark.parametrize("pattern", PATTERNS)
 def test_user_patterns_match_as_line_by_line(tmp_path, pattern):
     path = tmp_path / "custom.log"
-    path.write_bytes("took=1.5s\r\nTOOK=9s\rnoise took=2.5s \nlasted=3s\ndurée=4s\nx durée=٥s\n".encode()
-                     + b"save from 2025-01-01 00:00:00 to 2025-01-01 00:00:20\ntook=\xff6s\ntook=\xe2\x827s\ntook=7s")
+    path.write_bytes(
+        "took=1.5s\r\nTOOK=9s\rnoise took=2.5s \nlasted=3s\ndurée=4s\nx durée=٥s\n".encode()
+        + b"save from 2025-01-01 00:00:00 to 2025-01-01 00:00:20\ntook=\xff6s\ntook=\xe2\x827s\ntook=7s"
+    )
     expected = line_by_line([path], pattern)
     for block in [*SMALL_BLOCKS, BLOCK]:
         assert blocks([path], pattern, block) == expected, block
 
 
-@pytest.mark.parametrize("pattern,needles", [
-    (r"took=(?P<duration>[\d.]+)s", (b"took=",)),
-    (r"(?:took|lasted)=(?P<duration>[\d.]+)", (b"took", b"lasted")),
-    (r"(?:took|)x(?P<duration>\d)", (b"x",)),  # the empty branch needs nothing
-    (r"a(?i:bcd)e(?P<duration>\d)", (b"a",)),  # no literal where case is ignored
-    (r"(?i)took=(?P<duration>\d)", (b"",)),
-    (r"(?P<duration>\d+)", (b"",)),
-    (r"(?:saved )?in (?P<duration>\d+)", (b"in ",)),  # an optional part is not required
-    (r"(?:ab)+cd(?P<duration>\d)", (b"ab",)),
-    (r"durée=(?P<duration>\d)", ("durée=".encode(),)),
-    (r"x\r\nyz(?P<duration>\d)", (b"yz",)),  # a line end is never inside a line's bytes
-])
+@pytest.mark.parametrize(
+    "pattern,needles",
+    [
+        (r"took=(?P<duration>[\d.]+)s", (b"took=",)),
+        (r"(?:took|lasted)=(?P<duration>[\d.]+)", (b"took", b"lasted")),
+        (r"(?:took|)x(?P<duration>\d)", (b"x",)),  # the empty branch needs nothing
+        (r"a(?i:bcd)e(?P<duration>\d)", (b"a",)),  # no literal where case is ignored
+        (r"(?i)took=(?P<duration>\d)", (b"",)),
+        (r"(?P<duration>\d+)", (b"",)),
+        (r"(?:saved )?in (?P<duration>\d+)", (b"in ",)),  # an optional part is not required
+        (r"(?:ab)+cd(?P<duration>\d)", (b"ab",)),
+        (r"durée=(?P<duration>\d)", ("durée=".encode(),)),
+        (r"x\r\nyz(?P<duration>\d)", (b"yz",)),  # a line end is never inside a line's bytes
+    ],
+)
 def test_required_literals(pattern, needles):
     assert required_literals(pattern) == needles
 
 
-@given(st.lists(st.sampled_from([
-    b"\n", b"\r", b"\r\n", b"\xff", b"\xe2\x82", " ٣".encode(), "٣".encode(), b"x", b" ",
-    b"2024-05-02 09:00:0", b"1,000 ", b"2,500 ", b"Finished saving the checkpoint in ", b"3.5 seconds",
-    b"successfully saved checkpoint from iteration 7", b"save-checkpoint ....: (10.0, 2", b"0.0)",
-    b"[Torch] Checkpoint g1 is about to be saved!", b"[Torch] Checkpoint g1 is ready now!",
-    b"Saving model checkpoint to out/ck-1", b"out/ck-1/x", b"saving model to '/c/m.ckpt'",
-]), max_size=40), st.integers(1, 40))
+@given(
+    st.lists(
+        st.sampled_from(
+            [
+                b"\n",
+                b"\r",
+                b"\r\n",
+                b"\xff",
+                b"\xe2\x82",
+                " ٣".encode(),
+                "٣".encode(),
+                b"x",
+                b" ",
+                b"2024-05-02 09:00:0",
+                b"1,000 ",
+                b"2,500 ",
+                b"Finished saving the checkpoint in ",
+                b"3.5 seconds",
+                b"successfully saved checkpoint from iteration 7",
+                b"save-checkpoint ....: (10.0, 2",
+                b"0.0)",
+                b"[Torch] Checkpoint g1 is about to be saved!",
+                b"[Torch] Checkpoint g1 is ready now!",
+                b"Saving model checkpoint to out/ck-1",
+                b"out/ck-1/x",
+                b"saving model to '/c/m.ckpt'",
+            ]
+        ),
+        max_size=40,
+    ),
+    st.integers(1, 40),
+)
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 def test_random_logs_match_line_by_line(tmp_path, parts, block):
     path = tmp_path / "random.log"
@@ -223,7 +267,11 @@ def test_a_capture_that_is_not_a_finite_number_is_refused(tmp_path, capture):
 
 def test_a_builtin_capture_that_is_not_a_number_is_refused(tmp_path):
     log = tmp_path / "bad.log"
-    log.write_text("Finished saving the checkpoint in 1.2.3 seconds.\nFinished saving the checkpoint in " + "9" * 400 + " seconds.\n")
+    log.write_text(
+        "Finished saving the checkpoint in 1.2.3 seconds.\nFinished saving the checkpoint in "
+        + "9" * 400
+        + " seconds.\n"
+    )
     assert_one_line_error(run_cli("diagnose", str(log)), "not a number of seconds")
     log.write_text("Finished saving the checkpoint in " + "9" * 400 + " seconds.\n")
     assert_one_line_error(run_cli("diagnose", str(log)), "not a finite number of seconds")

@@ -38,6 +38,7 @@ def test_client_mode_banner_lines_before_json():
 
 def test_group_reporting_bandwidth_and_fsync_percentiles():
     import json
+
     group = json.loads((FIO / "seqwrite-2jobs-group.json").read_text())
     assert len(group["jobs"]) == 1 and group["jobs"][0]["write"]["bw_bytes"] > 0
     direct = json.loads((FIO / "seqwrite-2jobs-direct.json").read_text())
@@ -59,19 +60,31 @@ def test_job_file_render():
 MOUNTS = target.parse_mounts((FIXTURES / "mounts" / "proc-mounts-samples.txt").read_text())
 
 
-@pytest.mark.parametrize("path,fs_type,cls", [
-    ("/mnt/nfs/run1", "nfs4", "nfs"), ("/mnt/nfs3", "nfs", "nfs"), ("/mnt/lustre/ckpt", "lustre", "lustre"),
-    ("/gpfs/fs0/x", "gpfs", "gpfs"), ("/mnt/beegfs", "beegfs", "beegfs"), ("/mnt/cephfs/a", "ceph", "cephfs"),
-    ("/mnt/weka", "wekafs", "weka"), ("/local/nvme/ckpt", "xfs", "local-nvme"), ("/raid/x", "ext4", "local-disk"),
-    ("/dev/shm", "tmpfs", "tmpfs"), ("/mnt/jfs", "fuse.juicefs", "fuse"), ("/mnt/sshfs/d", "fuse.sshfs", "fuse"),
-    ("/mnt/with space/y", "xfs", "local-disk"),
-])
+@pytest.mark.parametrize(
+    "path,fs_type,cls",
+    [
+        ("/mnt/nfs/run1", "nfs4", "nfs"),
+        ("/mnt/nfs3", "nfs", "nfs"),
+        ("/mnt/lustre/ckpt", "lustre", "lustre"),
+        ("/gpfs/fs0/x", "gpfs", "gpfs"),
+        ("/mnt/beegfs", "beegfs", "beegfs"),
+        ("/mnt/cephfs/a", "ceph", "cephfs"),
+        ("/mnt/weka", "wekafs", "weka"),
+        ("/local/nvme/ckpt", "xfs", "local-nvme"),
+        ("/raid/x", "ext4", "local-disk"),
+        ("/dev/shm", "tmpfs", "tmpfs"),
+        ("/mnt/jfs", "fuse.juicefs", "fuse"),
+        ("/mnt/sshfs/d", "fuse.sshfs", "fuse"),
+        ("/mnt/with space/y", "xfs", "local-disk"),
+    ],
+)
 def test_mount_detection_from_captured_lines(path, fs_type, cls):
     from pathlib import PurePosixPath
 
     class P(PurePosixPath):
         def resolve(self):
             return self
+
     mount = target.mount_of(P(path), MOUNTS)
     assert (mount.fs_type, mount.storage_class) == (fs_type, cls)
 
@@ -87,10 +100,18 @@ def test_noisy_repeats_are_flagged_and_steady_ones_are_not():
     from ckplan.probe.base import noise_notes
     from ckplan.profile import BandwidthPoint, SmallFiles, Spread
 
-    steady = [BandwidthPoint(writers=1, bytes_per_s=1e9, spread=Spread.of([0.98e9, 1e9, 1.05e9])),
-              BandwidthPoint(writers=2, bytes_per_s=2e9, spread=Spread.of([1.95e9, 2e9, 2.09e9]))]
-    files = SmallFiles(files_per_s=1000, ops_per_s=4000, file_bytes_min=4096, file_bytes_max=4096, writers=2,
-                       spread=Spread.of([800, 1000, 1100]))
+    steady = [
+        BandwidthPoint(writers=1, bytes_per_s=1e9, spread=Spread.of([0.98e9, 1e9, 1.05e9])),
+        BandwidthPoint(writers=2, bytes_per_s=2e9, spread=Spread.of([1.95e9, 2e9, 2.09e9])),
+    ]
+    files = SmallFiles(
+        files_per_s=1000,
+        ops_per_s=4000,
+        file_bytes_min=4096,
+        file_bytes_max=4096,
+        writers=2,
+        spread=Spread.of([800, 1000, 1100]),
+    )
     assert noise_notes(steady) == []  # 7% on the best point
     notes = noise_notes(steady, files)
     assert len(notes) == 1 and "small-file rate varied by 30% across its 3 repeats" in notes[0]
@@ -109,6 +130,7 @@ def test_latency_percentiles_in_seconds():
 
     Deliberate break (issue 16) this catches: latency read 1000× too large (÷ 1e6 instead of ÷ 1e9)."""
     import json
+
     doc = json.loads((FIO / "fsync-every-write.json").read_text())
     job = doc["jobs"][0]
     p50, p99, p999, mean, n = fio.percentiles_s(job["sync"], "lat_ns")
@@ -127,8 +149,18 @@ def test_run_fio_returns_the_final_status_interval_document(tmp_path):
 
     Deliberate break (issue 16) this catches: fio's first status-interval document used instead of the final one."""
     seen: list[tuple[int, float]] = []
-    job = fio.FioJob("paced", {"directory": fio.escape_path(tmp_path), "filename": "paced.bin", "rw": "write", "bs": "1M",
-                               "size": "6M", "rate": "2m", "ioengine": "psync"})
+    job = fio.FioJob(
+        "paced",
+        {
+            "directory": fio.escape_path(tmp_path),
+            "filename": "paced.bin",
+            "rw": "write",
+            "bs": "1M",
+            "size": "6M",
+            "rate": "2m",
+            "ioengine": "psync",
+        },
+    )
     doc = fio.run_fio([job], tmp_path, "a paced write", on_status=lambda b, t: seen.append((b, t)))
     on_disk = (tmp_path / "paced.bin").stat().st_size
     assert on_disk == 6 * 2**20

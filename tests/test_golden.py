@@ -29,16 +29,49 @@ CASES = {
     "size-mixtral-megatron-pp": ["size", "--model", "mixtral-8x7b", "--gpus", "64", "--tp", "4", "--pp", "4"],
     "recommend-70b-lustre": ["recommend", *SEVENTY, "--storage", "lustre"],
     "recommend-7b-nfs-async": ["recommend", "--params", "7e9", "--storage", "nfs", "--mode", "async"],
-    "recommend-2e8-dcp-disk": ["recommend", "--params", "2e8", "--framework", "dcp", "--zero", "3", "--gpus", "2",
-                               "--gpus-per-node", "2", "--tp", "1", "--storage", DISK],
-    "recommend-405b-s3-infeasible": ["recommend", "--model", "llama-3.1-405b", "--gpus", "2048", "--storage", "s3",
-                                     "--max-loss", "20m"],
+    "recommend-2e8-dcp-disk": [
+        "recommend",
+        "--params",
+        "2e8",
+        "--framework",
+        "dcp",
+        "--zero",
+        "3",
+        "--gpus",
+        "2",
+        "--gpus-per-node",
+        "2",
+        "--tp",
+        "1",
+        "--storage",
+        DISK,
+    ],
+    "recommend-405b-s3-infeasible": [
+        "recommend",
+        "--model",
+        "llama-3.1-405b",
+        "--gpus",
+        "2048",
+        "--storage",
+        "s3",
+        "--max-loss",
+        "20m",
+    ],
     "recommend-compare-builtin": ["recommend", "--params", "7e9"],
     "recommend-compare-save-time": ["recommend", "--params", "7e9", "--save-time", "5m"],
     "recommend-70b-hosts": ["recommend", *SEVENTY, "--storage", HOSTS],
     "provision-70b-sync": ["provision", "--model", "llama-3.1-70b", "--gpus", "1024,4096"],
-    "provision-70b-async-goodput": ["provision", "--model", "llama-3.1-70b", "--gpus", "1024,16384", "--mode", "async",
-                                    "--target-goodput", "90%"],
+    "provision-70b-async-goodput": [
+        "provision",
+        "--model",
+        "llama-3.1-70b",
+        "--gpus",
+        "1024,16384",
+        "--mode",
+        "async",
+        "--target-goodput",
+        "90%",
+    ],
     "provision-70b-staged": ["provision", "--model", "llama-3.1-70b", "--gpus", "4096", "--mode", "staged"],
     "provision-70b-hosts-headroom": ["provision", *SEVENTY[:2], "--gpus", "1024", "--storage", HOSTS],
 }
@@ -58,7 +91,7 @@ def _compare(got, want, where: str) -> list[str]:
     if isinstance(want, list):
         if not isinstance(got, list) or len(got) != len(want):
             return [f"{where}: {len(got) if isinstance(got, list) else got!r} items, want {len(want)}"]
-        return [d for i, (g, w) in enumerate(zip(got, want)) for d in _compare(g, w, f"{where}[{i}]")]
+        return [d for i, (g, w) in enumerate(zip(got, want, strict=False)) for d in _compare(g, w, f"{where}[{i}]")]
     if isinstance(want, float) or isinstance(got, float):
         ok = isinstance(got, (int, float)) and (got == want or math.isclose(got, want, rel_tol=1e-9, abs_tol=1e-12))
         return [] if ok else [f"{where}: {got!r}, want {want!r}"]

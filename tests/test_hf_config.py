@@ -20,142 +20,499 @@ from ckplan.sizing.hf_config import FAMILIES, architecture_from_config
 from tests.conftest import assert_one_line_error, run_cli, run_json
 
 LLAMA_31_8B = {  # meta-llama/Llama-3.1-8B config.json
-    "architectures": ["LlamaForCausalLM"], "attention_bias": False, "attention_dropout": 0.0, "bos_token_id": 128000,
-    "eos_token_id": 128001, "hidden_act": "silu", "hidden_size": 4096, "initializer_range": 0.02,
-    "intermediate_size": 14336, "max_position_embeddings": 131072, "mlp_bias": False, "model_type": "llama",
-    "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8, "pretraining_tp": 1,
-    "rms_norm_eps": 1e-05, "rope_scaling": {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                                            "original_max_position_embeddings": 8192, "rope_type": "llama3"},
-    "rope_theta": 500000.0, "tie_word_embeddings": False, "torch_dtype": "bfloat16", "transformers_version": "4.43.0.dev0",
-    "use_cache": True, "vocab_size": 128256}
+    "architectures": ["LlamaForCausalLM"],
+    "attention_bias": False,
+    "attention_dropout": 0.0,
+    "bos_token_id": 128000,
+    "eos_token_id": 128001,
+    "hidden_act": "silu",
+    "hidden_size": 4096,
+    "initializer_range": 0.02,
+    "intermediate_size": 14336,
+    "max_position_embeddings": 131072,
+    "mlp_bias": False,
+    "model_type": "llama",
+    "num_attention_heads": 32,
+    "num_hidden_layers": 32,
+    "num_key_value_heads": 8,
+    "pretraining_tp": 1,
+    "rms_norm_eps": 1e-05,
+    "rope_scaling": {
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 8192,
+        "rope_type": "llama3",
+    },
+    "rope_theta": 500000.0,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "transformers_version": "4.43.0.dev0",
+    "use_cache": True,
+    "vocab_size": 128256,
+}
 LLAMA_2_7B = {  # meta-llama/Llama-2-7b-hf config.json (no num_key_value_heads in the first release: MHA)
-    "architectures": ["LlamaForCausalLM"], "bos_token_id": 1, "eos_token_id": 2, "hidden_act": "silu", "hidden_size": 4096,
-    "initializer_range": 0.02, "intermediate_size": 11008, "max_position_embeddings": 4096, "model_type": "llama",
-    "num_attention_heads": 32, "num_hidden_layers": 32, "pretraining_tp": 1, "rms_norm_eps": 1e-05, "rope_scaling": None,
-    "tie_word_embeddings": False, "torch_dtype": "float16", "transformers_version": "4.31.0.dev0", "use_cache": True,
-    "vocab_size": 32000}
+    "architectures": ["LlamaForCausalLM"],
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+    "hidden_act": "silu",
+    "hidden_size": 4096,
+    "initializer_range": 0.02,
+    "intermediate_size": 11008,
+    "max_position_embeddings": 4096,
+    "model_type": "llama",
+    "num_attention_heads": 32,
+    "num_hidden_layers": 32,
+    "pretraining_tp": 1,
+    "rms_norm_eps": 1e-05,
+    "rope_scaling": None,
+    "tie_word_embeddings": False,
+    "torch_dtype": "float16",
+    "transformers_version": "4.31.0.dev0",
+    "use_cache": True,
+    "vocab_size": 32000,
+}
 MISTRAL_7B = {  # mistralai/Mistral-7B-v0.1 config.json
-    "architectures": ["MistralForCausalLM"], "bos_token_id": 1, "eos_token_id": 2, "hidden_act": "silu", "hidden_size": 4096,
-    "initializer_range": 0.02, "intermediate_size": 14336, "max_position_embeddings": 32768, "model_type": "mistral",
-    "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8, "rms_norm_eps": 1e-05,
-    "rope_theta": 10000.0, "sliding_window": 4096, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
-    "transformers_version": "4.34.0.dev0", "use_cache": True, "vocab_size": 32000}
+    "architectures": ["MistralForCausalLM"],
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+    "hidden_act": "silu",
+    "hidden_size": 4096,
+    "initializer_range": 0.02,
+    "intermediate_size": 14336,
+    "max_position_embeddings": 32768,
+    "model_type": "mistral",
+    "num_attention_heads": 32,
+    "num_hidden_layers": 32,
+    "num_key_value_heads": 8,
+    "rms_norm_eps": 1e-05,
+    "rope_theta": 10000.0,
+    "sliding_window": 4096,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "transformers_version": "4.34.0.dev0",
+    "use_cache": True,
+    "vocab_size": 32000,
+}
 MIXTRAL_8X7B = {  # mistralai/Mixtral-8x7B-v0.1 config.json
-    "architectures": ["MixtralForCausalLM"], "attention_dropout": 0.0, "bos_token_id": 1, "eos_token_id": 2,
-    "hidden_act": "silu", "hidden_size": 4096, "initializer_range": 0.02, "intermediate_size": 14336,
-    "max_position_embeddings": 32768, "model_type": "mixtral", "num_attention_heads": 32, "num_experts_per_tok": 2,
-    "num_hidden_layers": 32, "num_key_value_heads": 8, "num_local_experts": 8, "output_router_logits": False,
-    "rms_norm_eps": 1e-05, "rope_theta": 1000000.0, "router_aux_loss_coef": 0.02, "sliding_window": None,
-    "tie_word_embeddings": False, "torch_dtype": "bfloat16", "transformers_version": "4.36.0.dev0", "use_cache": True,
-    "vocab_size": 32000}
+    "architectures": ["MixtralForCausalLM"],
+    "attention_dropout": 0.0,
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+    "hidden_act": "silu",
+    "hidden_size": 4096,
+    "initializer_range": 0.02,
+    "intermediate_size": 14336,
+    "max_position_embeddings": 32768,
+    "model_type": "mixtral",
+    "num_attention_heads": 32,
+    "num_experts_per_tok": 2,
+    "num_hidden_layers": 32,
+    "num_key_value_heads": 8,
+    "num_local_experts": 8,
+    "output_router_logits": False,
+    "rms_norm_eps": 1e-05,
+    "rope_theta": 1000000.0,
+    "router_aux_loss_coef": 0.02,
+    "sliding_window": None,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "transformers_version": "4.36.0.dev0",
+    "use_cache": True,
+    "vocab_size": 32000,
+}
 QWEN25_7B = {  # Qwen/Qwen2.5-7B config.json
-    "architectures": ["Qwen2ForCausalLM"], "attention_dropout": 0.0, "bos_token_id": 151643, "eos_token_id": 151643,
-    "hidden_act": "silu", "hidden_size": 3584, "initializer_range": 0.02, "intermediate_size": 18944,
-    "max_position_embeddings": 131072, "max_window_layers": 28, "model_type": "qwen2", "num_attention_heads": 28,
-    "num_hidden_layers": 28, "num_key_value_heads": 4, "rms_norm_eps": 1e-06, "rope_theta": 1000000.0,
-    "sliding_window": 131072, "tie_word_embeddings": False, "torch_dtype": "bfloat16", "transformers_version": "4.43.1",
-    "use_cache": True, "use_sliding_window": False, "vocab_size": 152064}
+    "architectures": ["Qwen2ForCausalLM"],
+    "attention_dropout": 0.0,
+    "bos_token_id": 151643,
+    "eos_token_id": 151643,
+    "hidden_act": "silu",
+    "hidden_size": 3584,
+    "initializer_range": 0.02,
+    "intermediate_size": 18944,
+    "max_position_embeddings": 131072,
+    "max_window_layers": 28,
+    "model_type": "qwen2",
+    "num_attention_heads": 28,
+    "num_hidden_layers": 28,
+    "num_key_value_heads": 4,
+    "rms_norm_eps": 1e-06,
+    "rope_theta": 1000000.0,
+    "sliding_window": 131072,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "transformers_version": "4.43.1",
+    "use_cache": True,
+    "use_sliding_window": False,
+    "vocab_size": 152064,
+}
 QWEN25_05B = {  # Qwen/Qwen2.5-0.5B config.json: tied embeddings
-    "architectures": ["Qwen2ForCausalLM"], "attention_dropout": 0.0, "bos_token_id": 151643, "eos_token_id": 151643,
-    "hidden_act": "silu", "hidden_size": 896, "initializer_range": 0.02, "intermediate_size": 4864,
-    "max_position_embeddings": 32768, "max_window_layers": 24, "model_type": "qwen2", "num_attention_heads": 14,
-    "num_hidden_layers": 24, "num_key_value_heads": 2, "rms_norm_eps": 1e-06, "rope_theta": 1000000.0,
-    "sliding_window": 32768, "tie_word_embeddings": True, "torch_dtype": "bfloat16", "transformers_version": "4.40.1",
-    "use_cache": True, "use_sliding_window": False, "vocab_size": 151936}
+    "architectures": ["Qwen2ForCausalLM"],
+    "attention_dropout": 0.0,
+    "bos_token_id": 151643,
+    "eos_token_id": 151643,
+    "hidden_act": "silu",
+    "hidden_size": 896,
+    "initializer_range": 0.02,
+    "intermediate_size": 4864,
+    "max_position_embeddings": 32768,
+    "max_window_layers": 24,
+    "model_type": "qwen2",
+    "num_attention_heads": 14,
+    "num_hidden_layers": 24,
+    "num_key_value_heads": 2,
+    "rms_norm_eps": 1e-06,
+    "rope_theta": 1000000.0,
+    "sliding_window": 32768,
+    "tie_word_embeddings": True,
+    "torch_dtype": "bfloat16",
+    "transformers_version": "4.40.1",
+    "use_cache": True,
+    "use_sliding_window": False,
+    "vocab_size": 151936,
+}
 QWEN15_MOE = {  # Qwen/Qwen1.5-MoE-A2.7B config.json
-    "architectures": ["Qwen2MoeForCausalLM"], "attention_dropout": 0.0, "bos_token_id": 151643, "eos_token_id": 151643,
-    "hidden_act": "silu", "hidden_size": 2048, "initializer_range": 0.02, "intermediate_size": 5632,
-    "max_position_embeddings": 8192, "max_window_layers": 21, "model_type": "qwen2_moe", "num_attention_heads": 16,
-    "num_hidden_layers": 24, "num_key_value_heads": 16, "rms_norm_eps": 1e-06, "rope_theta": 1000000.0,
-    "sliding_window": 32768, "tie_word_embeddings": False, "torch_dtype": "bfloat16", "transformers_version": "4.39.0.dev0",
-    "use_cache": True, "use_sliding_window": False, "vocab_size": 151936, "decoder_sparse_step": 1,
-    "moe_intermediate_size": 1408, "shared_expert_intermediate_size": 5632, "num_experts_per_tok": 4, "num_experts": 60,
-    "norm_topk_prob": False, "output_router_logits": False, "router_aux_loss_coef": 0.001}
+    "architectures": ["Qwen2MoeForCausalLM"],
+    "attention_dropout": 0.0,
+    "bos_token_id": 151643,
+    "eos_token_id": 151643,
+    "hidden_act": "silu",
+    "hidden_size": 2048,
+    "initializer_range": 0.02,
+    "intermediate_size": 5632,
+    "max_position_embeddings": 8192,
+    "max_window_layers": 21,
+    "model_type": "qwen2_moe",
+    "num_attention_heads": 16,
+    "num_hidden_layers": 24,
+    "num_key_value_heads": 16,
+    "rms_norm_eps": 1e-06,
+    "rope_theta": 1000000.0,
+    "sliding_window": 32768,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "transformers_version": "4.39.0.dev0",
+    "use_cache": True,
+    "use_sliding_window": False,
+    "vocab_size": 151936,
+    "decoder_sparse_step": 1,
+    "moe_intermediate_size": 1408,
+    "shared_expert_intermediate_size": 5632,
+    "num_experts_per_tok": 4,
+    "num_experts": 60,
+    "norm_topk_prob": False,
+    "output_router_logits": False,
+    "router_aux_loss_coef": 0.001,
+}
 GEMMA_7B = {  # google/gemma-7b config.json: head_dim 256 with 16 heads of a 3072 model; embeddings shared
-    "architectures": ["GemmaForCausalLM"], "attention_bias": False, "attention_dropout": 0.0, "bos_token_id": 2,
-    "eos_token_id": 1, "head_dim": 256, "hidden_act": "gelu", "hidden_size": 3072, "initializer_range": 0.02,
-    "intermediate_size": 24576, "max_position_embeddings": 8192, "model_type": "gemma", "num_attention_heads": 16,
-    "num_hidden_layers": 28, "num_key_value_heads": 16, "pad_token_id": 0, "rms_norm_eps": 1e-06, "rope_scaling": None,
-    "rope_theta": 10000.0, "torch_dtype": "bfloat16", "transformers_version": "4.38.0.dev0", "use_cache": True,
-    "vocab_size": 256000}
+    "architectures": ["GemmaForCausalLM"],
+    "attention_bias": False,
+    "attention_dropout": 0.0,
+    "bos_token_id": 2,
+    "eos_token_id": 1,
+    "head_dim": 256,
+    "hidden_act": "gelu",
+    "hidden_size": 3072,
+    "initializer_range": 0.02,
+    "intermediate_size": 24576,
+    "max_position_embeddings": 8192,
+    "model_type": "gemma",
+    "num_attention_heads": 16,
+    "num_hidden_layers": 28,
+    "num_key_value_heads": 16,
+    "pad_token_id": 0,
+    "rms_norm_eps": 1e-06,
+    "rope_scaling": None,
+    "rope_theta": 10000.0,
+    "torch_dtype": "bfloat16",
+    "transformers_version": "4.38.0.dev0",
+    "use_cache": True,
+    "vocab_size": 256000,
+}
 GEMMA_2B = {  # google/gemma-2b config.json: multi-query (1 kv head), head_dim 256 with 8 heads of a 2048 model
-    "architectures": ["GemmaForCausalLM"], "attention_bias": False, "attention_dropout": 0.0, "bos_token_id": 2,
-    "eos_token_id": 1, "head_dim": 256, "hidden_act": "gelu", "hidden_size": 2048, "initializer_range": 0.02,
-    "intermediate_size": 16384, "max_position_embeddings": 8192, "model_type": "gemma", "num_attention_heads": 8,
-    "num_hidden_layers": 18, "num_key_value_heads": 1, "pad_token_id": 0, "rms_norm_eps": 1e-06, "rope_scaling": None,
-    "rope_theta": 10000.0, "torch_dtype": "bfloat16", "transformers_version": "4.38.0.dev0", "use_cache": True,
-    "vocab_size": 256000}
+    "architectures": ["GemmaForCausalLM"],
+    "attention_bias": False,
+    "attention_dropout": 0.0,
+    "bos_token_id": 2,
+    "eos_token_id": 1,
+    "head_dim": 256,
+    "hidden_act": "gelu",
+    "hidden_size": 2048,
+    "initializer_range": 0.02,
+    "intermediate_size": 16384,
+    "max_position_embeddings": 8192,
+    "model_type": "gemma",
+    "num_attention_heads": 8,
+    "num_hidden_layers": 18,
+    "num_key_value_heads": 1,
+    "pad_token_id": 0,
+    "rms_norm_eps": 1e-06,
+    "rope_scaling": None,
+    "rope_theta": 10000.0,
+    "torch_dtype": "bfloat16",
+    "transformers_version": "4.38.0.dev0",
+    "use_cache": True,
+    "vocab_size": 256000,
+}
 PYTHIA_160M = {  # EleutherAI/pythia-160m config.json
-    "architectures": ["GPTNeoXForCausalLM"], "bos_token_id": 0, "eos_token_id": 0, "hidden_act": "gelu",
-    "hidden_size": 768, "initializer_range": 0.02, "intermediate_size": 3072, "layer_norm_eps": 1e-05,
-    "max_position_embeddings": 2048, "model_type": "gpt_neox", "num_attention_heads": 12, "num_hidden_layers": 12,
-    "rotary_emb_base": 10000, "rotary_pct": 0.25, "tie_word_embeddings": False, "torch_dtype": "float16",
-    "transformers_version": "4.24.0", "use_cache": True, "use_parallel_residual": True, "vocab_size": 50304}
-PYTHIA_410M = {**PYTHIA_160M, "hidden_size": 1024, "intermediate_size": 4096, "num_attention_heads": 16,
-               "num_hidden_layers": 24}  # EleutherAI/pythia-410m config.json: the same fields at 410M's sizes
+    "architectures": ["GPTNeoXForCausalLM"],
+    "bos_token_id": 0,
+    "eos_token_id": 0,
+    "hidden_act": "gelu",
+    "hidden_size": 768,
+    "initializer_range": 0.02,
+    "intermediate_size": 3072,
+    "layer_norm_eps": 1e-05,
+    "max_position_embeddings": 2048,
+    "model_type": "gpt_neox",
+    "num_attention_heads": 12,
+    "num_hidden_layers": 12,
+    "rotary_emb_base": 10000,
+    "rotary_pct": 0.25,
+    "tie_word_embeddings": False,
+    "torch_dtype": "float16",
+    "transformers_version": "4.24.0",
+    "use_cache": True,
+    "use_parallel_residual": True,
+    "vocab_size": 50304,
+}
+PYTHIA_410M = {
+    **PYTHIA_160M,
+    "hidden_size": 1024,
+    "intermediate_size": 4096,
+    "num_attention_heads": 16,
+    "num_hidden_layers": 24,
+}  # EleutherAI/pythia-410m config.json: the same fields at 410M's sizes
 GPT2 = {  # openai-community/gpt2 config.json (GPT-2's own field names: n_embd, n_layer, n_head, n_positions)
-    "activation_function": "gelu_new", "architectures": ["GPT2LMHeadModel"], "attn_pdrop": 0.1, "bos_token_id": 50256,
-    "embd_pdrop": 0.1, "eos_token_id": 50256, "initializer_range": 0.02, "layer_norm_epsilon": 1e-05, "model_type": "gpt2",
-    "n_ctx": 1024, "n_embd": 768, "n_head": 12, "n_layer": 12, "n_positions": 1024, "resid_pdrop": 0.1,
-    "summary_activation": None, "summary_first_dropout": 0.1, "summary_proj_to_labels": True,
-    "summary_type": "cls_index", "summary_use_proj": True,
-    "task_specific_params": {"text-generation": {"do_sample": True, "max_length": 50}}, "vocab_size": 50257}
+    "activation_function": "gelu_new",
+    "architectures": ["GPT2LMHeadModel"],
+    "attn_pdrop": 0.1,
+    "bos_token_id": 50256,
+    "embd_pdrop": 0.1,
+    "eos_token_id": 50256,
+    "initializer_range": 0.02,
+    "layer_norm_epsilon": 1e-05,
+    "model_type": "gpt2",
+    "n_ctx": 1024,
+    "n_embd": 768,
+    "n_head": 12,
+    "n_layer": 12,
+    "n_positions": 1024,
+    "resid_pdrop": 0.1,
+    "summary_activation": None,
+    "summary_first_dropout": 0.1,
+    "summary_proj_to_labels": True,
+    "summary_type": "cls_index",
+    "summary_use_proj": True,
+    "task_specific_params": {"text-generation": {"do_sample": True, "max_length": 50}},
+    "vocab_size": 50257,
+}
 GPT2_MEDIUM = {**GPT2, "n_embd": 1024, "n_head": 16, "n_layer": 24}  # openai-community/gpt2-medium config.json
 FALCON_RW_1B = {  # tiiuae/falcon-rw-1b config.json: ALiBi, sequential attention and MLP, biases, multi-head
-    "alibi": True, "apply_residual_connection_post_layernorm": False, "architectures": ["FalconForCausalLM"],
-    "attention_dropout": 0.0, "bias": True, "bos_token_id": 1, "eos_token_id": 2, "hidden_dropout": 0.0,
-    "hidden_size": 2048, "initializer_range": 0.02, "layer_norm_epsilon": 1e-05, "model_type": "falcon",
-    "multi_query": False, "new_decoder_architecture": False, "num_attention_heads": 32, "num_hidden_layers": 24,
-    "parallel_attn": False, "torch_dtype": "bfloat16", "transformers_version": "4.27.4", "use_cache": True,
-    "vocab_size": 50304}
+    "alibi": True,
+    "apply_residual_connection_post_layernorm": False,
+    "architectures": ["FalconForCausalLM"],
+    "attention_dropout": 0.0,
+    "bias": True,
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+    "hidden_dropout": 0.0,
+    "hidden_size": 2048,
+    "initializer_range": 0.02,
+    "layer_norm_epsilon": 1e-05,
+    "model_type": "falcon",
+    "multi_query": False,
+    "new_decoder_architecture": False,
+    "num_attention_heads": 32,
+    "num_hidden_layers": 24,
+    "parallel_attn": False,
+    "torch_dtype": "bfloat16",
+    "transformers_version": "4.27.4",
+    "use_cache": True,
+    "vocab_size": 50304,
+}
 FALCON_7B = {  # tiiuae/falcon-7b config.json: multi-query, parallel attention and MLP under one layer norm
-    "alibi": False, "apply_residual_connection_post_layernorm": False, "architectures": ["FalconForCausalLM"],
-    "attention_dropout": 0.0, "bias": False, "bos_token_id": 11, "eos_token_id": 11, "hidden_dropout": 0.0,
-    "hidden_size": 4544, "initializer_range": 0.02, "layer_norm_epsilon": 1e-05, "model_type": "falcon",
-    "multi_query": True, "new_decoder_architecture": False, "num_attention_heads": 71, "num_hidden_layers": 32,
-    "parallel_attn": True, "torch_dtype": "bfloat16", "transformers_version": "4.27.4", "use_cache": True,
-    "vocab_size": 65024}
+    "alibi": False,
+    "apply_residual_connection_post_layernorm": False,
+    "architectures": ["FalconForCausalLM"],
+    "attention_dropout": 0.0,
+    "bias": False,
+    "bos_token_id": 11,
+    "eos_token_id": 11,
+    "hidden_dropout": 0.0,
+    "hidden_size": 4544,
+    "initializer_range": 0.02,
+    "layer_norm_epsilon": 1e-05,
+    "model_type": "falcon",
+    "multi_query": True,
+    "new_decoder_architecture": False,
+    "num_attention_heads": 71,
+    "num_hidden_layers": 32,
+    "parallel_attn": True,
+    "torch_dtype": "bfloat16",
+    "transformers_version": "4.27.4",
+    "use_cache": True,
+    "vocab_size": 65024,
+}
 FALCON_40B = {  # tiiuae/falcon-40b config.json: new_decoder_architecture, 8 kv heads, ln_attn and ln_mlp
-    "alibi": False, "apply_residual_connection_post_layernorm": False, "architectures": ["FalconForCausalLM"],
-    "attention_dropout": 0.0, "bias": False, "bos_token_id": 11, "eos_token_id": 11, "hidden_dropout": 0.0,
-    "hidden_size": 8192, "initializer_range": 0.02, "layer_norm_epsilon": 1e-05, "model_type": "falcon",
-    "new_decoder_architecture": True, "num_attention_heads": 128, "num_hidden_layers": 60, "num_kv_heads": 8,
-    "parallel_attn": True, "torch_dtype": "bfloat16", "transformers_version": "4.27.4", "use_cache": True,
-    "vocab_size": 65024}
+    "alibi": False,
+    "apply_residual_connection_post_layernorm": False,
+    "architectures": ["FalconForCausalLM"],
+    "attention_dropout": 0.0,
+    "bias": False,
+    "bos_token_id": 11,
+    "eos_token_id": 11,
+    "hidden_dropout": 0.0,
+    "hidden_size": 8192,
+    "initializer_range": 0.02,
+    "layer_norm_epsilon": 1e-05,
+    "model_type": "falcon",
+    "new_decoder_architecture": True,
+    "num_attention_heads": 128,
+    "num_hidden_layers": 60,
+    "num_kv_heads": 8,
+    "parallel_attn": True,
+    "torch_dtype": "bfloat16",
+    "transformers_version": "4.27.4",
+    "use_cache": True,
+    "vocab_size": 65024,
+}
 DEEPSEEK_V2_LITE = {  # deepseek-ai/DeepSeek-V2-Lite config.json: MLA without a q LoRA, 1 dense layer, 64 + 2 experts
-    "architectures": ["DeepseekV2ForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
-    "aux_loss_alpha": 0.001, "bos_token_id": 100000, "eos_token_id": 100001, "ep_size": 1, "first_k_dense_replace": 1,
-    "hidden_act": "silu", "hidden_size": 2048, "initializer_range": 0.02, "intermediate_size": 10944,
-    "kv_lora_rank": 512, "max_position_embeddings": 163840, "model_type": "deepseek_v2", "moe_intermediate_size": 1408,
-    "moe_layer_freq": 1, "n_group": 1, "n_routed_experts": 64, "n_shared_experts": 2, "norm_topk_prob": False,
-    "num_attention_heads": 16, "num_experts_per_tok": 6, "num_hidden_layers": 27, "num_key_value_heads": 16,
-    "pretraining_tp": 1, "q_lora_rank": None, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "rms_norm_eps": 1e-06,
-    "rope_scaling": {"beta_fast": 32, "beta_slow": 1, "factor": 40, "mscale": 0.707, "mscale_all_dim": 0.707,
-                     "original_max_position_embeddings": 4096, "type": "yarn"},
-    "rope_theta": 10000, "routed_scaling_factor": 1.0, "scoring_func": "softmax", "seq_aux": True,
-    "tie_word_embeddings": False, "topk_group": 1, "topk_method": "greedy", "torch_dtype": "bfloat16",
-    "transformers_version": "4.33.1", "use_cache": True, "v_head_dim": 128, "vocab_size": 102400}
+    "architectures": ["DeepseekV2ForCausalLM"],
+    "attention_bias": False,
+    "attention_dropout": 0.0,
+    "aux_loss_alpha": 0.001,
+    "bos_token_id": 100000,
+    "eos_token_id": 100001,
+    "ep_size": 1,
+    "first_k_dense_replace": 1,
+    "hidden_act": "silu",
+    "hidden_size": 2048,
+    "initializer_range": 0.02,
+    "intermediate_size": 10944,
+    "kv_lora_rank": 512,
+    "max_position_embeddings": 163840,
+    "model_type": "deepseek_v2",
+    "moe_intermediate_size": 1408,
+    "moe_layer_freq": 1,
+    "n_group": 1,
+    "n_routed_experts": 64,
+    "n_shared_experts": 2,
+    "norm_topk_prob": False,
+    "num_attention_heads": 16,
+    "num_experts_per_tok": 6,
+    "num_hidden_layers": 27,
+    "num_key_value_heads": 16,
+    "pretraining_tp": 1,
+    "q_lora_rank": None,
+    "qk_nope_head_dim": 128,
+    "qk_rope_head_dim": 64,
+    "rms_norm_eps": 1e-06,
+    "rope_scaling": {
+        "beta_fast": 32,
+        "beta_slow": 1,
+        "factor": 40,
+        "mscale": 0.707,
+        "mscale_all_dim": 0.707,
+        "original_max_position_embeddings": 4096,
+        "type": "yarn",
+    },
+    "rope_theta": 10000,
+    "routed_scaling_factor": 1.0,
+    "scoring_func": "softmax",
+    "seq_aux": True,
+    "tie_word_embeddings": False,
+    "topk_group": 1,
+    "topk_method": "greedy",
+    "torch_dtype": "bfloat16",
+    "transformers_version": "4.33.1",
+    "use_cache": True,
+    "v_head_dim": 128,
+    "vocab_size": 102400,
+}
 DEEPSEEK_V2 = {  # deepseek-ai/DeepSeek-V2 config.json: q LoRA rank 1536, 160 + 2 experts
-    **DEEPSEEK_V2_LITE, "hidden_size": 5120, "intermediate_size": 12288, "moe_intermediate_size": 1536, "n_group": 8,
-    "n_routed_experts": 160, "num_attention_heads": 128, "num_hidden_layers": 60, "num_key_value_heads": 128,
-    "q_lora_rank": 1536, "routed_scaling_factor": 16.0, "topk_group": 3, "topk_method": "group_limited_greedy",
-    "rope_scaling": {"beta_fast": 32, "beta_slow": 1, "factor": 40, "mscale": 1.0, "mscale_all_dim": 1.0,
-                     "original_max_position_embeddings": 4096, "type": "yarn"}, "transformers_version": "4.39.3"}
+    **DEEPSEEK_V2_LITE,
+    "hidden_size": 5120,
+    "intermediate_size": 12288,
+    "moe_intermediate_size": 1536,
+    "n_group": 8,
+    "n_routed_experts": 160,
+    "num_attention_heads": 128,
+    "num_hidden_layers": 60,
+    "num_key_value_heads": 128,
+    "q_lora_rank": 1536,
+    "routed_scaling_factor": 16.0,
+    "topk_group": 3,
+    "topk_method": "group_limited_greedy",
+    "rope_scaling": {
+        "beta_fast": 32,
+        "beta_slow": 1,
+        "factor": 40,
+        "mscale": 1.0,
+        "mscale_all_dim": 1.0,
+        "original_max_position_embeddings": 4096,
+        "type": "yarn",
+    },
+    "transformers_version": "4.39.3",
+}
 DEEPSEEK_V3 = {  # deepseek-ai/DeepSeek-V3 config.json: 3 dense layers, 256 + 1 experts, the router's correction bias
-    "architectures": ["DeepseekV3ForCausalLM"], "attention_bias": False, "attention_dropout": 0.0, "bos_token_id": 0,
-    "eos_token_id": 1, "ep_size": 1, "first_k_dense_replace": 3, "hidden_act": "silu", "hidden_size": 7168,
-    "initializer_range": 0.02, "intermediate_size": 18432, "kv_lora_rank": 512, "max_position_embeddings": 163840,
-    "model_type": "deepseek_v3", "moe_intermediate_size": 2048, "moe_layer_freq": 1, "n_group": 8,
-    "n_routed_experts": 256, "n_shared_experts": 1, "norm_topk_prob": True, "num_attention_heads": 128,
-    "num_experts_per_tok": 8, "num_hidden_layers": 61, "num_key_value_heads": 128, "num_nextn_predict_layers": 1,
-    "q_lora_rank": 1536, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
-    "quantization_config": {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8",
-                            "weight_block_size": [128, 128]},
-    "rms_norm_eps": 1e-06, "rope_scaling": {"beta_fast": 32, "beta_slow": 1, "factor": 40, "mscale": 1.0,
-                                            "mscale_all_dim": 1.0, "original_max_position_embeddings": 4096, "type": "yarn"},
-    "rope_theta": 10000, "routed_scaling_factor": 2.5, "scoring_func": "sigmoid", "seq_aux": True,
-    "tie_word_embeddings": False, "topk_group": 4, "topk_method": "noaux_tc", "torch_dtype": "bfloat16",
-    "transformers_version": "4.33.1", "use_cache": True, "v_head_dim": 128, "vocab_size": 129280}
+    "architectures": ["DeepseekV3ForCausalLM"],
+    "attention_bias": False,
+    "attention_dropout": 0.0,
+    "bos_token_id": 0,
+    "eos_token_id": 1,
+    "ep_size": 1,
+    "first_k_dense_replace": 3,
+    "hidden_act": "silu",
+    "hidden_size": 7168,
+    "initializer_range": 0.02,
+    "intermediate_size": 18432,
+    "kv_lora_rank": 512,
+    "max_position_embeddings": 163840,
+    "model_type": "deepseek_v3",
+    "moe_intermediate_size": 2048,
+    "moe_layer_freq": 1,
+    "n_group": 8,
+    "n_routed_experts": 256,
+    "n_shared_experts": 1,
+    "norm_topk_prob": True,
+    "num_attention_heads": 128,
+    "num_experts_per_tok": 8,
+    "num_hidden_layers": 61,
+    "num_key_value_heads": 128,
+    "num_nextn_predict_layers": 1,
+    "q_lora_rank": 1536,
+    "qk_nope_head_dim": 128,
+    "qk_rope_head_dim": 64,
+    "quantization_config": {
+        "activation_scheme": "dynamic",
+        "fmt": "e4m3",
+        "quant_method": "fp8",
+        "weight_block_size": [128, 128],
+    },
+    "rms_norm_eps": 1e-06,
+    "rope_scaling": {
+        "beta_fast": 32,
+        "beta_slow": 1,
+        "factor": 40,
+        "mscale": 1.0,
+        "mscale_all_dim": 1.0,
+        "original_max_position_embeddings": 4096,
+        "type": "yarn",
+    },
+    "rope_theta": 10000,
+    "routed_scaling_factor": 2.5,
+    "scoring_func": "sigmoid",
+    "seq_aux": True,
+    "tie_word_embeddings": False,
+    "topk_group": 4,
+    "topk_method": "noaux_tc",
+    "torch_dtype": "bfloat16",
+    "transformers_version": "4.33.1",
+    "use_cache": True,
+    "v_head_dim": 128,
+    "vocab_size": 129280,
+}
 
 
 def write_config(tmp_path: Path, repo: str, config: dict) -> Path:
@@ -172,13 +529,17 @@ def count(tmp_path: Path, repo: str, config: dict) -> int:
 
 # --- the families, each against a published count ---------------------------------------------------------------
 
-@pytest.mark.parametrize("repo,config,name", [
-    ("meta-llama/Llama-3.1-8B", LLAMA_31_8B, "llama-3.1-8b"),
-    ("meta-llama/Llama-2-7b-hf", LLAMA_2_7B, "llama-2-7b"),
-    ("mistralai/Mistral-7B-v0.1", MISTRAL_7B, "mistral-7b"),
-    ("mistralai/Mixtral-8x7B-v0.1", MIXTRAL_8X7B, "mixtral-8x7b"),
-    ("Qwen/Qwen2.5-7B", QWEN25_7B, "qwen2.5-7b"),
-])
+
+@pytest.mark.parametrize(
+    "repo,config,name",
+    [
+        ("meta-llama/Llama-3.1-8B", LLAMA_31_8B, "llama-3.1-8b"),
+        ("meta-llama/Llama-2-7b-hf", LLAMA_2_7B, "llama-2-7b"),
+        ("mistralai/Mistral-7B-v0.1", MISTRAL_7B, "mistral-7b"),
+        ("mistralai/Mixtral-8x7B-v0.1", MIXTRAL_8X7B, "mixtral-8x7b"),
+        ("Qwen/Qwen2.5-7B", QWEN25_7B, "qwen2.5-7b"),
+    ],
+)
 def test_catalog_models_from_their_config(tmp_path, repo, config, name):
     """The llama, mistral, mixtral and qwen2 families: the config gives the catalog's model, tensor for tensor, and
     the catalog's count is its published one (profiles/models/*.toml cite the safetensors metadata: Llama-3.1-8B
@@ -214,16 +575,21 @@ def test_qwen2_moe_shared_expert_and_router(tmp_path):
 
 def test_qwen2_moe_dense_layers(tmp_path):
     """Qwen2MoeDecoderLayer: mlp_only_layers and decoder_sparse_step make a layer dense (intermediate_size)."""
-    arch = architecture_from_config({**QWEN15_MOE, "decoder_sparse_step": 2, "mlp_only_layers": [1]}, name="x", source="x")
+    arch = architecture_from_config(
+        {**QWEN15_MOE, "decoder_sparse_step": 2, "mlp_only_layers": [1]}, name="x", source="x"
+    )
     assert arch.dense_layers == [0, 1] + list(range(2, 24, 2))
     dense = architecture_from_config({**QWEN15_MOE, "num_experts": 0}, name="x", source="x")
     assert dense.experts == 1 and not dense.shared_expert_ffn
 
 
-@pytest.mark.parametrize("repo,config,published", [
-    ("google/gemma-7b", GEMMA_7B, 8_537_680_896),
-    ("google/gemma-2b", GEMMA_2B, 2_506_172_416),
-])
+@pytest.mark.parametrize(
+    "repo,config,published",
+    [
+        ("google/gemma-7b", GEMMA_7B, 8_537_680_896),
+        ("google/gemma-2b", GEMMA_2B, 2_506_172_416),
+    ],
+)
 def test_gemma_head_dim_and_shared_embedding(tmp_path, repo, config, published):
     """Gemma: 8,537,680,896 (gemma-7b) and 2,506,172,416 (gemma-2b), KerasHub's gemma_7b_en and gemma_2b_en preset
     metadata (model cards: 8.54B, 2.51B). head_dim 256 is not hidden / heads; the embedding is the output head."""
@@ -237,10 +603,13 @@ def test_gemma_head_dim_and_shared_embedding(tmp_path, repo, config, published):
     assert "lm_head.weight" not in shapes
 
 
-@pytest.mark.parametrize("repo,config,published", [
-    ("EleutherAI/pythia-160m", PYTHIA_160M, 162_322_944),
-    ("EleutherAI/pythia-410m", PYTHIA_410M, 405_334_016),
-])
+@pytest.mark.parametrize(
+    "repo,config,published",
+    [
+        ("EleutherAI/pythia-160m", PYTHIA_160M, 162_322_944),
+        ("EleutherAI/pythia-410m", PYTHIA_410M, 405_334_016),
+    ],
+)
 def test_gpt_neox(tmp_path, repo, config, published):
     """GPT-NeoX (Pythia): Biderman et al. 2023, Pythia, Table 1 and the model cards: 162,322,944 and 405,334,016
     parameters. A fused query_key_value with bias, biased dense and MLP layers, two biased LayerNorms per block,
@@ -255,10 +624,13 @@ def test_gpt_neox(tmp_path, repo, config, published):
     assert shapes["lm_head.weight"] == (50304, h)
 
 
-@pytest.mark.parametrize("repo,config,published", [
-    ("openai-community/gpt2", GPT2, 124_439_808),
-    ("openai-community/gpt2-medium", GPT2_MEDIUM, 354_823_168),
-])
+@pytest.mark.parametrize(
+    "repo,config,published",
+    [
+        ("openai-community/gpt2", GPT2, 124_439_808),
+        ("openai-community/gpt2-medium", GPT2_MEDIUM, 354_823_168),
+    ],
+)
 def test_gpt2(tmp_path, repo, config, published):
     """GPT-2: 124,439,808 and 354,823,168 parameters (KerasHub's gpt2_base_en and gpt2_medium_en preset metadata;
     the model card's 124M). Learned positions (n_positions rows), biases everywhere, tied embeddings; the causal
@@ -335,8 +707,19 @@ def test_deepseek_v3(tmp_path):
 
 
 def test_every_family_is_covered():
-    assert set(FAMILIES) == {"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "gemma", "gpt_neox", "gpt2", "falcon",
-                             "deepseek_v2", "deepseek_v3"}
+    assert set(FAMILIES) == {
+        "llama",
+        "mistral",
+        "mixtral",
+        "qwen2",
+        "qwen2_moe",
+        "gemma",
+        "gpt_neox",
+        "gpt2",
+        "falcon",
+        "deepseek_v2",
+        "deepseek_v3",
+    }
 
 
 def test_name_comes_from_the_config_or_its_folder(tmp_path):
@@ -350,23 +733,27 @@ def test_name_comes_from_the_config_or_its_folder(tmp_path):
 
 # --- refusals: one line naming the field -------------------------------------------------------------------------
 
-@pytest.mark.parametrize("config,message", [
-    ({**MISTRAL_7B, "model_type": "bert"}, "model_type 'bert' is not one ckplan sizes"),
-    ({**MISTRAL_7B, "model_type": "mistrall"}, "did you mean mistral"),
-    ({k: v for k, v in MISTRAL_7B.items() if k != "model_type"}, "config.json has no model_type"),
-    ({k: v for k, v in MISTRAL_7B.items() if k != "num_hidden_layers"}, "config.json has no num_hidden_layers"),
-    ({k: v for k, v in MIXTRAL_8X7B.items() if k != "num_local_experts"}, "config.json has no num_local_experts"),
-    ({k: v for k, v in GEMMA_7B.items() if k != "head_dim"}, "config.json has no head_dim"),
-    ({k: v for k, v in DEEPSEEK_V3.items() if k != "kv_lora_rank"}, "config.json has no kv_lora_rank"),
-    ({k: v for k, v in GPT2.items() if k != "n_embd"}, "config.json has no n_embd"),
-    ({**MISTRAL_7B, "hidden_size": "4096"}, "config.json: hidden_size must be an integer, got '4096'"),
-    ({**MISTRAL_7B, "hidden_size": 0}, "config.json: hidden_size must be between 1 and"),
-    ({**MISTRAL_7B, "num_hidden_layers": 10**6}, "num_hidden_layers must be between 1 and 1,024"),
-    ({**MISTRAL_7B, "tie_word_embeddings": "no"}, "tie_word_embeddings must be true or false"),
-    ({**QWEN15_MOE, "mlp_only_layers": "all"}, "mlp_only_layers must be a list of layer indices"),
-    ({**DEEPSEEK_V3, "n_routed_experts": 4096, "num_hidden_layers": 1000}, "is more than ckplan sizes"),
-    ([1, 2], "a JSON object was expected, got list"),
-])
+
+@pytest.mark.parametrize(
+    "config,message",
+    [
+        ({**MISTRAL_7B, "model_type": "bert"}, "model_type 'bert' is not one ckplan sizes"),
+        ({**MISTRAL_7B, "model_type": "mistrall"}, "did you mean mistral"),
+        ({k: v for k, v in MISTRAL_7B.items() if k != "model_type"}, "config.json has no model_type"),
+        ({k: v for k, v in MISTRAL_7B.items() if k != "num_hidden_layers"}, "config.json has no num_hidden_layers"),
+        ({k: v for k, v in MIXTRAL_8X7B.items() if k != "num_local_experts"}, "config.json has no num_local_experts"),
+        ({k: v for k, v in GEMMA_7B.items() if k != "head_dim"}, "config.json has no head_dim"),
+        ({k: v for k, v in DEEPSEEK_V3.items() if k != "kv_lora_rank"}, "config.json has no kv_lora_rank"),
+        ({k: v for k, v in GPT2.items() if k != "n_embd"}, "config.json has no n_embd"),
+        ({**MISTRAL_7B, "hidden_size": "4096"}, "config.json: hidden_size must be an integer, got '4096'"),
+        ({**MISTRAL_7B, "hidden_size": 0}, "config.json: hidden_size must be between 1 and"),
+        ({**MISTRAL_7B, "num_hidden_layers": 10**6}, "num_hidden_layers must be between 1 and 1,024"),
+        ({**MISTRAL_7B, "tie_word_embeddings": "no"}, "tie_word_embeddings must be true or false"),
+        ({**QWEN15_MOE, "mlp_only_layers": "all"}, "mlp_only_layers must be a list of layer indices"),
+        ({**DEEPSEEK_V3, "n_routed_experts": 4096, "num_hidden_layers": 1000}, "is more than ckplan sizes"),
+        ([1, 2], "a JSON object was expected, got list"),
+    ],
+)
 def test_bad_config_is_one_input_error(config, message):
     with pytest.raises(InputError) as exc:
         architecture_from_config(config, name="x", source="x")
@@ -374,6 +761,7 @@ def test_bad_config_is_one_input_error(config, message):
 
 
 # --- the CLI, end to end -----------------------------------------------------------------------------------------
+
 
 def test_size_config_json(tmp_path):
     path = write_config(tmp_path, "mistralai/Mixtral-8x7B-v0.1", MIXTRAL_8X7B)
@@ -391,10 +779,13 @@ def test_recommend_takes_config(tmp_path):
     assert result["plan"].startswith("google--gemma-2b (2,506,172,416 params)")
 
 
-@pytest.mark.parametrize("edit,fragment", [
-    (lambda c: {**c, "model_type": "t5"}, "model_type 't5' is not one ckplan sizes"),
-    (lambda c: {k: v for k, v in c.items() if k != "vocab_size"}, "has no vocab_size"),
-])
+@pytest.mark.parametrize(
+    "edit,fragment",
+    [
+        (lambda c: {**c, "model_type": "t5"}, "model_type 't5' is not one ckplan sizes"),
+        (lambda c: {k: v for k, v in c.items() if k != "vocab_size"}, "has no vocab_size"),
+    ],
+)
 def test_bad_config_cli_is_one_line(tmp_path, edit, fragment):
     path = write_config(tmp_path, "bad", edit(LLAMA_31_8B))
     proc = run_cli("size", "--config", str(path), "--json")
@@ -402,10 +793,13 @@ def test_bad_config_cli_is_one_line(tmp_path, edit, fragment):
     assert str(path) in proc.stderr and proc.stdout == ""
 
 
-@pytest.mark.parametrize("extra,fragment", [
-    (["--params", "7B"], "give one of --params, --model or --config, not both (got --params and --config)"),
-    (["--model", "llama-2-7b"], "not both (got --model and --config)"),
-])
+@pytest.mark.parametrize(
+    "extra,fragment",
+    [
+        (["--params", "7B"], "give one of --params, --model or --config, not both (got --params and --config)"),
+        (["--model", "llama-2-7b"], "not both (got --model and --config)"),
+    ],
+)
 def test_config_excludes_params_and_model(tmp_path, extra, fragment):
     path = write_config(tmp_path, "m", LLAMA_31_8B)
     assert_one_line_error(run_cli("size", "--config", str(path), *extra, "--json"), fragment)
@@ -415,5 +809,7 @@ def test_config_excludes_plan(tmp_path):
     path = write_config(tmp_path, "m", LLAMA_31_8B)
     plan = tmp_path / "plan.json"
     plan.write_text(run_cli("size", "--config", str(path), "--json", check=True).stdout)
-    assert_one_line_error(run_cli("recommend", "--plan", str(plan), "--config", str(path), "--json"),
-                          "give --plan or the plan flags, not both (got --plan and --config)")
+    assert_one_line_error(
+        run_cli("recommend", "--plan", str(plan), "--config", str(path), "--json"),
+        "give --plan or the plan flags, not both (got --plan and --config)",
+    )

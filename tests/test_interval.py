@@ -63,8 +63,9 @@ def test_job_mtbf_from_rates():
     assert interval.job_mtbf(2048, 3.8, 0) / HOUR == pytest.approx(24 / (2048 * 3.8 / 1000), rel=1e-9)
 
 
-@pytest.mark.parametrize("fn,args", [(interval.daly_interval, (10, 0)), (interval.young_interval, (10, -5)),
-                                     (interval.job_mtbf, (1, 0, 0))])
+@pytest.mark.parametrize(
+    "fn,args", [(interval.daly_interval, (10, 0)), (interval.young_interval, (10, -5)), (interval.job_mtbf, (1, 0, 0))]
+)
 def test_bad_failure_inputs(fn, args):
     with pytest.raises(InputError):
         fn(*args)
@@ -75,10 +76,17 @@ LUSTRE = catalog.storage_classes()["lustre"]
 
 
 def scaled(profile, factor):
-    return profile.model_copy(update={
-        "buffered_bandwidth": [b.model_copy(update={"bytes_per_s": b.bytes_per_s * factor}) for b in profile.buffered_bandwidth],
-        "aggregate_limit_bytes_per_s": profile.aggregate_limit_bytes_per_s * factor,
-        "small_files": profile.small_files.model_copy(update={"files_per_s": profile.small_files.files_per_s * factor})})
+    return profile.model_copy(
+        update={
+            "buffered_bandwidth": [
+                b.model_copy(update={"bytes_per_s": b.bytes_per_s * factor}) for b in profile.buffered_bandwidth
+            ],
+            "aggregate_limit_bytes_per_s": profile.aggregate_limit_bytes_per_s * factor,
+            "small_files": profile.small_files.model_copy(
+                update={"files_per_s": profile.small_files.files_per_s * factor}
+            ),
+        }
+    )
 
 
 @settings(max_examples=60, deadline=None)
@@ -112,17 +120,24 @@ def test_recommendation_is_clamped_and_verdicts():
     # the needed bandwidth, given to the model, meets the window
     s3 = catalog.storage_classes()["s3"]
     node_bw = s3.bandwidth_at(8)
-    factor = max(bad.needed["aggregate_bandwidth_bytes_per_s"] / (node_bw * dcp.nodes_writing),
-                 bad.needed["node_bandwidth_bytes_per_s"] / node_bw)
-    fixed = recommend(dcp, scaled(s3, factor * 1.01).model_copy(update={"aggregate_limit_bytes_per_s": None}),
-                      Policy(max_loss_s=5 * MIN))
+    factor = max(
+        bad.needed["aggregate_bandwidth_bytes_per_s"] / (node_bw * dcp.nodes_writing),
+        bad.needed["node_bandwidth_bytes_per_s"] / node_bw,
+    )
+    fixed = recommend(
+        dcp,
+        scaled(s3, factor * 1.01).model_copy(update={"aggregate_limit_bytes_per_s": None}),
+        Policy(max_loss_s=5 * MIN),
+    )
     assert fixed.verdict != "infeasible"
 
 
 def test_async_binds_on_persist_and_snapshot_too_big():
     rec = recommend(PLAN, catalog.storage_classes()["nfs"], Policy(mode="async", max_overhead=0.2))
     assert rec.stall_seconds == pytest.approx(PLAN.bytes_per_rank_max / 20e9)
-    assert rec.binding_constraint == "one persist in flight" and rec.shortest_safe_interval_s == pytest.approx(rec.save_seconds)
+    assert rec.binding_constraint == "one persist in flight" and rec.shortest_safe_interval_s == pytest.approx(
+        rec.save_seconds
+    )
     tiny = recommend(PLAN, LUSTRE, Policy(mode="async", host_memory_bytes=1e9))
     assert tiny.verdict == "infeasible" and "host memory" in tiny.verdict_reason
 

@@ -31,6 +31,7 @@ def _file(plan, pattern: str):
 
 # --- HF Trainer + DeepSpeed -------------------------------------------------------------------------------------
 
+
 def test_hf_deepspeed_zero2_writes_16_bytes_per_parameter():
     """DeepSpeed issue 6598 (Llama-3.1-8B-Instruct, ZeRO-2, bf16, one H100, transformers 4.44.2): `du -h` of a
     Trainer checkpoint gave 90G bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt, 15G mp_rank_00_model_states.pt
@@ -60,8 +61,13 @@ def test_hf_deepspeed_rank0_writes_the_gathered_weights_every_rank_its_shard():
     ds = build_plan(arch=L8, model_name="x", framework="deepspeed", zero=2, gpus=16)
     names = {f.path for f in plan.manifest}
     assert {f"checkpoint-1000/{f.path}" for f in ds.manifest} <= names
-    assert {"checkpoint-1000/latest", "checkpoint-1000/zero_to_fp32.py", "checkpoint-1000/trainer_state.json",
-            "checkpoint-1000/training_args.bin", "checkpoint-1000/config.json"} <= names
+    assert {
+        "checkpoint-1000/latest",
+        "checkpoint-1000/zero_to_fp32.py",
+        "checkpoint-1000/trainer_state.json",
+        "checkpoint-1000/training_args.bin",
+        "checkpoint-1000/config.json",
+    } <= names
     assert {f"checkpoint-1000/rng_state_{i}.pth" for i in range(16)} <= names
     assert all(f.rank == 0 for f in plan.manifest if f.path.endswith(".safetensors"))
     assert sum(f.bytes for f in plan.manifest if f.path.endswith(".safetensors")) == pytest.approx(2 * N8, rel=1e-5)
@@ -109,7 +115,9 @@ def test_dlio_llama3_8b_zero3_bytes():
     assert (round(_gib(plan, "weights")), round(_gib(plan, "optimizer"))) == (15, 90)
     assert plan.file_count == 16 and plan.writers == 8
     names = {f.path for f in plan.manifest}
-    assert {f"global_epoch1_step1000/zero_pp_rank_{d}_mp_rank_0_{k}_states.pt" for d in range(8) for k in ("model", "optim")} == names
+    assert {
+        f"global_epoch1_step1000/zero_pp_rank_{d}_mp_rank_0_{k}_states.pt" for d in range(8) for k in ("model", "optim")
+    } == names
     # DLIO writes 2 B/param into ZeRO-3 model files, where DeepSpeed writes placeholders: 14 vs 12 B/param
     deepspeed = build_plan(arch=L8, framework="deepspeed", zero=3, gpus=8, precision="fp16-mixed")
     assert plan.total_bytes / deepspeed.total_bytes == pytest.approx(14 / 12, rel=1e-3)
@@ -211,8 +219,9 @@ def test_megatron_ep_shards_expert_states_over_ep_ranks():
     assert len(stage0) == 32
     for f in stage0:
         assert f.bytes == pytest.approx(expert_share + dense_share, rel=1e-6)
-    assert [f.bytes for f in plan.manifest if f.path.endswith(".distcp")] == \
-        [f.bytes for f in dense_run.manifest if f.path.endswith(".distcp")]
+    assert [f.bytes for f in plan.manifest if f.path.endswith(".distcp")] == [
+        f.bytes for f in dense_run.manifest if f.path.endswith(".distcp")
+    ]
     meta = _file(plan, r"iter_0001000/\.metadata").bytes
     assert meta < _file(dense_run, r"iter_0001000/\.metadata").bytes
     assert any("EP rank = dp rank mod 8" in a for a in plan.assumptions)
@@ -220,16 +229,25 @@ def test_megatron_ep_shards_expert_states_over_ep_ranks():
     assert "ep" not in dense_run.setup.model_dump()
 
 
-@pytest.mark.parametrize("kw,fragment", [
-    ({"arch": L8, "framework": "megatron", "ep": 2}, "mixture-of-experts model: Llama-3.1 8B is dense"),
-    ({"arch": MIXTRAL, "framework": "hf", "zero": 2, "ep": 2}, "the hf layout has no expert parallelism"),
-    ({"arch": MIXTRAL, "framework": "lightning", "zero": 0, "ep": 2}, "the lightning layout has no expert parallelism"),
-    ({"arch": MIXTRAL, "framework": "dcp", "gpus": 8, "tp": 2, "ep": 8}, "does not divide the 4 data-parallel ranks"),
-    ({"arch": MIXTRAL, "framework": "dcp", "gpus": 16, "ep": 16}, "does not divide Mixtral 8x7B's 8 experts"),
-    ({"arch": MIXTRAL, "framework": "deepspeed", "zero": 3, "ep": 2}, "ZeRO stage 3"),
-    ({"arch": MIXTRAL, "framework": "deepspeed", "zero": 1, "tp": 2, "ep": 2}, "tp 1 and pp 1"),
-    ({"arch": MIXTRAL, "framework": "megatron", "ep": 0}, "ep"),
-])
+@pytest.mark.parametrize(
+    "kw,fragment",
+    [
+        ({"arch": L8, "framework": "megatron", "ep": 2}, "mixture-of-experts model: Llama-3.1 8B is dense"),
+        ({"arch": MIXTRAL, "framework": "hf", "zero": 2, "ep": 2}, "the hf layout has no expert parallelism"),
+        (
+            {"arch": MIXTRAL, "framework": "lightning", "zero": 0, "ep": 2},
+            "the lightning layout has no expert parallelism",
+        ),
+        (
+            {"arch": MIXTRAL, "framework": "dcp", "gpus": 8, "tp": 2, "ep": 8},
+            "does not divide the 4 data-parallel ranks",
+        ),
+        ({"arch": MIXTRAL, "framework": "dcp", "gpus": 16, "ep": 16}, "does not divide Mixtral 8x7B's 8 experts"),
+        ({"arch": MIXTRAL, "framework": "deepspeed", "zero": 3, "ep": 2}, "ZeRO stage 3"),
+        ({"arch": MIXTRAL, "framework": "deepspeed", "zero": 1, "tp": 2, "ep": 2}, "tp 1 and pp 1"),
+        ({"arch": MIXTRAL, "framework": "megatron", "ep": 0}, "ep"),
+    ],
+)
 def test_ep_refusals(kw, fragment):
     """--ep is refused with one InputError: dense models, layouts without expert parallelism, an EP size that does
     not divide the data-parallel ranks or the experts, and DeepSpeed-MoE outside what ckplan models."""

@@ -90,17 +90,29 @@ def test_faster_storage():
 
 def test_what_ifs_each_mitigation_then_the_best_combination():
     rows = {w.mitigation: w for w in what_ifs(PLAN, TARGET, POLICY, 3600, DATA)}
-    assert list(rows) == ["async save", "/dev/shm staging, drain to target", "local NVMe staging, drain to target",
-                          "compression", "merge shards (one file per writer)", "incremental (25% changed)",
-                          "faster storage: fast", "best combination: async save + compression + merged shards"]
-    expected = {"async save": (12.0, 0.5), "/dev/shm staging, drain to target": (13.1, 2.1),
-                "local NVMe staging, drain to target": (14.2, 3.2), "compression": (6.5, 6.5),
-                "merge shards (one file per writer)": (11.01, 11.01), "incremental (25% changed)": (3.75, 3.75),
-                # the fastest shared class that beats the target ("slow", 0.5 GB/s, does not)
-                "faster storage: fast": (3.6, 3.6),
-                # every async variant stalls 0.5 s, so the same τ; the one with the shortest persist wastes least
-                # (R′ = R + persist − stall): compressed and merged, 0.5 + 5 + 0.01 = 5.51 s. Staging stalls ≥ 2.1 s.
-                "best combination: async save + compression + merged shards": (5.51, 0.5)}
+    assert list(rows) == [
+        "async save",
+        "/dev/shm staging, drain to target",
+        "local NVMe staging, drain to target",
+        "compression",
+        "merge shards (one file per writer)",
+        "incremental (25% changed)",
+        "faster storage: fast",
+        "best combination: async save + compression + merged shards",
+    ]
+    expected = {
+        "async save": (12.0, 0.5),
+        "/dev/shm staging, drain to target": (13.1, 2.1),
+        "local NVMe staging, drain to target": (14.2, 3.2),
+        "compression": (6.5, 6.5),
+        "merge shards (one file per writer)": (11.01, 11.01),
+        "incremental (25% changed)": (3.75, 3.75),
+        # the fastest shared class that beats the target ("slow", 0.5 GB/s, does not)
+        "faster storage: fast": (3.6, 3.6),
+        # every async variant stalls 0.5 s, so the same τ; the one with the shortest persist wastes least
+        # (R′ = R + persist − stall): compressed and merged, 0.5 + 5 + 0.01 = 5.51 s. Staging stalls ≥ 2.1 s.
+        "best combination: async save + compression + merged shards": (5.51, 0.5),
+    }
     for name, (save, stall) in expected.items():
         assert (rows[name].save_seconds, rows[name].stall_seconds) == (pytest.approx(save), pytest.approx(stall)), name
     best = rows["best combination: async save + compression + merged shards"]

@@ -24,8 +24,23 @@ def scratch(path):
 
 def test_three_hosts_bandwidth_scaling_and_replay(tmp_path):
     plan = tmp_path / "plan.json"
-    plan.write_text(run_cli("size", "--params", "1e9", "--gpus", "6", "--gpus-per-node", "2", "--framework", "dcp",
-                            "--zero", "3", "--json", check=True).stdout)
+    plan.write_text(
+        run_cli(
+            "size",
+            "--params",
+            "1e9",
+            "--gpus",
+            "6",
+            "--gpus-per-node",
+            "2",
+            "--framework",
+            "dcp",
+            "--zero",
+            "3",
+            "--json",
+            check=True,
+        ).stdout
+    )
     target = tmp_path / "shared"
     target.mkdir()
     server_cwd = tmp_path / "server-cwd"
@@ -33,8 +48,22 @@ def test_three_hosts_bandwidth_scaling_and_replay(tmp_path):
     with fio_hosts(3, workdir=server_cwd) as servers:
         hosts = ",".join(addr for addr, _ in servers)
         out = tmp_path / "cluster.json"
-        proc = run_cli("probe", str(target), "--hosts", hosts, "--quick", "--writers", "2", "--plan", str(plan),
-                       "--scale", "0.01", "--out", str(out), "--json")
+        proc = run_cli(
+            "probe",
+            str(target),
+            "--hosts",
+            hosts,
+            "--quick",
+            "--writers",
+            "2",
+            "--plan",
+            str(plan),
+            "--scale",
+            "0.01",
+            "--out",
+            str(out),
+            "--json",
+        )
     assert proc.returncode == 0, proc.stderr
     p = json.loads(proc.stdout)
     assert p["hosts"] == 3 and p["storage_class"] == "multi-host"
@@ -56,9 +85,16 @@ def test_recommend_uses_the_measured_aggregate(tmp_path):
     from ckplan import catalog
     from ckplan.planning.savetime import aggregate_bandwidth
     from ckplan.profile import BandwidthPoint
+
     lustre = catalog.storage_classes()["lustre"]
-    measured = lustre.model_copy(update={"aggregate_bandwidth": [BandwidthPoint(writers=8, hosts=1, bytes_per_s=10e9),
-                                                                 BandwidthPoint(writers=8, hosts=4, bytes_per_s=16e9)]})
+    measured = lustre.model_copy(
+        update={
+            "aggregate_bandwidth": [
+                BandwidthPoint(writers=8, hosts=1, bytes_per_s=10e9),
+                BandwidthPoint(writers=8, hosts=4, bytes_per_s=16e9),
+            ]
+        }
+    )
     assert aggregate_bandwidth(measured, 12e9, 2) == pytest.approx(12e9)  # interpolated between 1 and 4 hosts
     assert aggregate_bandwidth(measured, 12e9, 8) == pytest.approx(32e9)  # 4 GB/s per host beyond the last point
 
@@ -79,8 +115,12 @@ def test_unreachable_host_is_named_and_others_cleaned(tmp_path):
 def test_host_dies_mid_run(tmp_path):
     with fio_hosts(2) as servers:
         hosts = ",".join(addr for addr, _ in servers)
-        probe = subprocess.Popen(ckplan_exe() + ["probe", str(tmp_path), "--hosts", hosts, "--writers", "2"],
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        probe = subprocess.Popen(
+            ckplan_exe() + ["probe", str(tmp_path), "--hosts", hosts, "--writers", "2"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         deadline = time.monotonic() + 30
         while not scratch(tmp_path):
             assert probe.poll() is None and time.monotonic() < deadline, probe.communicate()
@@ -91,13 +131,15 @@ def test_host_dies_mid_run(tmp_path):
         time.sleep(0.5)
         left = scratch(tmp_path)
     assert probe.returncode == 4, err  # the server answered, then died: a failed measurement
-    assert servers[1][0] in err and len([l for l in err.splitlines() if l.strip()]) == 1
+    assert servers[1][0] in err and len([ln for ln in err.splitlines() if ln.strip()]) == 1
     # the surviving host's scratch directory is gone; the dead host's (if it made one) is all that may remain
     assert all(servers[1][0] in name for name in left), left
 
 
 def test_agent_prints_its_command_and_warns_off_loopback():
-    proc = subprocess.Popen(ckplan_exe() + ["agent", "--bind", "0.0.0.0", "--port", "18799"], stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        ckplan_exe() + ["agent", "--bind", "0.0.0.0", "--port", "18799"], stderr=subprocess.PIPE, text=True
+    )
     time.sleep(1.5)
     proc.terminate()
     _, err = proc.communicate(timeout=10)
@@ -112,8 +154,14 @@ def test_agent_prints_its_command_and_warns_off_loopback():
     assert "warning" not in err and "--server=ip:127.0.0.1,18798" in err
 
 
-@pytest.mark.parametrize("args,fragment", [(["--hosts", "a:b:c:x"], "bad host entry"), (["--hosts", "h1,h1"], "twice"),
-                                           (["--hosts-file", "/nonexistent"], "cannot read")])
+@pytest.mark.parametrize(
+    "args,fragment",
+    [
+        (["--hosts", "a:b:c:x"], "bad host entry"),
+        (["--hosts", "h1,h1"], "twice"),
+        (["--hosts-file", "/nonexistent"], "cannot read"),
+    ],
+)
 def test_bad_host_lists(args, fragment):
     assert_one_line_error(run_cli("probe", "/tmp", *args), fragment)
 
@@ -127,6 +175,7 @@ def test_a_host_name_that_does_not_resolve_is_bad_input(tmp_path):
 
 # --- ckplan agent under srun: options from the environment, idle timeout, SIGTERM --------------------------------
 
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -134,8 +183,9 @@ def _free_port() -> int:
 
 
 def _agent(args, cwd, env=None) -> subprocess.Popen:
-    return subprocess.Popen(ckplan_exe() + ["agent", *args], stderr=subprocess.PIPE, text=True, cwd=cwd,
-                            env={**os.environ, **(env or {})})
+    return subprocess.Popen(
+        ckplan_exe() + ["agent", *args], stderr=subprocess.PIPE, text=True, cwd=cwd, env={**os.environ, **(env or {})}
+    )
 
 
 def _wait_listening(addr: str, port: int, proc: subprocess.Popen) -> None:
@@ -182,16 +232,24 @@ def test_agent_takes_its_address_and_port_from_the_environment(tmp_path):
     assert f"--server=ip:127.0.0.8,{other}" in err
 
 
-@pytest.mark.parametrize("args,env,fragment,code", [
-    ([], {"CKPLAN_AGENT_PORT": "99999"}, "CKPLAN_AGENT_PORT must be a port number 1-65535, got '99999'", 2),
-    (["--port", "0"], {"CKPLAN_AGENT_PORT": "8765"}, "--port must be a port number", 2),
-    ([], {"CKPLAN_AGENT_IDLE_TIMEOUT": "soon"}, "CKPLAN_AGENT_IDLE_TIMEOUT", 2),
-    (["--idle-timeout", "0"], {}, "--idle-timeout must be > 0", 2),
-    (["--bind", " "], {}, "--bind is empty", 2),
-    (["--bind", "slurm"], {"SLURMD_NODENAME": ""}, "SLURMD_NODENAME is not set", 2),
-    ([], {"CKPLAN_AGENT_BIND": "slurm", "SLURMD_NODENAME": "localhost"}, "resolves to 127.0.0.1, a loopback address", 3),
-    (["--bind", "nosuch.invalid"], {}, "'nosuch.invalid' does not resolve", 2),
-])
+@pytest.mark.parametrize(
+    "args,env,fragment,code",
+    [
+        ([], {"CKPLAN_AGENT_PORT": "99999"}, "CKPLAN_AGENT_PORT must be a port number 1-65535, got '99999'", 2),
+        (["--port", "0"], {"CKPLAN_AGENT_PORT": "8765"}, "--port must be a port number", 2),
+        ([], {"CKPLAN_AGENT_IDLE_TIMEOUT": "soon"}, "CKPLAN_AGENT_IDLE_TIMEOUT", 2),
+        (["--idle-timeout", "0"], {}, "--idle-timeout must be > 0", 2),
+        (["--bind", " "], {}, "--bind is empty", 2),
+        (["--bind", "slurm"], {"SLURMD_NODENAME": ""}, "SLURMD_NODENAME is not set", 2),
+        (
+            [],
+            {"CKPLAN_AGENT_BIND": "slurm", "SLURMD_NODENAME": "localhost"},
+            "resolves to 127.0.0.1, a loopback address",
+            3,
+        ),
+        (["--bind", "nosuch.invalid"], {}, "'nosuch.invalid' does not resolve", 2),
+    ],
+)
 def test_agent_settings_refused_in_one_line(args, env, fragment, code):
     assert_one_line_error(run_cli("agent", *args, env=env), fragment, code=code)
 
@@ -204,8 +262,9 @@ def test_agent_idle_timeout_counts_from_the_last_client(tmp_path):
     try:
         _wait_listening("127.0.0.1", port, agent)
         start = time.monotonic()
-        client = subprocess.run(["fio", f"--client=ip:127.0.0.1,{port}", str(job)], capture_output=True, text=True,
-                                timeout=60, cwd=tmp_path)
+        client = subprocess.run(
+            ["fio", f"--client=ip:127.0.0.1,{port}", str(job)], capture_output=True, text=True, timeout=60, cwd=tmp_path
+        )
         ended = time.monotonic()
         # the job held its connection for 7 s, over twice the idle timeout, and the agent served it to the end
         assert client.returncode == 0 and ended - start >= 7, client.stdout + client.stderr
@@ -229,8 +288,12 @@ def test_sigterm_ends_the_agent_and_every_fio_process(tmp_path, everyone):
     client = None
     try:
         _wait_listening("127.0.0.1", port, agent)
-        client = subprocess.Popen(["fio", f"--client=ip:127.0.0.1,{port}", str(job)], stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.DEVNULL, cwd=tmp_path)
+        client = subprocess.Popen(
+            ["fio", f"--client=ip:127.0.0.1,{port}", str(job)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            cwd=tmp_path,
+        )
         deadline = time.monotonic() + 30
         # the server, its process per connection, that one's backend and the two jobs
         while len(fio_pids := server_processes(["127.0.0.1"], port, cwd)) < 5:
@@ -261,13 +324,18 @@ def test_a_dead_fio_server_leaves_no_orphaned_jobs(tmp_path):
     client = None
     try:
         _wait_listening("127.0.0.1", port, agent)
-        client = subprocess.Popen(["fio", f"--client=ip:127.0.0.1,{port}", str(job)], stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.DEVNULL, cwd=tmp_path)
+        client = subprocess.Popen(
+            ["fio", f"--client=ip:127.0.0.1,{port}", str(job)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            cwd=tmp_path,
+        )
         deadline = time.monotonic() + 30
         while len(server_processes(["127.0.0.1"], port, cwd)) < 5:
             assert time.monotonic() < deadline
             time.sleep(0.1)
         import psutil
+
         server = next(p.pid for p in psutil.Process(agent.pid).children() if p.name() == "fio")
         os.kill(server, signal.SIGKILL)
         _, err = agent.communicate(timeout=20)
@@ -311,6 +379,7 @@ sys.exit(next((c for c in codes if c), 0))
 
 def _running(pid: int) -> bool:
     import psutil
+
     try:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
@@ -320,6 +389,7 @@ def _running(pid: int) -> bool:
 def sbatch_script() -> str:
     """The one complete sbatch script in docs/slurm.md, as the reader copies it."""
     import re
+
     blocks = [b for b in re.findall(r"```bash\n(.*?)```", DOCS_SLURM.read_text(), re.S) if b.startswith("#!/bin/bash")]
     assert len(blocks) == 1 and "#SBATCH --ntasks-per-node=1" in blocks[0], blocks
     return blocks[0]
@@ -331,6 +401,7 @@ def test_the_sbatch_script_in_the_docs_probes_every_node(tmp_path):
     import sys
 
     from tests.netns import namespaces
+
     if os.geteuid() != 0 or shutil.which("unshare") is None or shutil.which("fio") is None:
         pytest.skip("needs root, unshare and fio: network namespaces and a private /etc/hosts")
     script = tmp_path / "ckplan-probe.sbatch"
@@ -348,17 +419,38 @@ def test_the_sbatch_script_in_the_docs_probes_every_node(tmp_path):
         names = [f"node{n:02d}" for n in range(1, 4)]
         addrs = [addr for _, addr in nodes]
         hosts = tmp_path / "hosts"
-        hosts.write_text("127.0.0.1 localhost\n::1 localhost\n"
-                         + "".join(f"{a} {n}\n" for a, n in zip(addrs, names, strict=True)))
+        hosts.write_text(
+            "127.0.0.1 localhost\n::1 localhost\n" + "".join(f"{a} {n}\n" for a, n in zip(addrs, names, strict=True))
+        )
         env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM")}
-        env.update(PATH=os.pathsep.join([str(bin_dir), os.path.dirname(ckplan_exe()[0]), env["PATH"]]), NO_COLOR="1",
-                   COLUMNS="200", SLURM_JOB_NODELIST="node[01-03]", SLURM_NODELIST="node[01-03]", SLURM_JOB_ID="4242",
-                   SLURM_JOB_NUM_NODES="3", SLURM_CPUS_ON_NODE="2", SLURM_SUBMIT_DIR=str(submit), USER="ckplan-test",
-                   TARGET=str(target), SHIM_LOG=str(log),
-                   SHIM_NODES=" ".join(f"{n}={ns}" for n, (ns, _) in zip(names, nodes, strict=True)))
+        env.update(
+            PATH=os.pathsep.join([str(bin_dir), os.path.dirname(ckplan_exe()[0]), env["PATH"]]),
+            NO_COLOR="1",
+            COLUMNS="200",
+            SLURM_JOB_NODELIST="node[01-03]",
+            SLURM_NODELIST="node[01-03]",
+            SLURM_JOB_ID="4242",
+            SLURM_JOB_NUM_NODES="3",
+            SLURM_CPUS_ON_NODE="2",
+            SLURM_SUBMIT_DIR=str(submit),
+            USER="ckplan-test",
+            TARGET=str(target),
+            SHIM_LOG=str(log),
+            SHIM_NODES=" ".join(f"{n}={ns}" for n, (ns, _) in zip(names, nodes, strict=True)),
+        )
         # sbatch would run the script on the first node; here it runs beside the nodes, which it reaches by their veths
-        cmd = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
-               'mount --bind "$1" /etc/hosts && exec bash "$2" --quick --writers 1', "sh", str(hosts), str(script)]
+        cmd = [
+            "unshare",
+            "--mount",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            'mount --bind "$1" /etc/hosts && exec bash "$2" --quick --writers 1',
+            "sh",
+            str(hosts),
+            str(script),
+        ]
         try:
             proc = subprocess.run(cmd, cwd=submit, env=env, capture_output=True, text=True, timeout=500)
         finally:

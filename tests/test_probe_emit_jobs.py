@@ -61,8 +61,14 @@ def ckplan_options(doc: dict) -> dict:
 
 
 def run_sh(jobs: Path, *numbers: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    proc = subprocess.run(["sh", "run.sh", *numbers], cwd=jobs, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, **(env or {})})
+    proc = subprocess.run(
+        ["sh", "run.sh", *numbers],
+        cwd=jobs,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, **(env or {})},
+    )
     assert proc.returncode == 0, proc.stderr
     return proc
 
@@ -97,7 +103,7 @@ def test_emitted_buffered_job_reproduces_the_bandwidth_figure():
         sections = job_file(fio_file)
         # the job file is the job ckplan ran: the same options, the scratch directory a placeholder
         assert sections["global"] == ran["global options"]
-        (name, options), = [(k, v) for k, v in sections.items() if k != "global"]
+        ((name, options),) = [(k, v) for k, v in sections.items() if k != "global"]
         assert name == ran["jobs"][0]["jobname"] == "bw-buffered-1"
         assert options["directory"] == "${CKPLAN_JOB_DIR}"
         assert {k: v for k, v in options.items() if k != "directory"} == ckplan_options(ran)
@@ -122,9 +128,11 @@ def test_emitted_buffered_job_reproduces_the_bandwidth_figure():
         noise = max(spread["max"] - median, median - spread["min"]) + max(max(hand) - got, got - min(hand))
         # at least ckplan's own bar for repeats that agree (10%): three repeats can land close together by chance
         allowed = max(SPREAD_FACTOR * noise, NOISY_RANGE * median)
-        summary = (f"profile {median / 1e9:.3f} GB/s (runs {spread['min'] / 1e9:.3f}…{spread['max'] / 1e9:.3f}), "
-                   f"hand runs {[round(h / 1e9, 3) for h in hand]}, median {got / 1e9:.3f} GB/s "
-                   f"({got / median:.2f}×), allowed ±{allowed / 1e9:.3f} GB/s ({abs(got - median) / noise:.2f} of the noise)")
+        summary = (
+            f"profile {median / 1e9:.3f} GB/s (runs {spread['min'] / 1e9:.3f}…{spread['max'] / 1e9:.3f}), "
+            f"hand runs {[round(h / 1e9, 3) for h in hand]}, median {got / 1e9:.3f} GB/s "
+            f"({got / median:.2f}×), allowed ±{allowed / 1e9:.3f} GB/s ({abs(got - median) / noise:.2f} of the noise)"
+        )
         print(summary)
         assert abs(got - median) <= allowed, summary
     finally:
@@ -149,11 +157,20 @@ def test_every_phase_has_a_job_file_naming_its_figure(tmp_path):
             assert j["files"][0] == f"{j['number']:03d}-{name}.fio"
     phases = [j["phase"] for j in entries]
     paths = ["buffered", "direct"] if p["direct_io"] else ["buffered"]
-    assert phases == (["direct-I/O check", "bandwidth, buffered"] + [f"bandwidth, {path}" for path in paths for _ in (1, 2)]
-                      + ["bandwidth, page-cache"] + ["small files"] * 3 + ["latency, fsync", "latency, O_SYNC writes"])
+    assert phases == (
+        ["direct-I/O check", "bandwidth, buffered"]
+        + [f"bandwidth, {path}" for path in paths for _ in (1, 2)]
+        + ["bandwidth, page-cache"]
+        + ["small files"] * 3
+        + ["latency, fsync", "latency, O_SYNC writes"]
+    )
     # each comment names the profile figure its run produced, and that figure is in the profile
     figures = {f"{path}_bandwidth (writers={w})" for path in paths for w in (1, 2)} | {
-        "page_cache_write", "small_files.files_per_s", "fsync_latency", "sync_write_latency"}
+        "page_cache_write",
+        "small_files.files_per_s",
+        "fsync_latency",
+        "sync_write_latency",
+    }
     named = set()
     for j in entries:
         text = comment(jobs / j["files"][0])
@@ -190,8 +207,14 @@ def test_every_phase_has_a_job_file_naming_its_figure(tmp_path):
 
     # without run.sh and without CKPLAN_JOB_DIR fio refuses the job rather than write somewhere unintended
     env = {k: v for k, v in os.environ.items() if k != "CKPLAN_JOB_DIR"}
-    bare = subprocess.run(["fio", "--output-format=json", entries[2]["files"][0]], cwd=jobs, capture_output=True,
-                          text=True, env=env, timeout=60)
+    bare = subprocess.run(
+        ["fio", "--output-format=json", entries[2]["files"][0]],
+        cwd=jobs,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     assert bare.returncode != 0 and "failed parsing directory=${CKPLAN_JOB_DIR}" in bare.stderr + bare.stdout
 
 
@@ -201,7 +224,7 @@ def fio_log(tmp_path):
     shim = tmp_path / "shim"
     shim.mkdir()
     log = tmp_path / "fio-calls.log"
-    (shim / "fio").write_text(f"#!/bin/sh\necho \"$*\" >> {log}\nexec {shutil.which('fio')} \"$@\"\n")
+    (shim / "fio").write_text(f'#!/bin/sh\necho "$*" >> {log}\nexec {shutil.which("fio")} "$@"\n')
     (shim / "fio").chmod(0o755)
     return log, {"PATH": f"{shim}{os.pathsep}{os.environ['PATH']}"}
 
@@ -227,8 +250,15 @@ def test_a_bad_emit_directory_is_refused_before_fio_runs(tmp_path, fio_log, kind
 def test_s3_refuses_emit_jobs(tmp_path, fio_log):
     log, env = fio_log
     # an endpoint nobody listens on: had the probe started, it would fail there with exit code 3, not 2
-    proc = run_cli("probe", "s3://bucket/prefix", "--endpoint-url", "http://127.0.0.1:9", "--emit-jobs",
-                   str(tmp_path / "jobs"), env=env)
+    proc = run_cli(
+        "probe",
+        "s3://bucket/prefix",
+        "--endpoint-url",
+        "http://127.0.0.1:9",
+        "--emit-jobs",
+        str(tmp_path / "jobs"),
+        env=env,
+    )
     assert_one_line_error(proc, "--emit-jobs")
     assert "S3" in proc.stderr
     assert not log.exists() and not (tmp_path / "jobs").exists()
@@ -240,17 +270,25 @@ def test_multi_host_client_jobs_are_emitted_and_rerun(tmp_path):
     server_cwd.mkdir()
     with fio_hosts(2, workdir=server_cwd) as servers:
         addrs = [addr for addr, _ in servers]
-        p = run_json("probe", str(target), "--hosts", ",".join(addrs), "--quick", "--writers", "1", "--emit-jobs", str(jobs))
+        p = run_json(
+            "probe", str(target), "--hosts", ",".join(addrs), "--quick", "--writers", "1", "--emit-jobs", str(jobs)
+        )
         entries = p["measurement"]["jobs"]
         assert [j["raw_fio"] for j in entries] == list(range(len(p["raw_fio"])))
-        assert [j["phase"] for j in entries] == ["bandwidth, 1 writer(s) on every host", "host scaling, 1 host(s) at once",
-                                                 "host scaling, 2 host(s) at once", "small files, then fsync latency"]
+        assert [j["phase"] for j in entries] == [
+            "bandwidth, 1 writer(s) on every host",
+            "host scaling, 1 host(s) at once",
+            "host scaling, 2 host(s) at once",
+            "small files, then fsync latency",
+        ]
         first = entries[0]
         assert first["files"] == ["001-bw-1w.host0.fio", "001-bw-1w.host1.fio"]
         assert entries[1]["files"] == ["002-scaling-1h.host0.fio"]  # one host in that run
         script = (jobs / "run.sh").read_text()
-        assert (f"fio --output-format=json --client=ip:{addrs[0]},8765 001-bw-1w.host0.fio "
-                f"--client=ip:{addrs[1]},8765 001-bw-1w.host1.fio > 001-bw-1w.json") in script
+        assert (
+            f"fio --output-format=json --client=ip:{addrs[0]},8765 001-bw-1w.host0.fio "
+            f"--client=ip:{addrs[1]},8765 001-bw-1w.host1.fio > 001-bw-1w.json"
+        ) in script
         for name in first["files"]:
             assert "buffered_bandwidth (writers=1)" in comment(jobs / name) and "ckplan agent" in comment(jobs / name)
             sections = job_file(jobs / name)

@@ -4,6 +4,7 @@ and a failed measurement exits 4 leaving nothing behind."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -47,8 +48,11 @@ def processes() -> dict[int, tuple[int, list[str], str]]:
 
 def fio_touching(path: Path) -> list[int]:
     """fio processes whose arguments or working directory lie under `path`."""
-    return [pid for pid, (_, argv, cwd) in processes().items()
-            if os.path.basename(argv[0]) == "fio" and any(str(path) in a for a in argv[1:] + [cwd])]
+    return [
+        pid
+        for pid, (_, argv, cwd) in processes().items()
+        if os.path.basename(argv[0]) == "fio" and any(str(path) in a for a in argv[1:] + [cwd])
+    ]
 
 
 def descendants(root: int) -> list[int]:
@@ -81,8 +85,12 @@ def wait_for(condition, timeout: float, what: str, proc: subprocess.Popen | None
 
 
 def start_probe(path: Path, *extra: str) -> subprocess.Popen:
-    return subprocess.Popen(ckplan_exe() + ["probe", str(path), *NO_CALIBRATE, *extra], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        ckplan_exe() + ["probe", str(path), *NO_CALIBRATE, *extra],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def one_error_line(err: str) -> str:
@@ -108,7 +116,7 @@ class PeakUse:
             self.peak = max(self.peak, self._used() - self._base)
             time.sleep(0.002)
 
-    def __enter__(self) -> "PeakUse":
+    def __enter__(self) -> PeakUse:
         self._thread.start()
         return self
 
@@ -119,6 +127,7 @@ class PeakUse:
 
 # --- the byte budget ---------------------------------------------------------------------------------------
 
+
 @needs_root
 def test_a_64_mb_target_can_be_probed(tmp_path):
     """Half of a 64 MiB tmpfs is 32 MiB: every phase fits, the latency file too (it was a fixed 64 MiB,
@@ -126,8 +135,11 @@ def test_a_64_mb_target_can_be_probed(tmp_path):
     with mounted(tmp_path / "small", "tmpfs", "size=64m") as small:
         p = run_json("probe", str(small), *NO_CALIBRATE)
         assert scratch_dirs(small) == []
-    latency_sizes = [int(d["jobs"][0]["job options"]["size"]) for d in p["raw_fio"]
-                     if d["jobs"][0]["jobname"] in ("fsync-lat", "sync-write-lat")]
+    latency_sizes = [
+        int(d["jobs"][0]["job options"]["size"])
+        for d in p["raw_fio"]
+        if d["jobs"][0]["jobname"] in ("fsync-lat", "sync-write-lat")
+    ]
     assert len(latency_sizes) == 2 and all(s <= 32 * 2**20 for s in latency_sizes)
     assert p["fsync_latency"]["samples"] > 0 and p["sync_write_latency"]["samples"] > 0
 
@@ -148,6 +160,7 @@ def test_max_bytes_bounds_the_whole_probes_peak_use(tmp_path):
 
 
 # --- children die with ckplan ------------------------------------------------------------------------------
+
 
 def test_kill_9_takes_fio_with_it_and_clean_removes_the_scratch(tmp_path):
     proc = start_probe(tmp_path, "--writers", "2")
@@ -173,8 +186,12 @@ def test_kill_9_during_calibrate_takes_its_workers_and_clean_removes_its_scratch
     before = set(scratch_dirs(shm, CALIBRATE))
     proc = subprocess.Popen(ckplan_exe() + ["calibrate", "--quick"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
-        mine = wait_for(lambda: [d for d in scratch_dirs(shm, CALIBRATE) if d not in before and f"-{proc.pid}-" in d.name],
-                        120, "the calibration's scratch directory", proc)
+        mine = wait_for(
+            lambda: [d for d in scratch_dirs(shm, CALIBRATE) if d not in before and f"-{proc.pid}-" in d.name],
+            120,
+            "the calibration's scratch directory",
+            proc,
+        )
         wait_for(lambda: len(saver_processes(proc.pid)) >= 2, 60, "the two save processes", proc)
         workers = descendants(proc.pid)
     finally:
@@ -190,6 +207,7 @@ def test_kill_9_during_calibrate_takes_its_workers_and_clean_removes_its_scratch
 
 
 # --- concurrent probes -------------------------------------------------------------------------------------
+
 
 def test_two_probes_at_once_each_name_the_other(tmp_path):
     procs = [start_probe(tmp_path, "--writers", "1", "--json") for _ in range(2)]
@@ -214,6 +232,7 @@ def test_a_probe_alone_gives_no_such_warning(tmp_path):
 
 
 # --- failed measurements: exit 4, one line, nothing left ---------------------------------------------------
+
 
 def test_fio_killed_mid_run_is_a_failed_measurement(tmp_path):
     proc = start_probe(tmp_path, "--writers", "2")
@@ -242,14 +261,11 @@ class Filler:
                 st = os.statvfs(self.path)
                 if st.f_bavail:
                     n += 1
-                    with open(self.path / f"filler-{n}", "wb") as f:
-                        try:
-                            os.posix_fallocate(f.fileno(), 0, st.f_bavail * st.f_frsize)
-                        except OSError:
-                            pass
+                    with open(self.path / f"filler-{n}", "wb") as f, contextlib.suppress(OSError):
+                        os.posix_fallocate(f.fileno(), 0, st.f_bavail * st.f_frsize)
             time.sleep(0.005)
 
-    def __enter__(self) -> "Filler":
+    def __enter__(self) -> Filler:
         self._thread.start()
         return self
 
@@ -279,7 +295,9 @@ def test_target_fills_up_during_the_replay(tmp_path):
     is reported as ENOSPC with exit 4, the other rank is stopped, and nothing is left."""
     pytest.importorskip("torch")
     plan = tmp_path / "plan.json"
-    plan.write_text(run_cli("size", "--params", "1e9", "--gpus", "2", "--gpus-per-node", "2", "--json", check=True).stdout)
+    plan.write_text(
+        run_cli("size", "--params", "1e9", "--gpus", "2", "--gpus-per-node", "2", "--json", check=True).stdout
+    )
     with mounted(tmp_path / "small", "tmpfs", "size=96m") as small:
         proc = start_probe(small, "--writers", "2", "--plan", str(plan), "--scale", "0.001")
         before = set(processes())
@@ -292,5 +310,7 @@ def test_target_fills_up_during_the_replay(tmp_path):
         assert "ENOSPC" in line and "replay" in line
         assert scratch_dirs(small) == []
     time.sleep(0.5)
-    savers = [pid for pid, (_, argv, _) in processes().items() if pid not in before and "multiprocessing" in " ".join(argv)]
+    savers = [
+        pid for pid, (_, argv, _) in processes().items() if pid not in before and "multiprocessing" in " ".join(argv)
+    ]
     assert savers == [], "a save process outlived the failed probe"

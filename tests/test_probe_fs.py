@@ -76,9 +76,11 @@ def check_figures(p: dict, directory: Path) -> None:
     # each path's fio jobs ran with that path's O_DIRECT setting, and each curve point is fio's completed 1 MiB
     # writes over its runtime (fio's completion count, not the bw_bytes field the probe reads)
     for i, path in enumerate(paths):
-        docs = p["raw_fio"][1 + 2 * i:3 + 2 * i]
+        docs = p["raw_fio"][1 + 2 * i : 3 + 2 * i]
         assert [d["jobs"][0]["job options"]["direct"] for d in docs] == ["1" if path == "direct" else "0"] * 2
-        completed = [d["jobs"][0]["write"]["total_ios"] * 2**20 / (d["jobs"][0]["write"]["runtime"] / 1000) for d in docs]
+        completed = [
+            d["jobs"][0]["write"]["total_ios"] * 2**20 / (d["jobs"][0]["write"]["runtime"] / 1000) for d in docs
+        ]
         assert [b["bytes_per_s"] for b in curves[path]] == pytest.approx(completed, rel=0.01)
     # small files: calibration, warm-up, measured run; never more than 1,024 files per writer in a directory
     small = [d for d in p["raw_fio"] if d["jobs"][0]["jobname"] == "smallfiles"]
@@ -203,7 +205,9 @@ def test_probe_dev_shm():
 
 def test_replay_of_a_plan(tmp_path):
     plan = tmp_path / "plan.json"
-    plan.write_text(run_cli("size", "--params", "1e9", "--gpus", "2", "--gpus-per-node", "2", "--json", check=True).stdout)
+    plan.write_text(
+        run_cli("size", "--params", "1e9", "--gpus", "2", "--gpus-per-node", "2", "--json", check=True).stdout
+    )
     target = tmp_path / "target"
     target.mkdir()
     p = quick(target, "--plan", str(plan), "--scale", "0.01")
@@ -225,8 +229,21 @@ def test_direct_io_plan_is_replayed_with_o_direct_and_its_serialiser_added(tmp_p
     """A FastPersist plan (DeepSpeed writer=fast) takes the direct path: raw bytes with O_DIRECT, the busiest
     writer's torch.save time added at full size from the named default (no calibration in this probe)."""
     plan = tmp_path / "plan.json"
-    plan.write_text(run_cli("size", "--params", "1e9", "--gpus", "2", "--gpus-per-node", "2", "--option", "writer=fast",
-                            "--json", check=True).stdout)
+    plan.write_text(
+        run_cli(
+            "size",
+            "--params",
+            "1e9",
+            "--gpus",
+            "2",
+            "--gpus-per-node",
+            "2",
+            "--option",
+            "writer=fast",
+            "--json",
+            check=True,
+        ).stdout
+    )
     plan_data = json.loads(plan.read_text())
     assert plan_data["write_path"] == "direct"
     target = tmp_path / "target"
@@ -234,8 +251,10 @@ def test_direct_io_plan_is_replayed_with_o_direct_and_its_serialiser_added(tmp_p
     p = quick(target, "--plan", str(plan), "--scale", "0.01")
     r = p["replay"]
     assert (r["method"], r["write_path"]) == ("raw bytes", "direct")
-    busiest = max(sum(f["bytes"] for f in plan_data["manifest"] if f["rank"] == rank and f["format"] == "torch.save")
-                  for rank in (0, 1))
+    busiest = max(
+        sum(f["bytes"] for f in plan_data["manifest"] if f["rank"] == rank and f["format"] == "torch.save")
+        for rank in (0, 1)
+    )
     assert r["serialize_seconds"] == pytest.approx(busiest / DEFAULT_SERIALIZE_BYTES_PER_S["torch.save"], rel=1e-6)
     assert r["full_scale_seconds"] == pytest.approx(r["seconds"] * 100 + r["serialize_seconds"], rel=0.02)
     # the quick preset: one warm-up, then one counted run
@@ -257,11 +276,17 @@ def test_paths_fio_cannot_take_are_refused_before_writing(tmp_path, name):
     assert list(odd.iterdir()) == []
 
 
-@pytest.mark.parametrize("args,fragment", [
-    (["/definitely/not/here"], "does not exist"), (["/etc/hostname"], "not a directory"),
-    (["--quick", "--thorough", "/tmp"], "not both"), (["/tmp", "--scale", "2"], "--scale"),
-    (["/tmp", "--max-bytes", "1MB"], "too little free space"), (["/tmp", "--plan", "/nonexistent.json"], "cannot read plan"),
-])
+@pytest.mark.parametrize(
+    "args,fragment",
+    [
+        (["/definitely/not/here"], "does not exist"),
+        (["/etc/hostname"], "not a directory"),
+        (["--quick", "--thorough", "/tmp"], "not both"),
+        (["/tmp", "--scale", "2"], "--scale"),
+        (["/tmp", "--max-bytes", "1MB"], "too little free space"),
+        (["/tmp", "--plan", "/nonexistent.json"], "cannot read plan"),
+    ],
+)
 def test_bad_targets_and_flags(args, fragment):
     assert_one_line_error(run_cli("probe", *args), fragment)
 
@@ -285,8 +310,12 @@ def test_replay_too_big_suggests_scale(tmp_path):
 
 
 def _start_probe(path: Path, *extra: str) -> subprocess.Popen:
-    proc = subprocess.Popen(ckplan_exe() + ["probe", str(path), "--writers", "2", "--no-calibrate", *extra], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        ckplan_exe() + ["probe", str(path), "--writers", "2", "--no-calibrate", *extra],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 30
     while not scratch_dirs(path):
         assert proc.poll() is None, proc.communicate()

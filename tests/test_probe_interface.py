@@ -17,14 +17,20 @@ from ckplan.profile import StorageProfile
 from tests.conftest import run_json
 
 
-@pytest.mark.parametrize("spec,cls", [
-    (TargetSpec("/var/tmp/x"), FilesystemTarget),
-    (TargetSpec("s3://bucket/prefix"), S3Target),
-    (TargetSpec("/mnt/lustre/x", hosts="h1,h2:8766"), HostsTarget),
-])
+@pytest.mark.parametrize(
+    "spec,cls",
+    [
+        (TargetSpec("/var/tmp/x"), FilesystemTarget),
+        (TargetSpec("s3://bucket/prefix"), S3Target),
+        (TargetSpec("/mnt/lustre/x", hosts="h1,h2:8766"), HostsTarget),
+    ],
+)
 def test_open_target_picks_the_kind_and_prepares_nothing(spec, cls):
     target: ProbeTarget = open_target(spec)
-    assert type(target) is cls and target.kind == {FilesystemTarget: "filesystem", S3Target: "s3", HostsTarget: "hosts"}[cls]
+    assert (
+        type(target) is cls
+        and target.kind == {FilesystemTarget: "filesystem", S3Target: "s3", HostsTarget: "hosts"}[cls]
+    )
     assert target.plan is None
     for method in ("run", "clean"):
         assert callable(getattr(target, method))
@@ -46,4 +52,6 @@ def test_older_profiles_get_the_kind_their_fields_imply(tmp_path):
     assert StorageProfile.model_validate(measured).target_kind == "filesystem"
     assert StorageProfile.model_validate({**measured, "fs_type": "s3"}).target_kind == "s3"
     assert StorageProfile.model_validate({**measured, "hosts": 3}).target_kind == "hosts"
-    assert StorageProfile.model_validate({**measured, "hosts": 3, "target_kind": "filesystem"}).target_kind == "filesystem"
+    assert (
+        StorageProfile.model_validate({**measured, "hosts": 3, "target_kind": "filesystem"}).target_kind == "filesystem"
+    )

@@ -66,10 +66,24 @@ def test_probe_measures_and_leaves_nothing(endpoint, tmp_path):
 
 def test_replay_and_recommend(endpoint, tmp_path):
     plan = tmp_path / "plan.json"
-    plan.write_text(run_cli("size", "--params", "1e9", "--gpus", "2", "--gpus-per-node", "2", "--json", check=True).stdout)
+    plan.write_text(
+        run_cli("size", "--params", "1e9", "--gpus", "2", "--gpus-per-node", "2", "--json", check=True).stdout
+    )
     out = tmp_path / "s3.json"
-    proc = probe(endpoint, tmp_path, f"s3://{BUCKET}/replay", "--quick", "--plan", str(plan), "--scale", "0.002",
-                 "--out", str(out), "--part-size", "5MiB")
+    proc = probe(
+        endpoint,
+        tmp_path,
+        f"s3://{BUCKET}/replay",
+        "--quick",
+        "--plan",
+        str(plan),
+        "--scale",
+        "0.002",
+        "--out",
+        str(out),
+        "--part-size",
+        "5MiB",
+    )
     assert proc.returncode == 0, proc.stderr
     r = json.loads(out.read_text())["replay"]
     assert r["files"] == json.loads(plan.read_text())["file_count"] and r["seconds"] > 0
@@ -78,16 +92,23 @@ def test_replay_and_recommend(endpoint, tmp_path):
     assert_clean(endpoint)
 
 
-@pytest.mark.parametrize("url,fragment", [("s3:/ckpt/x", "not an s3 url"), ("s3://A_B/x", "malformed"),
-                                          ("s3://no-such-bucket/x", "does not exist")])
+@pytest.mark.parametrize(
+    "url,fragment",
+    [("s3:/ckpt/x", "not an s3 url"), ("s3://A_B/x", "malformed"), ("s3://no-such-bucket/x", "does not exist")],
+)
 def test_bad_urls_and_missing_bucket(endpoint, tmp_path, url, fragment):
     assert_one_line_error(probe(endpoint, tmp_path, url, "--quick"), fragment)
 
 
 def test_no_credentials_at_all(endpoint, tmp_path):
     env = {k: "" for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")}
-    proc = run_cli("probe", f"s3://{BUCKET}/x", "--endpoint-url", endpoint,
-                   env={**credentials_env(tmp_path), **env, "AWS_EC2_METADATA_DISABLED": "true"})
+    proc = run_cli(
+        "probe",
+        f"s3://{BUCKET}/x",
+        "--endpoint-url",
+        endpoint,
+        env={**credentials_env(tmp_path), **env, "AWS_EC2_METADATA_DISABLED": "true"},
+    )
     assert_one_line_error(proc, "no aws credentials")
 
 
@@ -95,7 +116,10 @@ def test_wrong_credentials(tmp_path):
     """A server that checks signatures: the first three calls (to set it up) are let through unauthenticated."""
     with moto_server({"INITIAL_NO_AUTH_ACTION_COUNT": "3"}) as url:
         import boto3
-        iam = boto3.client("iam", endpoint_url=url, region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="y")
+
+        iam = boto3.client(
+            "iam", endpoint_url=url, region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="y"
+        )
         iam.create_user(UserName="ckplan")
         iam.create_access_key(UserName="ckplan")
         s3_client(url).create_bucket(Bucket=BUCKET)
@@ -106,8 +130,16 @@ def test_wrong_credentials(tmp_path):
 
 def test_endpoint_refuses_connections(tmp_path):
     from tests.s3server import free_port
-    proc = run_cli("probe", f"s3://{BUCKET}/x", "--endpoint-url", f"http://127.0.0.1:{free_port()}", "--timeout", "2s",
-                   env=credentials_env(tmp_path))
+
+    proc = run_cli(
+        "probe",
+        f"s3://{BUCKET}/x",
+        "--endpoint-url",
+        f"http://127.0.0.1:{free_port()}",
+        "--timeout",
+        "2s",
+        env=credentials_env(tmp_path),
+    )
     assert_one_line_error(proc, "cannot connect", code=3)
 
 
@@ -116,8 +148,16 @@ def test_endpoint_that_never_answers_is_bounded(tmp_path):
     silent.bind(("127.0.0.1", 0))
     silent.listen(16)  # accepts TCP connections (in the backlog) and never says a word
     start = time.monotonic()
-    proc = run_cli("probe", f"s3://{BUCKET}/x", "--endpoint-url", f"http://127.0.0.1:{silent.getsockname()[1]}",
-                   "--timeout", "1s", env=credentials_env(tmp_path), timeout=60)
+    proc = run_cli(
+        "probe",
+        f"s3://{BUCKET}/x",
+        "--endpoint-url",
+        f"http://127.0.0.1:{silent.getsockname()[1]}",
+        "--timeout",
+        "1s",
+        env=credentials_env(tmp_path),
+        timeout=60,
+    )
     silent.close()
     assert_one_line_error(proc, "did not answer in time", code=3)
     assert time.monotonic() - start < 30
@@ -126,8 +166,16 @@ def test_endpoint_that_never_answers_is_bounded(tmp_path):
 def test_server_drops_the_connection_mid_upload(endpoint, tmp_path):
     proxy = DroppingProxy(endpoint)
     try:
-        proc = run_cli("probe", f"s3://{BUCKET}/drop", "--quick", "--writers", "2", "--endpoint-url", proxy.endpoint,
-                       env=credentials_env(tmp_path))
+        proc = run_cli(
+            "probe",
+            f"s3://{BUCKET}/drop",
+            "--quick",
+            "--writers",
+            "2",
+            "--endpoint-url",
+            proxy.endpoint,
+            env=credentials_env(tmp_path),
+        )
     finally:
         proxy.close()
     assert_one_line_error(proc, "dropped the connection", code=4)
@@ -135,10 +183,13 @@ def test_server_drops_the_connection_mid_upload(endpoint, tmp_path):
 
 
 def _start(endpoint, tmp_path, name, *extra):
-    proc = subprocess.Popen(ckplan_exe() + ["probe", f"s3://{BUCKET}/{name}", "--endpoint-url", endpoint, "--writers", "2",
-                                            *extra],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, **credentials_env(tmp_path)})
+    proc = subprocess.Popen(
+        ckplan_exe() + ["probe", f"s3://{BUCKET}/{name}", "--endpoint-url", endpoint, "--writers", "2", *extra],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **credentials_env(tmp_path)},
+    )
     deadline = time.monotonic() + 30
     while leftovers(endpoint, BUCKET) == ([], []):  # wait until it is writing
         assert proc.poll() is None and time.monotonic() < deadline
@@ -161,8 +212,17 @@ def test_kill_9_then_clean(endpoint, tmp_path):
     proc.wait()
     objects, uploads = leftovers(endpoint, BUCKET)
     assert objects or uploads
-    result = json.loads(run_cli("clean", f"s3://{BUCKET}/killed", "--endpoint-url", endpoint, "--json",
-                                env=credentials_env(tmp_path), check=True).stdout)
+    result = json.loads(
+        run_cli(
+            "clean",
+            f"s3://{BUCKET}/killed",
+            "--endpoint-url",
+            endpoint,
+            "--json",
+            env=credentials_env(tmp_path),
+            check=True,
+        ).stdout
+    )
     assert len(result["removed"]) == 1 and ".ckplan-probe-" in result["removed"][0]
     assert_clean(endpoint)
 
@@ -206,7 +266,7 @@ def test_stream_bandwidth_against_bytes_the_server_received(endpoint, tmp_path, 
         proxy.close()
     spans = phases.spans("bandwidth:")
     assert [b.writers for b in profile.buffered_bandwidth] == [1, 2] and len(spans) == 2
-    for point, (start, end) in zip(profile.buffered_bandwidth, spans):
+    for point, (start, end) in zip(profile.buffered_bandwidth, spans, strict=False):
         received = proxy.bytes_between(start, end)
         assert received > 5 * 2**20, "the phase uploaded at least one part"
         ours = received / (end - start)
@@ -216,6 +276,7 @@ def test_stream_bandwidth_against_bytes_the_server_received(endpoint, tmp_path, 
 
 def _marker_keys(endpoint, prefix: str) -> list[str]:
     from ckplan.probe.s3 import MARKER
+
     return [k for k in leftovers(endpoint, BUCKET)[0] if k.startswith(prefix) and k.endswith("/" + MARKER)]
 
 
@@ -242,14 +303,24 @@ def test_liveness_rules():
 def test_clean_keeps_a_live_probe(endpoint, tmp_path):
     proc = _start(endpoint, tmp_path, "live", "--quick")  # about 10 s: long enough for two cleans
     try:
-        result = json.loads(run_cli("clean", f"s3://{BUCKET}/live", "--endpoint-url", endpoint, "--json",
-                                    env=credentials_env(tmp_path), check=True).stdout)
+        result = json.loads(
+            run_cli(
+                "clean",
+                f"s3://{BUCKET}/live",
+                "--endpoint-url",
+                endpoint,
+                "--json",
+                env=credentials_env(tmp_path),
+                check=True,
+            ).stdout
+        )
         assert result["removed"] == [] and len(result["kept"]) == 1, result
         kept = result["kept"][0]
         assert f"-{proc.pid}-" in kept and f"pid {proc.pid}" in result["why"][kept], result
         assert _marker_keys(endpoint, "live/")  # still there: the probe's objects were not deleted under it
-        text = run_cli("clean", f"s3://{BUCKET}/live", "--endpoint-url", endpoint, env=credentials_env(tmp_path),
-                       check=True).stdout
+        text = run_cli(
+            "clean", f"s3://{BUCKET}/live", "--endpoint-url", endpoint, env=credentials_env(tmp_path), check=True
+        ).stdout
         assert "kept" in text and "a live probe owns it" in text and "--force" in text, text
     finally:
         out, err = proc.communicate(timeout=120)
@@ -260,15 +331,21 @@ def test_clean_keeps_a_live_probe(endpoint, tmp_path):
 def test_clean_keeps_another_hosts_fresh_probe_unless_forced(endpoint, tmp_path):
     prefix = "elsewhere/.ckplan-probe-node07-4242-abcd1234/"
     s3 = s3_client(endpoint)
-    s3.put_object(Bucket=BUCKET, Key=prefix + "ckplan-probe.json",
-                  Body=json.dumps({"host": "node07", "pid": 4242, "started": time.time()}).encode())
+    s3.put_object(
+        Bucket=BUCKET,
+        Key=prefix + "ckplan-probe.json",
+        Body=json.dumps({"host": "node07", "pid": 4242, "started": time.time()}).encode(),
+    )
     s3.put_object(Bucket=BUCKET, Key=prefix + "small-0-0-0", Body=b"x" * 4096)
     s3.create_multipart_upload(Bucket=BUCKET, Key=prefix + "bw-1-0-0")
     args = ("clean", f"s3://{BUCKET}/elsewhere", "--endpoint-url", endpoint, "--json")
     result = json.loads(run_cli(*args, env=credentials_env(tmp_path), check=True).stdout)
     assert (result["removed"], result["kept"]) == ([], [f"s3://{BUCKET}/{prefix}"]), result
     assert "host node07, pid 4242" in result["why"][f"s3://{BUCKET}/{prefix}"]
-    assert leftovers(endpoint, BUCKET) == ([prefix + "ckplan-probe.json", prefix + "small-0-0-0"], [prefix + "bw-1-0-0"])
+    assert leftovers(endpoint, BUCKET) == (
+        [prefix + "ckplan-probe.json", prefix + "small-0-0-0"],
+        [prefix + "bw-1-0-0"],
+    )
     result = json.loads(run_cli(*args, "--force", env=credentials_env(tmp_path), check=True).stdout)
     assert (result["removed"], result["kept"]) == ([f"s3://{BUCKET}/{prefix}"], []), result
     assert_clean(endpoint)
@@ -286,8 +363,12 @@ def test_remove_prefix_treats_an_upload_finished_meanwhile_as_done(endpoint):
     finished = []
 
     def finish_first(params, **_):
-        writer.complete_multipart_upload(Bucket=BUCKET, Key=params["Key"], UploadId=params["UploadId"],
-                                         MultipartUpload={"Parts": [{"ETag": etag, "PartNumber": 1}]})
+        writer.complete_multipart_upload(
+            Bucket=BUCKET,
+            Key=params["Key"],
+            UploadId=params["UploadId"],
+            MultipartUpload={"Parts": [{"ETag": etag, "PartNumber": 1}]},
+        )
         finished.append(params["Key"])
 
     cleaner = s3_client(endpoint)
@@ -322,8 +403,11 @@ def test_clean_gives_up_on_a_prefix_that_keeps_filling(endpoint, tmp_path, monke
     writer.start()
     start = time.monotonic()
     try:
-        with pytest.raises(EnvironmentProblem, match=r"kept appearing under s3://ckpt/filling/\.ckplan-probe-x-1-0/ "
-                                                     r"for 3 s of clean-up"):
+        with pytest.raises(
+            EnvironmentProblem,
+            match=r"kept appearing under s3://ckpt/filling/\.ckplan-probe-x-1-0/ "
+            r"for 3 s of clean-up",
+        ):
             clean_s3(f"s3://{BUCKET}/filling", endpoint_url=endpoint, quiet_s=1.0, wait_s=3.0)
     finally:
         stop.set()
@@ -340,14 +424,31 @@ def test_two_probes_at_once_warn(endpoint, tmp_path):
     a dead probe's leftovers beside them are not taken for a live one."""
     s3 = s3_client(endpoint)
     stale = f"shared/.ckplan-probe-{socket.gethostname()}-{_dead_pid()}-deadbeef/"
-    s3.put_object(Bucket=BUCKET, Key=stale + "ckplan-probe.json",
-                  Body=json.dumps({"host": socket.gethostname(), "pid": _dead_pid(), "started": time.time()}).encode())
+    s3.put_object(
+        Bucket=BUCKET,
+        Key=stale + "ckplan-probe.json",
+        Body=json.dumps({"host": socket.gethostname(), "pid": _dead_pid(), "started": time.time()}).encode(),
+    )
 
     def start(name):
-        return subprocess.Popen(ckplan_exe() + ["probe", f"s3://{BUCKET}/shared", "--endpoint-url", endpoint, "--quick",
-                                                "--writers", "2", "--out", str(tmp_path / f"{name}.json")],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                env={**os.environ, "NO_COLOR": "1", "COLUMNS": "200", **credentials_env(tmp_path)})
+        return subprocess.Popen(
+            ckplan_exe()
+            + [
+                "probe",
+                f"s3://{BUCKET}/shared",
+                "--endpoint-url",
+                endpoint,
+                "--quick",
+                "--writers",
+                "2",
+                "--out",
+                str(tmp_path / f"{name}.json"),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "NO_COLOR": "1", "COLUMNS": "200", **credentials_env(tmp_path)},
+        )
 
     a = start("a")
     deadline = time.monotonic() + 30
@@ -386,14 +487,31 @@ def test_kill_9_at_random_times_then_clean_leaves_nothing(endpoint, tmp_path):
     for run in range(10):
         delay = rng.uniform(0, QUICK_PROBE_S)
         where = f"seed {seed}, run {run}, kill after {delay:.2f} s"
-        proc = subprocess.Popen(ckplan_exe() + ["probe", f"s3://{BUCKET}/kill{run}", "--endpoint-url", endpoint,
-                                                "--quick", "--writers", "2", "--part-size", "5MiB"],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+        proc = subprocess.Popen(
+            ckplan_exe()
+            + [
+                "probe",
+                f"s3://{BUCKET}/kill{run}",
+                "--endpoint-url",
+                endpoint,
+                "--quick",
+                "--writers",
+                "2",
+                "--part-size",
+                "5MiB",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
         time.sleep(delay)
         proc.kill()
         _, err = proc.communicate(timeout=30)
         assert proc.returncode in (-signal.SIGKILL, 0), (where, err)
-        clean = run_cli("clean", f"s3://{BUCKET}/kill{run}", "--endpoint-url", endpoint, "--json", env=credentials_env(tmp_path))
+        clean = run_cli(
+            "clean", f"s3://{BUCKET}/kill{run}", "--endpoint-url", endpoint, "--json", env=credentials_env(tmp_path)
+        )
         assert clean.returncode == 0, (where, clean.stderr)
         s3 = s3_client(endpoint)  # independent of ckplan's code: every object and every upload in the bucket
         objects = [o["Key"] for o in s3.list_objects_v2(Bucket=BUCKET).get("Contents", [])]

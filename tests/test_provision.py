@@ -27,8 +27,12 @@ def test_recommend_meets_the_target_with_the_provisioned_storage(mode, goodput):
     row = provision_one(p, policy, mode, goodput, keep=2, data=DATA)
     assert row.feasible
     # give recommend exactly the provisioned figures: it must meet the targets, within rounding
-    storage = provisioned_profile(row.node_bandwidth_bytes_per_s * 1.001, row.burst_bandwidth_bytes_per_s * 1.001,
-                                  row.files_per_s * 1.001, row.files_per_s * 1.001)
+    storage = provisioned_profile(
+        row.node_bandwidth_bytes_per_s * 1.001,
+        row.burst_bandwidth_bytes_per_s * 1.001,
+        row.files_per_s * 1.001,
+        row.files_per_s * 1.001,
+    )
     rec = recommend(p, storage, policy)
     assert rec.verdict != "infeasible"
     assert rec.save_seconds == pytest.approx(row.save_seconds, rel=0.01)
@@ -36,22 +40,33 @@ def test_recommend_meets_the_target_with_the_provisioned_storage(mode, goodput):
     if goodput is not None:
         assert rec.ettr >= goodput - 1e-3
     # and 20% less bandwidth misses a target
-    short = provisioned_profile(row.node_bandwidth_bytes_per_s * 0.8, row.burst_bandwidth_bytes_per_s * 0.8,
-                                row.files_per_s, row.files_per_s)
+    short = provisioned_profile(
+        row.node_bandwidth_bytes_per_s * 0.8, row.burst_bandwidth_bytes_per_s * 0.8, row.files_per_s, row.files_per_s
+    )
     worse = recommend(p, short, policy)
-    missed = (worse.verdict == "infeasible" or (goodput is not None and worse.ettr < goodput)
-              or worse.stall_seconds / policy.max_overhead > min(worse.optimal_interval_s, worse.max_loss_s - worse.save_seconds))
+    missed = (
+        worse.verdict == "infeasible"
+        or (goodput is not None and worse.ettr < goodput)
+        or worse.stall_seconds / policy.max_overhead
+        > min(worse.optimal_interval_s, worse.max_loss_s - worse.save_seconds)
+    )
     assert missed
 
 
 @settings(max_examples=25, deadline=None)
-@given(small=st.sampled_from([64, 128, 256, 512]), factor=st.sampled_from([2, 4, 8]), rate=st.floats(1.0, 20.0),
-       mode=st.sampled_from(["sync", "async"]))
+@given(
+    small=st.sampled_from([64, 128, 256, 512]),
+    factor=st.sampled_from([2, 4, 8]),
+    rate=st.floats(1.0, 20.0),
+    mode=st.sampled_from(["sync", "async"]),
+)
 def test_more_gpus_never_need_less_bandwidth(small, factor, rate, mode):
     """Holds for the storage's part only: with a serialiser, fewer GPUs give each rank more bytes to serialise, which
     leaves less of the persist time for writing (a real effect), so the serialisers are made free here."""
     free = {fmt: float("inf") for fmt in ("torch.save", "dcp", "safetensors")}
-    policy = Policy(node_failures_per_1000_days=rate, mode="async" if mode == "async" else "sync", serialize_bytes_per_s=free)
+    policy = Policy(
+        node_failures_per_1000_days=rate, mode="async" if mode == "async" else "sync", serialize_bytes_per_s=free
+    )
     a = provision_one(plan(small), policy, mode, None, 2, DATA)
     b = provision_one(plan(small * factor), policy, mode, None, 2, DATA)
     if a.feasible and b.feasible:
@@ -83,8 +98,21 @@ def test_capacity_and_staging():
 
 def test_cli_sweep_json_chart_and_headroom(tmp_path):
     chart = tmp_path / "sweep.png"
-    data = run_json("provision", "--model", "llama-3.1-405b", "--gpus", "1024,16384", "--tp", "8", "--pp", "16",
-                    "--storage", "lustre", "--chart", str(chart))
+    data = run_json(
+        "provision",
+        "--model",
+        "llama-3.1-405b",
+        "--gpus",
+        "1024,16384",
+        "--tp",
+        "8",
+        "--pp",
+        "16",
+        "--storage",
+        "lustre",
+        "--chart",
+        str(chart),
+    )
     assert [r["gpus"] for r in data["rows"]] == [1024, 16384]
     assert data["rows"][1]["burst_bandwidth_bytes_per_s"] > data["rows"][0]["burst_bandwidth_bytes_per_s"]
     assert all(r["headroom"] > 0 for r in data["rows"])
@@ -93,8 +121,15 @@ def test_cli_sweep_json_chart_and_headroom(tmp_path):
     assert "Provisioning by cluster size" in out
 
 
-@pytest.mark.parametrize("args,fragment", [(["--gpus", "10,abc"], "whole numbers"), (["--mode", "fast"], "sync"),
-                                           (["--keep", "0"], "--keep"), (["--target-goodput", "120%"], "between")])
+@pytest.mark.parametrize(
+    "args,fragment",
+    [
+        (["--gpus", "10,abc"], "whole numbers"),
+        (["--mode", "fast"], "sync"),
+        (["--keep", "0"], "--keep"),
+        (["--target-goodput", "120%"], "between"),
+    ],
+)
 def test_provision_bad_input(args, fragment):
     assert_one_line_error(run_cli("provision", *args), fragment)
 
@@ -108,9 +143,20 @@ def test_headroom_uses_the_measured_curve_over_hosts():
     Deliberate break (issue 16) this catches: the headroom without × nodes (aggregate over 1 node: 5 GB/s).
     """
     from ckplan.profile_store import resolve
+
     hosts = resolve("tests/golden/profile-lustre-hosts.json")
-    p = build_plan(arch=catalog.model("llama-3.1-70b"), model_name="llama-3.1-70b", optimizer="adam", precision="bf16-mixed", framework="megatron",
-                   gpus=1024, gpus_per_node=8, tp=8, pp=4, zero=1)
+    p = build_plan(
+        arch=catalog.model("llama-3.1-70b"),
+        model_name="llama-3.1-70b",
+        optimizer="adam",
+        precision="bf16-mixed",
+        framework="megatron",
+        gpus=1024,
+        gpus_per_node=8,
+        tp=8,
+        pp=4,
+        zero=1,
+    )
     assert p.nodes_writing == 128
     row = provision_one(p, Policy(), "sync", None, 2, DATA, hosts)
     have = 5e9 + 127 / 255 * 95e9
@@ -154,6 +200,7 @@ def test_headroom_without_a_curve_over_hosts_is_per_node_times_nodes_capped():
     Deliberate break (issue 16) this catches, with test_headroom_uses_the_measured_curve_over_hosts: the headroom
     without × nodes (aggregate_bandwidth over 1 node instead of plan.nodes_writing)."""
     from tests.handmade import hand_profile
+
     p = plan(1024)
     assert (p.nodes_writing, p.max_writers_per_node) == (128, 8)
     free = provision_one(p, Policy(), "sync", None, 2, DATA, hand_profile({8: 2e9}, shared=True))

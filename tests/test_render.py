@@ -37,7 +37,9 @@ from ckplan.validate.model import Validation, scaled_prediction
 from tests.handmade import DATA, PLAN, POLICY, TARGET, hand_calibration, hand_plan, hand_profile
 
 GB = 10**9
-RENDER_MODULES = [importlib.import_module(f"ckplan.render.{m.name}") for m in pkgutil.iter_modules(ckplan.render.__path__)]
+RENDER_MODULES = [
+    importlib.import_module(f"ckplan.render.{m.name}") for m in pkgutil.iter_modules(ckplan.render.__path__)
+]
 
 
 @pytest.fixture
@@ -50,19 +52,34 @@ def screen(monkeypatch):
 
     def text() -> str:
         return rec.export_text(clear=False)
+
     return text
 
 
 def test_every_render_module_is_covered():
     """A renderer added beside its siblings must get a test here too."""
-    tested = {"catalog", "charts", "clean", "compress", "console", "diagnose", "document", "plan", "profile", "provision",
-              "recommend", "validate", "watch"}
+    tested = {
+        "catalog",
+        "charts",
+        "clean",
+        "compress",
+        "console",
+        "diagnose",
+        "document",
+        "plan",
+        "profile",
+        "provision",
+        "recommend",
+        "validate",
+        "watch",
+    }
     assert {m.__name__.rsplit(".", 1)[1] for m in RENDER_MODULES} == tested
 
 
 def test_render_models(screen):
     from ckplan.catalog import ModelCatalog
     from ckplan.render.catalog import render_models
+
     render_models(ModelCatalog.from_catalog(catalog.models()))
     out = screen()
     # Llama 3.1 8B: 8,030,261,248 parameters derived from its config (tests/test_sizing.py's N8)
@@ -71,17 +88,30 @@ def test_render_models(screen):
 
 def test_render_clean(screen):
     from ckplan.render.clean import render_clean
+
     render_clean(CleanResult(target="/t", removed=["/t/.ckplan-probe-a"], kept=["/t/.ckplan-probe-b"]))
     render_clean(CleanResult(target="/empty", removed=[], kept=[]))
     out = screen()
-    assert "removed /t/.ckplan-probe-a" in out and "kept /t/.ckplan-probe-b" in out and "nothing to clean under /empty" in out
+    assert (
+        "removed /t/.ckplan-probe-a" in out
+        and "kept /t/.ckplan-probe-b" in out
+        and "nothing to clean under /empty" in out
+    )
 
 
 def test_render_compress(screen):
     from ckplan.render.compress import render_compress
-    render_compress(CompressReport(source="generated", sample_bytes=64 * 10**6,
-                                   results=[CodecResult(codec="zstd-1", data="bf16 weights", ratio=1.25, bytes_per_s_per_core=350e6)],
-                                   mix_ratio={"zstd-1": 1.4}, mix_bytes_per_s_per_core={"zstd-1": 420e6}, recommended="zstd-1"))
+
+    render_compress(
+        CompressReport(
+            source="generated",
+            sample_bytes=64 * 10**6,
+            results=[CodecResult(codec="zstd-1", data="bf16 weights", ratio=1.25, bytes_per_s_per_core=350e6)],
+            mix_ratio={"zstd-1": 1.4},
+            mix_bytes_per_s_per_core={"zstd-1": 420e6},
+            recommended="zstd-1",
+        )
+    )
     out = screen()
     assert "(64 MB)" in out and "1.250×" in out and "350" in out and "1.400×" in out and "420" in out
     assert "Best ratio at ≥ 200 MB/s per core: zstd-1" in out
@@ -89,6 +119,7 @@ def test_render_compress(screen):
 
 def test_render_diagnosis(screen):
     from ckplan.render.diagnose import render_diagnosis
+
     saves = [Save(seconds=10.0 + 2 * i, at=1000.0 + 600 * i, label=f"step {i}", source="deepspeed") for i in range(6)]
     d = diagnose(saves, ["train.log"], 12_345_678, predicted_s=10.0)
     render_diagnosis(d)
@@ -101,6 +132,7 @@ def test_render_diagnosis(screen):
 
 def test_render_plan(screen):
     from ckplan.render.plan import render_plan
+
     plan = build_plan(arch=catalog.model("llama-3.1-8b"), model_name="llama-3.1-8b", gpus=8, zero=1)
     plan = plan.model_copy(update={"interval": interval_demand(plan, 600, 0.05)})
     render_plan(plan)
@@ -112,23 +144,53 @@ def test_render_plan(screen):
 
 def test_render_profile_filesystem_s3_hosts_and_calibration(screen):
     from ckplan.render.profile import render_calibration, render_profile
+
     plan = hand_plan([("a.pt", GB, 0, 0)])
-    fs = hand_profile({1: 1.5e9, 2: 2.5e9}, name="disk", files_per_s=1399, p99_s=0.004,
-                      calibration=hand_calibration({"torch.save": 1.2e9}, dcp_fixed_s=0.02),
-                      replay=Replay(seconds=2.0, bytes=GB, files=1, writers=1, scale=0.01, plan_fingerprint=plan.fingerprint,
-                                    full_scale_seconds=200.0))
+    fs = hand_profile(
+        {1: 1.5e9, 2: 2.5e9},
+        name="disk",
+        files_per_s=1399,
+        p99_s=0.004,
+        calibration=hand_calibration({"torch.save": 1.2e9}, dcp_fixed_s=0.02),
+        replay=Replay(
+            seconds=2.0,
+            bytes=GB,
+            files=1,
+            writers=1,
+            scale=0.01,
+            plan_fingerprint=plan.fingerprint,
+            full_scale_seconds=200.0,
+        ),
+    )
     fs.buffered_bandwidth[1].spread = Spread.of([2.4e9, 2.5e9, 2.7e9])
     render_profile(fs)
     out = screen()
     assert "1.50 GB/s" in out and "2.50 GB/s" in out and "2.40 GB/s … 2.70 GB/s (n=3, range 12.0%)" in out
     assert "1,399 files/s" in out and "4.0 ms" in out  # fsync p99 4 ms
     assert "at full size ≈ 3.3 min" in out and "torch.save 1.20 GB/s" in out and "20.0 ms (2 ranks)" in out
-    s3 = fs.model_copy(update={"target_kind": "s3", "fs_type": "s3", "storage_class": "s3", "mount_options": {"endpoint": "http://127.0.0.1:9", "region": "us-east-1"},
-                               "replay": None, "calibration": None})
+    s3 = fs.model_copy(
+        update={
+            "target_kind": "s3",
+            "fs_type": "s3",
+            "storage_class": "s3",
+            "mount_options": {"endpoint": "http://127.0.0.1:9", "region": "us-east-1"},
+            "replay": None,
+            "calibration": None,
+        }
+    )
     render_profile(s3)
-    hosts = fs.model_copy(update={"target_kind": "hosts", "hosts": 4, "mount_options": {"hosts": "a,b,c,d"}, "replay": None,
-                                  "aggregate_bandwidth": [BandwidthPoint(writers=2, hosts=1, bytes_per_s=2e9),
-                                                          BandwidthPoint(writers=2, hosts=4, bytes_per_s=6e9)]})
+    hosts = fs.model_copy(
+        update={
+            "target_kind": "hosts",
+            "hosts": 4,
+            "mount_options": {"hosts": "a,b,c,d"},
+            "replay": None,
+            "aggregate_bandwidth": [
+                BandwidthPoint(writers=2, hosts=1, bytes_per_s=2e9),
+                BandwidthPoint(writers=2, hosts=4, bytes_per_s=6e9),
+            ],
+        }
+    )
     render_profile(hosts)
     out = screen()
     assert "endpoint http://127.0.0.1:9, region us-east-1" in out and "small-object PUT" in out
@@ -140,15 +202,30 @@ def test_render_profile_filesystem_s3_hosts_and_calibration(screen):
 
 def test_render_profiles(screen):
     from ckplan.render.profile import render_profiles
-    render_profiles(ProfileList(profiles=[ProfileRow(name="mine", source="measured", storage_class="nfs", fs_type="nfs4",
-                                                     best_write_bytes_per_s=1.25e9, files_per_s=812, fsync_p99_s=0.0032,
-                                                     location="/home/u/.config/ckplan/mine.json")]))
+
+    render_profiles(
+        ProfileList(
+            profiles=[
+                ProfileRow(
+                    name="mine",
+                    source="measured",
+                    storage_class="nfs",
+                    fs_type="nfs4",
+                    best_write_bytes_per_s=1.25e9,
+                    files_per_s=812,
+                    fsync_p99_s=0.0032,
+                    location="/home/u/.config/ckplan/mine.json",
+                )
+            ]
+        )
+    )
     out = screen()
     assert "mine" in out and "1.25 GB/s" in out and "812" in out and "3.2 ms" in out and "mine.json" in out
 
 
 def test_render_recommendation_and_comparison(screen):
     from ckplan.render.recommend import render_comparison, render_recommendation
+
     rec = recommend(PLAN, TARGET, POLICY, DATA)
     render_recommendation(rec)
     out = screen()
@@ -170,16 +247,28 @@ def test_render_recommendation_and_comparison(screen):
 
 def test_render_report_files(screen):
     from ckplan.render.recommend import render_report_files
-    render_report_files(ReportFiles(markdown="r/report.md", html="r/report.html", charts=["r/waste.png"],
-                                    recommendation=recommend(PLAN, TARGET, POLICY)))
+
+    render_report_files(
+        ReportFiles(
+            markdown="r/report.md",
+            html="r/report.html",
+            charts=["r/waste.png"],
+            recommendation=recommend(PLAN, TARGET, POLICY),
+        )
+    )
     assert "wrote r/report.md, r/report.html and r/waste.png" in screen()
 
 
 def test_render_provision_and_chart(screen, tmp_path):
     from ckplan.render.charts import provision_chart
     from ckplan.render.provision import render_provision
-    plans = [build_plan(arch=catalog.model("llama-3.1-70b"), model_name="llama-3.1-70b", gpus=g, tp=8, zero=1,
-                        framework="megatron") for g in (1024, 65536)]
+
+    plans = [
+        build_plan(
+            arch=catalog.model("llama-3.1-70b"), model_name="llama-3.1-70b", gpus=g, tp=8, zero=1, framework="megatron"
+        )
+        for g in (1024, 65536)
+    ]
     # failure rates pinned (not the defaults): 1,024 GPUs feasible at 90%, 65,536 GPUs not, whatever the defaults become
     policy = Policy(restart_s=3600, node_failures_per_1000_days=5, job_failures_per_day=1)
     sweep = provision_sweep(plans, policy, "sync", 0.9, 2, catalog.planning_data(), TARGET)
@@ -196,14 +285,36 @@ def test_render_provision_and_chart(screen, tmp_path):
 
 def test_render_validation(screen):
     from ckplan.render.validate import render_validation
+
     plan = hand_plan([("r0.pt", 2 * GB, 0, 0), ("r1.pt", 2 * GB, 1, 0)])
     node, files, prediction = scaled_prediction(plan, hand_profile({1: 1e9}), 0.001)
     measured = Spread.of([5.0, 6.0, 8.0])
-    v = Validation(target="/t", storage="disk", framework="deepspeed", saver="torch.save", mode="async", node=node, writers=2,
-                   files=len(files), bytes=4 * 10**6, scale=0.001, repeats=3, predicted_seconds=prediction.seconds,
-                   predicted_stall_seconds=0.001, prediction=prediction, measured_seconds=6.0, measured=measured,
-                   measured_stall_seconds=0.5, error_percent=-50.0, measured_range_percent=50.0, within_measured_range=False,
-                   stall_error_percent=-99.8, effective_bytes_per_s=4e6 / 6, diagnosis="bandwidth: by hand", notes=["a note"])
+    v = Validation(
+        target="/t",
+        storage="disk",
+        framework="deepspeed",
+        saver="torch.save",
+        mode="async",
+        node=node,
+        writers=2,
+        files=len(files),
+        bytes=4 * 10**6,
+        scale=0.001,
+        repeats=3,
+        predicted_seconds=prediction.seconds,
+        predicted_stall_seconds=0.001,
+        prediction=prediction,
+        measured_seconds=6.0,
+        measured=measured,
+        measured_stall_seconds=0.5,
+        error_percent=-50.0,
+        measured_range_percent=50.0,
+        within_measured_range=False,
+        stall_error_percent=-99.8,
+        effective_bytes_per_s=4e6 / 6,
+        diagnosis="bandwidth: by hand",
+        notes=["a note"],
+    )
     render_validation(v)
     out = screen()
     assert "6.0 s" in out and "min 5.0 s … max 8.0 s (spread 50% of the median)" in out and "-50.0%" in out
@@ -213,12 +324,28 @@ def test_render_validation(screen):
 
 def test_render_watch_and_samples(screen):
     from ckplan.render.watch import print_sample, render_watch
-    samples = [Sample(t=1.0, write_bytes_per_s=250e6, write_iops=1200, util_percent=99, w_await_ms=3.5, gpu_util_percent=80)]
+
+    samples = [
+        Sample(t=1.0, write_bytes_per_s=250e6, write_iops=1200, util_percent=99, w_await_ms=3.5, gpu_util_percent=80)
+    ]
     print_sample(samples[0])
     fig = lambda v: Figure(peak=v, p99=v, median=v)  # noqa: E731
-    render_watch(WatchResult(device="/dev/vda", target="/data", interval_s=1, duration_s=1.0, samples=samples,
-                             write_bytes_per_s=fig(250e6), write_iops=fig(1200), util_percent=fig(99), w_await_ms=fig(3.5),
-                             gpu_util_percent=fig(80), saturated_s=1.0, slow_await_s=0.0))
+    render_watch(
+        WatchResult(
+            device="/dev/vda",
+            target="/data",
+            interval_s=1,
+            duration_s=1.0,
+            samples=samples,
+            write_bytes_per_s=fig(250e6),
+            write_iops=fig(1200),
+            util_percent=fig(99),
+            w_await_ms=fig(3.5),
+            gpu_util_percent=fig(80),
+            saturated_s=1.0,
+            slow_await_s=0.0,
+        )
+    )
     out = screen()
     assert "write     250.0 MB/s" in out and "GPU 80%" in out
     assert "/dev/vda behind /data: 1 samples over 1.0" in out and "250.0" in out and "1,200" in out
@@ -227,20 +354,30 @@ def test_render_watch_and_samples(screen):
 
 def _png(width: int, height: int) -> bytes:
     """A valid white PNG of this size (signature, IHDR, one IDAT, IEND)."""
+
     def chunk(kind: bytes, data: bytes) -> bytes:
         return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
     rows = b"".join(b"\x00" + b"\xff" * 3 * width for _ in range(height))
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
-            + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
+        + chunk(b"IDAT", zlib.compress(rows))
+        + chunk(b"IEND", b"")
+    )
 
 
 PNG_3X2 = _png(3, 2)
 
 
 def test_document_markdown_and_html():
-    doc = document.Document("Title <1>").add(document.Heading("Head"), document.Para("a | b"), document.Bullets(["x"]),
-                                             document.TableBlock(["k", "v"], [["save", "12.0 s"]]),
-                                             document.Image("w.png", "waste", PNG_3X2))
+    doc = document.Document("Title <1>").add(
+        document.Heading("Head"),
+        document.Para("a | b"),
+        document.Bullets(["x"]),
+        document.TableBlock(["k", "v"], [["save", "12.0 s"]]),
+        document.Image("w.png", "waste", PNG_3X2),
+    )
     md = document.to_markdown(doc)
     assert md.startswith("# Title <1>") and "## Head" in md and "- x" in md and "| save | 12.0 s |" in md
     assert "![waste](w.png)" in md
@@ -252,6 +389,8 @@ def test_document_markdown_and_html():
 
 def test_charts_module_gives_pyplot_on_agg():
     from ckplan.render.charts import pyplot
+
     plt = pyplot("a test")
     import matplotlib
+
     assert matplotlib.get_backend().lower() == "agg" and hasattr(plt, "subplots")

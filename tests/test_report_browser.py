@@ -24,8 +24,9 @@ from ckplan.render.document import VERDICT_COLOURS
 from tests.conftest import run_json
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-pytestmark = pytest.mark.skipif(not CHROMIUM, reason="chromium is not installed (scripts/setup --test-tools installs "
-                                                      "Debian's chromium package)")
+pytestmark = pytest.mark.skipif(
+    not CHROMIUM, reason="chromium is not installed (scripts/setup --test-tools installs Debian's chromium package)"
+)
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 # Solid colours the control page draws in each chart's place; the report itself uses neither.
 MARKERS = [(255, 0, 255), (0, 255, 255)]
@@ -34,15 +35,25 @@ HEIGHTS = {1280: 4200, 390: 8000}
 
 
 def hex_rgb(colour: str) -> tuple[int, int, int]:
-    return tuple(int(colour[i:i + 2], 16) for i in (1, 3, 5))
+    return tuple(int(colour[i : i + 2], 16) for i in (1, 3, 5))
 
 
 def chromium(*args: str) -> subprocess.CompletedProcess:
     with tempfile.TemporaryDirectory() as profile:
-        cmd = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--no-first-run",
-               "--force-device-scale-factor=1", "--force-color-profile=srgb", "--disable-extensions",
-               "--host-resolver-rules=MAP * ~NOTFOUND",  # anything the page fetched from a network would fail
-               f"--user-data-dir={profile}", *args]
+        cmd = [
+            CHROMIUM,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--hide-scrollbars",
+            "--no-first-run",
+            "--force-device-scale-factor=1",
+            "--force-color-profile=srgb",
+            "--disable-extensions",
+            "--host-resolver-rules=MAP * ~NOTFOUND",  # anything the page fetched from a network would fail
+            f"--user-data-dir={profile}",
+            *args,
+        ]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, f"{' '.join(cmd)} exited {proc.returncode}:\n{proc.stderr[-2000:]}"
     return proc
@@ -126,8 +137,10 @@ def test_html_is_self_contained(report):
             if attrs.get(key) is not None:
                 assert attrs[key].startswith(("data:", "#")), f"<{tag} {key}={attrs[key][:60]!r}> is an external asset"
     assert "url(" not in doc.style and "@import" not in doc.style and "@font-face" not in doc.style
-    assert any(t == "meta" and a.get("name") == "viewport" and "width=device-width" in a.get("content", "")
-               for t, a in doc.tags)
+    assert any(
+        t == "meta" and a.get("name") == "viewport" and "width=device-width" in a.get("content", "")
+        for t, a in doc.tags
+    )
     assert ".table-wrap{overflow-x:auto" in doc.style and "max-width:100%" in doc.style
     assert text.count('<div class="table-wrap"><table>') == text.count("<table>") >= 3
     # the charts are in the page, byte for byte, and still written beside it for the Markdown
@@ -157,7 +170,7 @@ def check_rendering(page: Path, charts: list[bytes], verdict: str, width: int) -
     srcs = re.findall(r'<img src="([^"]*)"', text)
     assert len(srcs) == len(charts), f"{len(srcs)} <img> for {len(charts)} charts"
     control = text
-    for src, size, colour in zip(srcs, sizes, MARKERS):
+    for src, size, colour in zip(srcs, sizes, MARKERS, strict=False):
         buf = io.BytesIO()
         Image.new("RGB", size, colour).save(buf, format="PNG")
         control = control.replace(src, "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode(), 1)
@@ -171,7 +184,7 @@ def check_rendering(page: Path, charts: list[bytes], verdict: str, width: int) -
     assert white[:, -6:].all(), "something pokes out of the page's right edge: the page scrolls sideways"
 
     boxes = []
-    for i, (chart, size, colour) in enumerate(zip(charts, sizes, MARKERS)):
+    for i, (chart, size, colour) in enumerate(zip(charts, sizes, MARKERS, strict=False)):
         where = np.all(ctl == colour, axis=2)
         assert where.any(), f"chart {i + 1} takes no space on the page"
         ys, xs = np.nonzero(where)
@@ -186,12 +199,15 @@ def check_rendering(page: Path, charts: list[bytes], verdict: str, width: int) -
             assert w >= 0.8 * width, f"chart {i + 1} is only {w} px wide in a {width} px window"
         # The real page shows this chart in that box: its own pixels (scaled as the browser scaled them).
         seen = shot[top:bottom, left:right]
-        expected = np.asarray(Image.open(io.BytesIO(chart)).convert("RGB").resize((w, h), Image.LANCZOS)).astype(np.int16)
+        expected = np.asarray(Image.open(io.BytesIO(chart)).convert("RGB").resize((w, h), Image.LANCZOS)).astype(
+            np.int16
+        )
         grey_seen, grey_expected = seen.mean(axis=2).ravel(), expected.mean(axis=2).ravel()
         match = np.corrcoef(grey_seen, grey_expected)[0, 1] if grey_seen.std() > 0 else 0.0
         # drawn at its own size it is the same pixels (1.000); scaled to 363 px wide, 0.96; a broken image, 0.25
-        assert match > (0.995 if (w, h) == size else 0.8), \
+        assert match > (0.995 if (w, h) == size else 0.8), (
             f"chart {i + 1} is not what the page shows there (correlation {match:.3f})"
+        )
         boxes.append((top, bottom))
     assert boxes[0][1] <= boxes[1][0], "the charts overlap or are out of order"
 
@@ -212,7 +228,7 @@ def test_renders_in_chromium(report, width):
 
 def _break_uri(text: str) -> str:
     i = text.index('<img src="data:image/png;base64,') + 2000
-    return text[:i] + "AAAA" * 50 + text[i + 200:]  # 150 bytes of the first chart's PNG zeroed: a corrupt image
+    return text[:i] + "AAAA" * 50 + text[i + 200 :]  # 150 bytes of the first chart's PNG zeroed: a corrupt image
 
 
 def _decision_last(text: str) -> str:
@@ -220,11 +236,14 @@ def _decision_last(text: str) -> str:
     return text.replace(box, "").replace("</body>", box + "</body>")
 
 
-@pytest.mark.parametrize("name, mutate, message", [
-    ("broken-data-uri", _break_uri, "chart 1 is not what the page shows there"),
-    ("zero-size-img", lambda t: t.replace("</style>", "img{width:0!important}</style>"), "chart 1 takes no space"),
-    ("decision-at-the-end", _decision_last, "the decision box starts"),
-])
+@pytest.mark.parametrize(
+    "name, mutate, message",
+    [
+        ("broken-data-uri", _break_uri, "chart 1 is not what the page shows there"),
+        ("zero-size-img", lambda t: t.replace("</style>", "img{width:0!important}</style>"), "chart 1 takes no space"),
+        ("decision-at-the-end", _decision_last, "the decision box starts"),
+    ],
+)
 def test_the_check_fails_on_a_broken_page(report, tmp_path, name, mutate, message):
     """The screenshot check is live: each of these broken pages fails it."""
     page, charts, rec = report

@@ -132,18 +132,26 @@ def test_direct_writes_do_not_overlap_and_use_their_own_curve():
 
 def test_metadata_per_node_and_the_shared_metadata_limit():
     """Four nodes of 10 files each: 1 torch.save file and 9 empty raw files (no bytes, no serialiser)."""
-    files = [(f"n{i}.pt", GB, i, i) for i in range(4)] + [(f"n{i}-{k}.json", 0, i, i) for i in range(4) for k in range(9)]
+    files = [(f"n{i}.pt", GB, i, i) for i in range(4)] + [
+        (f"n{i}-{k}.json", 0, i, i) for i in range(4) for k in range(9)
+    ]
     plan = hand_plan(files)
     local = predict_save(plan, hand_profile({1: 1e9}, files_per_s=100), given_serializers=TORCH_1GB)
     # node-local: 10 files ÷ 100 files/s = 0.1 s (each node creates its own)
     assert local.metadata_seconds == pytest.approx(0.1)
-    shared = predict_save(plan, hand_profile({1: 1e9}, files_per_s=100, shared=True, files_limit=200),
-                          given_serializers=TORCH_1GB)
+    shared = predict_save(
+        plan, hand_profile({1: 1e9}, files_per_s=100, shared=True, files_limit=200), given_serializers=TORCH_1GB
+    )
     # shared, metadata service at 200 files/s: max(10 ÷ 100, 40 ÷ 200) = 0.2 s
     assert shared.metadata_seconds == pytest.approx(0.2)
     # merged what-if: one file per writer → 1 ÷ 100 and 4 ÷ 200
-    merged = predict_save(plan, hand_profile({1: 1e9}, files_per_s=100, shared=True, files_limit=200),
-                          given_serializers=TORCH_1GB, node_files=1, total_files=4)
+    merged = predict_save(
+        plan,
+        hand_profile({1: 1e9}, files_per_s=100, shared=True, files_limit=200),
+        given_serializers=TORCH_1GB,
+        node_files=1,
+        total_files=4,
+    )
     assert merged.metadata_seconds == pytest.approx(0.02)
 
 
@@ -167,7 +175,9 @@ def test_coordination_and_machine_figures_sources():
     c = predict_save(plan, calibrated)
     # measured here: 0.5 s fixed + (0.5 s serialise + 1 s write) + 0.02 s
     assert c.seconds == pytest.approx(0.5 + 1.5 + 0.02)
-    assert (c.machine.coordination_seconds.source, c.machine.serialize_bytes_per_s["dcp"].source) == ("measured here",) * 2
+    assert (c.machine.coordination_seconds.source, c.machine.serialize_bytes_per_s["dcp"].source) == (
+        "measured here",
+    ) * 2
     given = predict_save(plan, calibrated, given_serializers={"dcp": 4e9})
     assert given.machine.serialize_bytes_per_s["dcp"].source == "given"
     assert given.serialize_seconds == pytest.approx(0.25)
@@ -191,8 +201,17 @@ def test_overrides_scale_the_busiest_writers():
 
 
 def _replay(plan, **kw) -> Replay:
-    base = dict(method="framework saver", write_path="buffered", seconds=0.5, bytes=GB // 100, files=1, writers=1,
-                scale=0.01, plan_fingerprint=plan.fingerprint, full_scale_seconds=42.0)
+    base = dict(
+        method="framework saver",
+        write_path="buffered",
+        seconds=0.5,
+        bytes=GB // 100,
+        files=1,
+        writers=1,
+        scale=0.01,
+        plan_fingerprint=plan.fingerprint,
+        full_scale_seconds=42.0,
+    )
     return Replay(**{**base, **kw})
 
 
@@ -215,7 +234,9 @@ def test_required_bandwidth_inverts_the_model():
     # 10 s, of which 1 s fixed and 1 s of CPU before the bytes: 4 GB in 8 s
     assert required_bandwidth(plan, 10, fixed_seconds=1, writer_cpu_seconds=1, overlap=False) == (0.5e9, 0.5e9)
     # overlapped: the flush gets the 9 s left beside the CPU part
-    assert required_bandwidth(plan, 10, fixed_seconds=1, writer_cpu_seconds=1, overlap=True) == pytest.approx((4e9 / 9, 4e9 / 9))
+    assert required_bandwidth(plan, 10, fixed_seconds=1, writer_cpu_seconds=1, overlap=True) == pytest.approx(
+        (4e9 / 9, 4e9 / 9)
+    )
     assert required_bandwidth(plan, 10, fixed_seconds=1, writer_cpu_seconds=9, overlap=True) is None
     # against a profile: 2 files ÷ 100 files/s = 0.02 s fixed, 2 s of torch.save per writer → 4 GB in 7.98 s
     profile = hand_profile({1: 1e9})

@@ -68,14 +68,29 @@ def deepspeed_dir(tmp_path_factory) -> Path:
     save_dir = tmp_path_factory.mktemp("ds") / "run"
     tag = save_dir / "global_step1"
     tag.mkdir(parents=True)
-    torch.save({"module": {k: v.to(torch.bfloat16) for k, v in model.state_dict().items()}, "global_steps": 1,
-                "dp_world_size": 4, "mp_world_size": 1}, tag / "mp_rank_00_model_states.pt")
+    torch.save(
+        {
+            "module": {k: v.to(torch.bfloat16) for k, v in model.state_dict().items()},
+            "global_steps": 1,
+            "dp_world_size": 4,
+            "mp_world_size": 1,
+        },
+        tag / "mp_rank_00_model_states.pt",
+    )
     for rank, part in enumerate(flat.chunk(4)):
         n = part.numel()
         start = rank * flat.chunk(4)[0].numel()
-        torch.save({"optimizer_state_dict": {"fp32_flat_groups": [part.clone()],
-                                             "state": {k: v[start:start + n].clone() for k, v in moments.items()}},
-                    "ds_config": {}, "ds_version": "0.16"}, tag / f"bf16_zero_pp_rank_{rank}_mp_rank_00_optim_states.pt")
+        torch.save(
+            {
+                "optimizer_state_dict": {
+                    "fp32_flat_groups": [part.clone()],
+                    "state": {k: v[start : start + n].clone() for k, v in moments.items()},
+                },
+                "ds_config": {},
+                "ds_version": "0.16",
+            },
+            tag / f"bf16_zero_pp_rank_{rank}_mp_rank_00_optim_states.pt",
+        )
     (save_dir / "latest").write_text("global_step1")
     (save_dir / "zero_to_fp32.py").write_text("# DeepSpeed's recovery script\n" * 100)
     return save_dir
@@ -108,9 +123,11 @@ def _dcp_rank(rank: int, world: int, rendezvous: str, out: str) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{rendezvous}", rank=rank, world_size=world)
     gen = torch.Generator().manual_seed(rank)
-    state = {f"model.shard{rank}": torch.randn(128 * (rank + 1), 64, generator=gen),
-             f"optim.exp_avg.shard{rank}": torch.zeros(128 * (rank + 1), 64),
-             f"optim.exp_avg_sq.shard{rank}": torch.zeros(128 * (rank + 1), 64)}
+    state = {
+        f"model.shard{rank}": torch.randn(128 * (rank + 1), 64, generator=gen),
+        f"optim.exp_avg.shard{rank}": torch.zeros(128 * (rank + 1), 64),
+        f"optim.exp_avg_sq.shard{rank}": torch.zeros(128 * (rank + 1), 64),
+    }
     dcp.save(state, checkpoint_id=out)
     dist.destroy_process_group()
 
@@ -125,8 +142,17 @@ def test_deepspeed_checkpoint_written_with_torch(deepspeed_dir, tmp_path):
     assert plan["total_bytes"] == sum(disk.values())
     assert {f["path"]: f["bytes"] for f in plan["manifest"]} == disk
     s = plan["setup"]
-    assert (s["framework"], s["gpus"], s["gpus_per_node"], s["nodes"], s["dp"], s["tp"], s["pp"], s["zero"], s["step"]) \
-        == ("deepspeed", 4, 2, 2, 4, 1, 1, 1, 1)
+    assert (
+        s["framework"],
+        s["gpus"],
+        s["gpus_per_node"],
+        s["nodes"],
+        s["dp"],
+        s["tp"],
+        s["pp"],
+        s["zero"],
+        s["step"],
+    ) == ("deepspeed", 4, 2, 2, 4, 1, 1, 1, 1)
     assert s["precision"] == "bf16-mixed"  # the bf16_ prefix
     assert s["parameters"] is None and plan["parameters"] is None and plan["bytes_per_parameter"] is None
     ranks = _ranks(plan)
@@ -151,7 +177,12 @@ def test_dcp_checkpoint_written_by_four_ranks(dcp_dir, tmp_path):
     assert plan["total_bytes"] == sum(disk.values())
     ranks = _ranks(plan)
     assert {p: ranks[f"step-40/{p}"] for p in disk} == {
-        ".metadata": (0, 0), "__0_0.distcp": (0, 0), "__1_0.distcp": (1, 0), "__2_0.distcp": (2, 1), "__3_0.distcp": (3, 1)}
+        ".metadata": (0, 0),
+        "__0_0.distcp": (0, 0),
+        "__1_0.distcp": (1, 0),
+        "__2_0.distcp": (2, 1),
+        "__3_0.distcp": (3, 1),
+    }
     s = plan["setup"]
     assert (s["framework"], s["gpus"], s["nodes"], s["step"]) == ("dcp", 4, 2, 40)
     assert plan["coordinated_save"] is True and plan["operations"]["renames"] == 1
@@ -160,7 +191,10 @@ def test_dcp_checkpoint_written_by_four_ranks(dcp_dir, tmp_path):
     _recommend_end_to_end(plan, tmp_path)
     # the plan group's own --from gives the same plan
     direct = run_json("recommend", "--from", str(dcp_dir), "--gpus-per-node", "2", "--storage", "tmpfs")
-    assert direct["plan"] == run_json("recommend", "--plan", str(tmp_path / "scanned-plan.json"), "--storage", "tmpfs")["plan"]
+    assert (
+        direct["plan"]
+        == run_json("recommend", "--plan", str(tmp_path / "scanned-plan.json"), "--storage", "tmpfs")["plan"]
+    )
 
 
 def test_hf_trainer_output_dir(tmp_path):
@@ -169,10 +203,18 @@ def test_hf_trainer_output_dir(tmp_path):
     out = tmp_path / "output"
     _put(out / "checkpoint-500" / "optimizer.pt", 10)  # an older save: left out
     ckpt = out / "checkpoint-1000"
-    sizes = {"model-00001-of-00002.safetensors": 4_900_000, "model-00002-of-00002.safetensors": 1_100_000,
-             "model.safetensors.index.json": 24_000, "optimizer.pt": 12_000_321, "scheduler.pt": 1_465,
-             "trainer_state.json": 8_121, "training_args.bin": 5_905, "config.json": 710, "generation_config.json": 180,
-             **{f"rng_state_{r}.pth": 14_960 for r in range(8)}}
+    sizes = {
+        "model-00001-of-00002.safetensors": 4_900_000,
+        "model-00002-of-00002.safetensors": 1_100_000,
+        "model.safetensors.index.json": 24_000,
+        "optimizer.pt": 12_000_321,
+        "scheduler.pt": 1_465,
+        "trainer_state.json": 8_121,
+        "training_args.bin": 5_905,
+        "config.json": 710,
+        "generation_config.json": 180,
+        **{f"rng_state_{r}.pth": 14_960 for r in range(8)},
+    }
     for name, size in sizes.items():
         _put(ckpt / name, size)
     _put(out / "runs" / "events.out.tfevents", 5000)  # the run's logs: not a save's
@@ -196,11 +238,18 @@ def test_hf_trainer_with_deepspeed(tmp_path):
     """HF Trainer under DeepSpeed ZeRO-2: save_model's gathered safetensors from rank 0, engine.save_checkpoint's
     global_stepN/ inside checkpoint-N, one rng_state per process. The ranks agree: 4."""
     ckpt = tmp_path / "checkpoint-20"
-    sizes = {"model.safetensors": 2_000_000, "config.json": 700, "training_args.bin": 5_900, "latest": 12,
-             "zero_to_fp32.py": 33_000, "scheduler.pt": 1_500, "trainer_state.json": 900,
-             "global_step20/mp_rank_00_model_states.pt": 2_004_000,
-             **{f"global_step20/bf16_zero_pp_rank_{r}_mp_rank_00_optim_states.pt": 3_000_000 + r for r in range(4)},
-             **{f"rng_state_{r}.pth": 14_960 for r in range(4)}}
+    sizes = {
+        "model.safetensors": 2_000_000,
+        "config.json": 700,
+        "training_args.bin": 5_900,
+        "latest": 12,
+        "zero_to_fp32.py": 33_000,
+        "scheduler.pt": 1_500,
+        "trainer_state.json": 900,
+        "global_step20/mp_rank_00_model_states.pt": 2_004_000,
+        **{f"global_step20/bf16_zero_pp_rank_{r}_mp_rank_00_optim_states.pt": 3_000_000 + r for r in range(4)},
+        **{f"rng_state_{r}.pth": 14_960 for r in range(4)},
+    }
     for name, size in sizes.items():
         _put(ckpt / name, size)
     plan = run_json("size", "--from", str(ckpt), "--gpus-per-node", "2", "--params", "1e6")
@@ -253,8 +302,12 @@ def test_megatron_legacy_iteration(tmp_path):
 def test_megatron_torch_dist_iteration(tmp_path):
     """Megatron-Core's torch_dist format (the megatron layout): DCP files in iter_NNNNNNN/, common.pt, metadata.json."""
     it = tmp_path / "iter_0000300"
-    sizes = {**{f"__{r}_0.distcp": 500_000 + r for r in range(8)}, ".metadata": 9_000, "common.pt": 16_000,
-             "metadata.json": 100}
+    sizes = {
+        **{f"__{r}_0.distcp": 500_000 + r for r in range(8)},
+        ".metadata": 9_000,
+        "common.pt": 16_000,
+        "metadata.json": 100,
+    }
     for name, size in sizes.items():
         _put(it / name, size)
     plan = run_json("size", "--from", str(it))
@@ -264,9 +317,12 @@ def test_megatron_torch_dist_iteration(tmp_path):
 
 
 CASES = [  # the layouts' own plans, as a directory of their files would show them
-    dict(framework="deepspeed", gpus=16, zero=1), dict(framework="deepspeed", gpus=16, zero=3),
-    dict(framework="deepspeed", gpus=16, zero=0), dict(framework="deepspeed", gpus=32, tp=2, pp=4, zero=1),
-    dict(framework="dcp", gpus=16, zero=3), dict(framework="megatron", gpus=32, tp=4, pp=2),
+    dict(framework="deepspeed", gpus=16, zero=1),
+    dict(framework="deepspeed", gpus=16, zero=3),
+    dict(framework="deepspeed", gpus=16, zero=0),
+    dict(framework="deepspeed", gpus=32, tp=2, pp=4, zero=1),
+    dict(framework="dcp", gpus=16, zero=3),
+    dict(framework="megatron", gpus=32, tp=4, pp=2),
     dict(framework="hf", gpus=16, zero=0),
 ]
 
@@ -300,13 +356,19 @@ def test_the_layouts_files_read_back(case):
         assert stages == sorted(stages) and set(stages) == set(range(s.pp))
 
 
-@pytest.mark.parametrize("make, fragment", [
-    (lambda d: _put(d / "notes.txt", 10), "no recognised checkpoint"),
-    (lambda d: None, "is empty"),
-    (lambda d: (d / "sub").mkdir(), "holds no regular files"),
-    (lambda d: [_put(d / t / "zero_pp_rank_0_mp_rank_00_optim_states.pt", 5) for t in ("tagA", "tagB")], "more than one save"),
-    (lambda d: [(d / "global_step1").mkdir(), (d / "iter_0000001").mkdir()], "more than one kind"),
-])
+@pytest.mark.parametrize(
+    "make, fragment",
+    [
+        (lambda d: _put(d / "notes.txt", 10), "no recognised checkpoint"),
+        (lambda d: None, "is empty"),
+        (lambda d: (d / "sub").mkdir(), "holds no regular files"),
+        (
+            lambda d: [_put(d / t / "zero_pp_rank_0_mp_rank_00_optim_states.pt", 5) for t in ("tagA", "tagB")],
+            "more than one save",
+        ),
+        (lambda d: [(d / "global_step1").mkdir(), (d / "iter_0000001").mkdir()], "more than one kind"),
+    ],
+)
 def test_bad_directories_one_line(tmp_path, make, fragment):
     d = tmp_path / "ckpt"
     d.mkdir()
@@ -319,8 +381,9 @@ def test_bad_from_arguments_one_line(deepspeed_dir, dcp_dir, tmp_path):
     assert_one_line_error(run_cli("size", "--from", str(a_file)), "is a file")
     assert_one_line_error(run_cli("size", "--from", str(tmp_path / "missing")), "no such file")
     assert_one_line_error(run_cli("size", "--from", str(deepspeed_dir), "--framework", "dcp"), "drop --framework")
-    assert_one_line_error(run_cli("recommend", "--from", str(deepspeed_dir), "--plan", str(a_file)),
-                          "give --plan or --from, not both")
+    assert_one_line_error(
+        run_cli("recommend", "--from", str(deepspeed_dir), "--plan", str(a_file)), "give --plan or --from, not both"
+    )
     assert_one_line_error(run_cli("size", "--from", str(dcp_dir), "--gpus", "8"), "disagrees with the 4 ranks")
 
 

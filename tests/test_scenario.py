@@ -42,7 +42,11 @@ def test_overhead_budget_bound_and_inverse():
     assert OVERHEAD.interval(sync(30), p) == pytest.approx(600)
     assert OVERHEAD.inverse(600, p) == pytest.approx(30)
     assert OVERHEAD.evaluate(sync(30), p).model_dump() == {
-        "name": "overhead budget", "bound": "min", "seconds": pytest.approx(600), "explanation": "stall 30 s ÷ budget 5.0%"}
+        "name": "overhead budget",
+        "bound": "min",
+        "seconds": pytest.approx(600),
+        "explanation": "stall 30 s ÷ budget 5.0%",
+    }
 
 
 def test_one_in_flight_and_loss_window_bounds_and_inverses():

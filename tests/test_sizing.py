@@ -17,8 +17,19 @@ def test_parameter_count_matches_published(name):
 
 
 def test_catalog_has_required_models():
-    required = {"llama-2-7b", "llama-2-13b", "llama-2-70b", "llama-3.1-8b", "llama-3.1-70b", "llama-3.1-405b",
-                "mistral-7b", "mixtral-8x7b", "qwen2.5-7b", "qwen2.5-72b", "gpt-3-175b"}
+    required = {
+        "llama-2-7b",
+        "llama-2-13b",
+        "llama-2-70b",
+        "llama-3.1-8b",
+        "llama-3.1-70b",
+        "llama-3.1-405b",
+        "mistral-7b",
+        "mixtral-8x7b",
+        "qwen2.5-7b",
+        "qwen2.5-72b",
+        "gpt-3-175b",
+    }
     assert required <= set(catalog.models())
 
 
@@ -32,20 +43,47 @@ HIDDEN_MATRICES = N8 - 2 * EMB - (2 * 32 + 1) * 4096
 NORMS = (2 * 32 + 1) * 4096
 FACTORS = 32 * (2 * (4096 + 4096) + 2 * (1024 + 4096) + 3 * (14336 + 4096)) + 2 * (128256 + 4096) + NORMS
 # every tensor, norms included (4096 values), reaches bitsandbytes' 4096-value threshold for 8-bit states
-BNB = 2 * (N8 + sum(-(-numel // 2048) * 4 for numel in
-                    [4096 * 4096] * 64 + [1024 * 4096] * 64 + [14336 * 4096] * 96 + [EMB] * 2 + [4096] * 65))
+BNB = 2 * (
+    N8
+    + sum(
+        -(-numel // 2048) * 4
+        for numel in [4096 * 4096] * 64 + [1024 * 4096] * 64 + [14336 * 4096] * 96 + [EMB] * 2 + [4096] * 65
+    )
+)
 
 EXPECTED = {
-    ("adam", "bf16-mixed"): 14, ("adam", "fp16-mixed"): 14, ("adam", "fp32"): 12, ("adam", "bf16"): 6,
-    ("adamw", "bf16-mixed"): 14, ("adamw", "fp32"): 12, ("adamw", "bf16"): 6, ("adamw", "fp16-mixed"): 14,
-    ("sgd", "bf16-mixed"): 6, ("sgd", "fp32"): 4, ("sgd", "bf16"): 2, ("sgd", "fp16-mixed"): 6,
-    ("sgd-momentum", "bf16-mixed"): 10, ("sgd-momentum", "fp32"): 8, ("sgd-momentum", "bf16"): 4, ("sgd-momentum", "fp16-mixed"): 10,
-    ("lion", "bf16-mixed"): 10, ("lion", "fp32"): 8, ("lion", "bf16"): 4, ("lion", "fp16-mixed"): 10,
-    ("none", "bf16-mixed"): 6, ("none", "fp32"): 4, ("none", "bf16"): 2, ("none", "fp16-mixed"): 6,
-    ("adafactor", "fp32"): 4 + 4 * FACTORS / N8, ("adafactor", "bf16-mixed"): 6 + 4 * FACTORS / N8,
-    ("adafactor", "bf16"): 2 + 2 * FACTORS / N8, ("adafactor", "fp16-mixed"): 6 + 4 * FACTORS / N8,
-    ("adam-8bit", "fp32"): 4 + BNB / N8, ("adam-8bit", "bf16-mixed"): 6 + BNB / N8,
-    ("adam-8bit", "bf16"): 2 + BNB / N8, ("adam-8bit", "fp16-mixed"): 6 + BNB / N8,
+    ("adam", "bf16-mixed"): 14,
+    ("adam", "fp16-mixed"): 14,
+    ("adam", "fp32"): 12,
+    ("adam", "bf16"): 6,
+    ("adamw", "bf16-mixed"): 14,
+    ("adamw", "fp32"): 12,
+    ("adamw", "bf16"): 6,
+    ("adamw", "fp16-mixed"): 14,
+    ("sgd", "bf16-mixed"): 6,
+    ("sgd", "fp32"): 4,
+    ("sgd", "bf16"): 2,
+    ("sgd", "fp16-mixed"): 6,
+    ("sgd-momentum", "bf16-mixed"): 10,
+    ("sgd-momentum", "fp32"): 8,
+    ("sgd-momentum", "bf16"): 4,
+    ("sgd-momentum", "fp16-mixed"): 10,
+    ("lion", "bf16-mixed"): 10,
+    ("lion", "fp32"): 8,
+    ("lion", "bf16"): 4,
+    ("lion", "fp16-mixed"): 10,
+    ("none", "bf16-mixed"): 6,
+    ("none", "fp32"): 4,
+    ("none", "bf16"): 2,
+    ("none", "fp16-mixed"): 6,
+    ("adafactor", "fp32"): 4 + 4 * FACTORS / N8,
+    ("adafactor", "bf16-mixed"): 6 + 4 * FACTORS / N8,
+    ("adafactor", "bf16"): 2 + 2 * FACTORS / N8,
+    ("adafactor", "fp16-mixed"): 6 + 4 * FACTORS / N8,
+    ("adam-8bit", "fp32"): 4 + BNB / N8,
+    ("adam-8bit", "bf16-mixed"): 6 + BNB / N8,
+    ("adam-8bit", "bf16"): 2 + BNB / N8,
+    ("adam-8bit", "fp16-mixed"): 6 + BNB / N8,
     ("muon", "bf16-mixed"): 6 + (4 * HIDDEN_MATRICES + 8 * (N8 - HIDDEN_MATRICES)) / N8,
     ("muon", "fp32"): 4 + (4 * HIDDEN_MATRICES + 8 * (N8 - HIDDEN_MATRICES)) / N8,
     ("muon", "bf16"): 2 + (2 * HIDDEN_MATRICES + 4 * (N8 - HIDDEN_MATRICES)) / N8,
@@ -59,7 +97,9 @@ def test_bytes_per_parameter(optimizer, precision):
     assert plan.bytes_per_parameter == pytest.approx(EXPECTED[(optimizer, precision)], rel=1e-9)
 
 
-@pytest.mark.parametrize("optimizer,precision,rounded,within", [("adam-8bit", "fp32", 6.0, 0.01), ("muon", "bf16-mixed", 10.5, 0.05)])
+@pytest.mark.parametrize(
+    "optimizer,precision,rounded,within", [("adam-8bit", "fp32", 6.0, 0.01), ("muon", "bf16-mixed", 10.5, 0.05)]
+)
 def test_reference_rounded_figures(optimizer, precision, rounded, within):
     """ckplan's bytes/param against the reference table's rounded figures for an 8B Llama: 8-bit Adam ≈ 6 (fp32
     weights 4 + two 1-byte states + the absmax per 2,048 values), Muon ≈ 10.5 mixed (2 + 4 master + 4 momentum on
@@ -70,7 +110,13 @@ def test_reference_rounded_figures(optimizer, precision, rounded, within):
 
 
 def test_dtype_override_and_unknown_state():
-    plan = build_plan(arch=L8, model_name="x", optimizer="adam", precision="bf16-mixed", dtype_overrides={"exp_avg_sq": "bf16", "master": "none"})
+    plan = build_plan(
+        arch=L8,
+        model_name="x",
+        optimizer="adam",
+        precision="bf16-mixed",
+        dtype_overrides={"exp_avg_sq": "bf16", "master": "none"},
+    )
     assert plan.bytes_per_parameter == pytest.approx(2 + 4 + 2)
     with pytest.raises(InputError, match="unknown state"):
         build_plan(arch=L8, model_name="x", dtype_overrides={"momentum": "bf16"})
@@ -91,7 +137,9 @@ def test_deepspeed_zero1_single_node():
     plan = build_plan(arch=L8, model_name="x", framework="deepspeed", zero=1, gpus=8)
     names = _names(plan)
     assert names[:3] == ["latest", "zero_to_fp32.py", "global_step1000/mp_rank_00_model_states.pt"]
-    assert [n for n in names if "optim" in n] == [f"global_step1000/bf16_zero_pp_rank_{i}_mp_rank_00_optim_states.pt" for i in range(8)]
+    assert [n for n in names if "optim" in n] == [
+        f"global_step1000/bf16_zero_pp_rank_{i}_mp_rank_00_optim_states.pt" for i in range(8)
+    ]
     assert plan.writers == 8 and plan.file_count == 11
     model_states = next(f for f in plan.manifest if f.path.endswith("mp_rank_00_model_states.pt"))
     assert model_states.rank == 0 and model_states.bytes == pytest.approx(2 * N8, rel=1e-4)
@@ -104,7 +152,10 @@ def test_deepspeed_zero0_model_states_hold_the_optimizer():
 
     Deliberate break (issue 16) this catches: ZeRO-0 model states without their optimizer bytes (2 B/param only)."""
     plan = build_plan(arch=L8, model_name="x", framework="deepspeed", zero=0, gpus=8)
-    assert [(f.path, f.rank) for f in plan.manifest] == [("latest", 0), ("global_step1000/mp_rank_00_model_states.pt", 0)]
+    assert [(f.path, f.rank) for f in plan.manifest] == [
+        ("latest", 0),
+        ("global_step1000/mp_rank_00_model_states.pt", 0),
+    ]
     states = plan.manifest[1]
     assert states.bytes == 14 * N8 + 4096 + 300 * 291 == 112_423_748_868
     assert plan.total_bytes == 112_423_748_868 + 16  # and the 'latest' tag file
@@ -113,8 +164,14 @@ def test_deepspeed_zero0_model_states_hold_the_optimizer():
 
 def test_deepspeed_zero3_every_rank_writes_model_states():
     plan = build_plan(arch=L8, model_name="x", framework="deepspeed", zero=3, gpus=16, precision="fp16-mixed")
-    assert sum(1 for n in _names(plan) if re.fullmatch(r"global_step1000/zero_pp_rank_\d+_mp_rank_00_model_states\.pt", n)) == 16
-    assert sum(1 for n in _names(plan) if re.fullmatch(r"global_step1000/zero_pp_rank_\d+_mp_rank_00_optim_states\.pt", n)) == 16
+    assert (
+        sum(1 for n in _names(plan) if re.fullmatch(r"global_step1000/zero_pp_rank_\d+_mp_rank_00_model_states\.pt", n))
+        == 16
+    )
+    assert (
+        sum(1 for n in _names(plan) if re.fullmatch(r"global_step1000/zero_pp_rank_\d+_mp_rank_00_optim_states\.pt", n))
+        == 16
+    )
     assert plan.nodes_writing == 2 and plan.max_writers_per_node == 8
 
 
@@ -151,10 +208,17 @@ def test_dcp_one_file_per_rank_plus_metadata():
 
 
 def test_megatron_torch_dist():
-    plan = build_plan(arch=catalog.model("llama-3.1-70b"), model_name="x", framework="megatron", zero=1, gpus=64, tp=4, pp=2)
+    plan = build_plan(
+        arch=catalog.model("llama-3.1-70b"), model_name="x", framework="megatron", zero=1, gpus=64, tp=4, pp=2
+    )
     names = _names(plan)
     assert len([n for n in names if n.endswith(".distcp")]) == 64
-    assert {"iter_0001000/.metadata", "iter_0001000/common.pt", "iter_0001000/metadata.json", "latest_checkpointed_iteration.txt"} <= set(names)
+    assert {
+        "iter_0001000/.metadata",
+        "iter_0001000/common.pt",
+        "iter_0001000/metadata.json",
+        "latest_checkpointed_iteration.txt",
+    } <= set(names)
     assert plan.bytes_per_parameter == pytest.approx(14)
 
 
@@ -166,9 +230,16 @@ def test_hf_shards_and_rng_files():
     assert len(shards) == 7 and shards[0] == "checkpoint-1000/model-00001-of-00007.safetensors"
     assert all(f.bytes <= 5 * 10**9 + 10**6 for f in plan.manifest if f.path.endswith(".safetensors"))
     assert {f"checkpoint-1000/rng_state_{i}.pth" for i in range(4)} <= set(names)
-    assert {"checkpoint-1000/optimizer.pt", "checkpoint-1000/model.safetensors.index.json", "checkpoint-1000/scheduler.pt",
-            "checkpoint-1000/trainer_state.json", "checkpoint-1000/training_args.bin"} <= set(names)
-    big = build_plan(arch=L8, model_name="x", framework="hf", zero=0, gpus=1, gpus_per_node=1, options={"hf_shard_size": "50GB"})
+    assert {
+        "checkpoint-1000/optimizer.pt",
+        "checkpoint-1000/model.safetensors.index.json",
+        "checkpoint-1000/scheduler.pt",
+        "checkpoint-1000/trainer_state.json",
+        "checkpoint-1000/training_args.bin",
+    } <= set(names)
+    big = build_plan(
+        arch=L8, model_name="x", framework="hf", zero=0, gpus=1, gpus_per_node=1, options={"hf_shard_size": "50GB"}
+    )
     assert "checkpoint-1000/model.safetensors" in _names(big) and "checkpoint-1000/rng_state.pth" in _names(big)
 
 
@@ -178,19 +249,35 @@ def test_lightning_single_file():
     assert plan.writers == 1 and plan.bytes_per_parameter == pytest.approx(12)
 
 
-@pytest.mark.parametrize("framework,kw,fragment", [
-    ("hf", {"tp": 2}, "ddp"), ("lightning", {"tp": 2}, "ddp"), ("deepspeed", {"zero": 3, "pp": 2, "gpus": 16}, "pipeline"),
-    ("deepspeed", {"gpus": 8, "tp": 3}, "divisible"), ("deepspeed", {"gpus": 12}, "whole number"), ("deepspeed", {"zero": 4}, "zero"),
-])
+@pytest.mark.parametrize(
+    "framework,kw,fragment",
+    [
+        ("hf", {"tp": 2}, "ddp"),
+        ("lightning", {"tp": 2}, "ddp"),
+        ("deepspeed", {"zero": 3, "pp": 2, "gpus": 16}, "pipeline"),
+        ("deepspeed", {"gpus": 8, "tp": 3}, "divisible"),
+        ("deepspeed", {"gpus": 12}, "whole number"),
+        ("deepspeed", {"zero": 4}, "zero"),
+    ],
+)
 def test_contradictory_parallelism(framework, kw, fragment):
     with pytest.raises(InputError, match=f"(?i){fragment}"):
         build_plan(arch=L8, model_name="x", framework=framework, **kw)
 
 
-@pytest.mark.parametrize("framework,zero,shown", [
-    ("deepspeed", 0, " ZeRO-0"), ("deepspeed", 2, " ZeRO-2"), ("dcp", 3, " ZeRO-3"), ("megatron", 1, " ZeRO-1"),
-    ("dlio", 3, " ZeRO-3"), ("hf", 0, ""), ("hf", 2, " ZeRO-2"), ("lightning", 0, ""),
-])
+@pytest.mark.parametrize(
+    "framework,zero,shown",
+    [
+        ("deepspeed", 0, " ZeRO-0"),
+        ("deepspeed", 2, " ZeRO-2"),
+        ("dcp", 3, " ZeRO-3"),
+        ("megatron", 1, " ZeRO-1"),
+        ("dlio", 3, " ZeRO-3"),
+        ("hf", 0, ""),
+        ("hf", 2, " ZeRO-2"),
+        ("lightning", 0, ""),
+    ],
+)
 def test_describe_names_the_zero_stage_where_the_framework_has_one(framework, zero, shown):
     """Each layout's shows_zero_stage: always, only a nonzero stage (HF Trainer under DeepSpeed), or never."""
     plan = build_plan(arch=L8, model_name="x", framework=framework, zero=zero, gpus=8)

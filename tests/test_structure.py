@@ -9,9 +9,29 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).parent.parent / "ckplan"
-EDGES = ("ckplan.probe", "ckplan.render", "ckplan.cli", "ckplan.catalog", "ckplan.readers", "ckplan.profile_store",
-         "ckplan.validate", "ckplan.diagnose", "ckplan.report", "ckplan.scan")
-FILE_CALLS = {"open", "read_text", "read_bytes", "write_text", "write_bytes", "load_toml", "read_json", "scandir", "listdir"}
+EDGES = (
+    "ckplan.probe",
+    "ckplan.render",
+    "ckplan.cli",
+    "ckplan.catalog",
+    "ckplan.readers",
+    "ckplan.profile_store",
+    "ckplan.validate",
+    "ckplan.diagnose",
+    "ckplan.report",
+    "ckplan.scan",
+)
+FILE_CALLS = {
+    "open",
+    "read_text",
+    "read_bytes",
+    "write_text",
+    "write_bytes",
+    "load_toml",
+    "read_json",
+    "scandir",
+    "listdir",
+}
 
 
 def _module(path: Path) -> str:
@@ -52,7 +72,7 @@ def _cycles() -> list[list[str]]:
         stack.append(n)
         for m in sorted(GRAPH.get(n, ())):
             if state.get(m) == "open":
-                cycles.append(stack[stack.index(m):] + [m])
+                cycles.append(stack[stack.index(m) :] + [m])
             elif m not in state:
                 visit(m)
         stack.pop()
@@ -80,19 +100,31 @@ def test_no_import_cycle():
 def test_core_imports_no_edge_and_reads_no_file(name):
     edges = sorted(m for m in GRAPH[name] if m.startswith(EDGES))
     assert not edges, f"{name} imports {edges}"
-    calls = {n.func.attr if isinstance(n.func, ast.Attribute) else getattr(n.func, "id", "")
-             for n in ast.walk(MODULES[name]) if isinstance(n, ast.Call)}
+    calls = {
+        n.func.attr if isinstance(n.func, ast.Attribute) else getattr(n.func, "id", "")
+        for n in ast.walk(MODULES[name])
+        if isinstance(n, ast.Call)
+    }
     assert not calls & FILE_CALLS, f"{name} calls {sorted(calls & FILE_CALLS)}"
 
 
 def test_cli_holds_no_arithmetic():
     """cli/app.py parses, calls the library and renders: no arithmetic operator on numbers."""
     tree = MODULES["ckplan.cli.app"]
-    ops = [n for n in ast.walk(tree) if isinstance(n, ast.BinOp) and isinstance(n.op, (ast.Add, ast.Sub, ast.Mult, ast.Div,
-                                                                                          ast.FloorDiv, ast.Pow))]
+    ops = [
+        n
+        for n in ast.walk(tree)
+        if isinstance(n, ast.BinOp) and isinstance(n.op, (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Pow))
+    ]
     # string concatenation and path joins are not arithmetic: keep only operations with a numeric literal or a call
-    numeric = [n for n in ops if not any(isinstance(side, ast.Constant) and isinstance(side.value, str) or isinstance(side, ast.JoinedStr)
-                                         for side in (n.left, n.right))]
+    numeric = [
+        n
+        for n in ops
+        if not any(
+            isinstance(side, ast.Constant) and isinstance(side.value, str) or isinstance(side, ast.JoinedStr)
+            for side in (n.left, n.right)
+        )
+    ]
     assert not numeric, "arithmetic in cli/app.py at lines " + ", ".join(str(n.lineno) for n in numeric)
 
 
@@ -101,8 +133,13 @@ def test_scripts_import_nothing_from_tests():
     offenders = []
     for path in sorted((ROOT.parent / "scripts").glob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
-                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
             offenders += [f"{path.name}: {n}" for n in names if n == "tests" or n.startswith("tests.")]
     assert not offenders
 
@@ -114,8 +151,13 @@ FRAMEWORK_MODULES = ("ckplan.frameworks", "ckplan.sizing.layouts", "ckplan.diagn
 
 def _names_framework(node: ast.AST) -> bool:
     """An expression that reads a framework's name: `framework`, `plan.setup.framework`, `s.framework`, …"""
-    return any(isinstance(n, ast.Name) and "framework" in n.id.lower()
-               or isinstance(n, ast.Attribute) and "framework" in n.attr.lower() for n in ast.walk(node))
+    return any(
+        isinstance(n, ast.Name)
+        and "framework" in n.id.lower()
+        or isinstance(n, ast.Attribute)
+        and "framework" in n.attr.lower()
+        for n in ast.walk(node)
+    )
 
 
 def _literal_names(node: ast.AST, names: set[str]) -> set[str]:
@@ -135,10 +177,17 @@ def framework_name_checks(tree: ast.AST, names: set[str]) -> list[str]:
             if spelt and any(_names_framework(o) for o in operands):
                 found.append(f"line {node.lineno}: compares a framework with {sorted(spelt)}")
         elif isinstance(node, ast.Match) and _names_framework(node.subject):
-            found += [f"line {c.pattern.lineno}: matches a framework name" for c in node.cases
-                      if any(isinstance(p, ast.MatchValue) and _literal_names(p.value, names) for p in ast.walk(c.pattern))]
+            found += [
+                f"line {c.pattern.lineno}: matches a framework name"
+                for c in node.cases
+                if any(isinstance(p, ast.MatchValue) and _literal_names(p.value, names) for p in ast.walk(c.pattern))
+            ]
         elif isinstance(node, ast.Dict):
-            keyed = {k.value for k in node.keys if isinstance(k, ast.Constant) and isinstance(k.value, str) and k.value in names}
+            keyed = {
+                k.value
+                for k in node.keys
+                if isinstance(k, ast.Constant) and isinstance(k.value, str) and k.value in names
+            }
             if len(keyed) >= 2:
                 found.append(f"line {node.lineno}: a table keyed by framework names {sorted(keyed)}")
     return found
@@ -153,7 +202,7 @@ def _framework_names() -> set[str]:
 def test_the_framework_name_scan_finds_what_it_looks_for():
     """The test below would pass on a scan that finds nothing: each form it refuses, found in a sample."""
     names = _framework_names()
-    sample = ast.parse('''
+    sample = ast.parse("""
 if plan.setup.framework == "hf": pass
 use_dcp = framework in ("dcp", "megatron")
 zero = s.framework in {"deepspeed"} or "lightning" != s.framework
@@ -161,7 +210,7 @@ SAVERS = {"deepspeed": "torch.save", "hf": "safetensors"}
 match framework:
     case "dlio": pass
 fine = saver == "dcp" or kind in ("weights", "optimizer") or framework == name
-''')
+""")
     found = framework_name_checks(sample, names)
     assert sorted(f.split(":")[0] for f in found) == ["line 2", "line 3", "line 4", "line 4", "line 5", "line 7"], found
 
@@ -201,8 +250,10 @@ def test_the_registry_imports_nothing_heavy():
     import subprocess
     import sys
 
-    code = ("import sys, ckplan.frameworks; print(' '.join(sorted({m.split('.')[0] for m in sys.modules} "
-            "& {'torch', 'rich', 'safetensors', 'matplotlib', 'boto3', 'numpy', 'typer'})))")
+    code = (
+        "import sys, ckplan.frameworks; print(' '.join(sorted({m.split('.')[0] for m in sys.modules} "
+        "& {'torch', 'rich', 'safetensors', 'matplotlib', 'boto3', 'numpy', 'typer'})))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
     edges = ("ckplan.validate", "ckplan.render", "ckplan.cli", "ckplan.probe")

@@ -4,17 +4,31 @@ from ckplan.errors import InputError
 from ckplan.units import fmt_bytes, parse_bytes, parse_count, parse_duration, parse_fraction, parse_rate
 
 
-@pytest.mark.parametrize("text,expected", [("7e9", 7e9), ("7B", 7e9), ("70b", 70e9), ("1.5T", 1.5e12), ("500M", 5e8), (" 8 ", 8)])
+@pytest.mark.parametrize(
+    "text,expected", [("7e9", 7e9), ("7B", 7e9), ("70b", 70e9), ("1.5T", 1.5e12), ("500M", 5e8), (" 8 ", 8)]
+)
 def test_parse_count(text, expected):
     assert parse_count(text) == expected
 
 
-@pytest.mark.parametrize("text,expected", [("30GB", 30 * 10**9), ("30GiB", 30 * 2**30), ("4k", 4096), ("1.5 MB", 1_500_000), ("512MiB", 512 * 2**20), ("100", 100)])
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        ("30GB", 30 * 10**9),
+        ("30GiB", 30 * 2**30),
+        ("4k", 4096),
+        ("1.5 MB", 1_500_000),
+        ("512MiB", 512 * 2**20),
+        ("100", 100),
+    ],
+)
 def test_parse_bytes(text, expected):
     assert parse_bytes(text) == expected
 
 
-@pytest.mark.parametrize("text,expected", [("5m", 300), ("90s", 90), ("2h", 7200), ("1.5d", 129600), ("250ms", 0.25), ("300", 300)])
+@pytest.mark.parametrize(
+    "text,expected", [("5m", 300), ("90s", 90), ("2h", 7200), ("1.5d", 129600), ("250ms", 0.25), ("300", 300)]
+)
 def test_parse_duration(text, expected):
     assert parse_duration(text) == pytest.approx(expected)
 
@@ -26,9 +40,21 @@ def test_parse_fraction_and_rate():
     assert parse_rate("1GiB/s") == 2**30
 
 
-@pytest.mark.parametrize("fn,text", [(parse_count, "abc"), (parse_count, "-1"), (parse_count, "0"), (parse_count, "7X"),
-                                     (parse_bytes, "30 furlongs"), (parse_duration, "0"), (parse_duration, "-5m"),
-                                     (parse_fraction, "150%"), (parse_fraction, "0"), (parse_fraction, "five")])
+@pytest.mark.parametrize(
+    "fn,text",
+    [
+        (parse_count, "abc"),
+        (parse_count, "-1"),
+        (parse_count, "0"),
+        (parse_count, "7X"),
+        (parse_bytes, "30 furlongs"),
+        (parse_duration, "0"),
+        (parse_duration, "-5m"),
+        (parse_fraction, "150%"),
+        (parse_fraction, "0"),
+        (parse_fraction, "five"),
+    ],
+)
 def test_bad_input_raises_input_error(fn, text):
     with pytest.raises(InputError):
         fn(text)

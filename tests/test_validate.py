@@ -20,23 +20,44 @@ def disk_profile(tmp_path_factory):
 
 def plan_file(tmp_path, *args):
     path = tmp_path / "plan.json"
-    path.write_text(run_cli("size", "--params", "1e9", "--gpus", "2", "--gpus-per-node", "2", *args, "--json", check=True).stdout)
+    path.write_text(
+        run_cli("size", "--params", "1e9", "--gpus", "2", "--gpus-per-node", "2", *args, "--json", check=True).stdout
+    )
     return path
 
 
-@pytest.mark.parametrize("layout", [("--framework", "dcp", "--zero", "3"), ("--framework", "deepspeed", "--zero", "1", "--pp", "2"),
-                                    ("--framework", "hf", "--zero", "0")])
+@pytest.mark.parametrize(
+    "layout",
+    [
+        ("--framework", "dcp", "--zero", "3"),
+        ("--framework", "deepspeed", "--zero", "1", "--pp", "2"),
+        ("--framework", "hf", "--zero", "0"),
+    ],
+)
 def test_validate_real_save(tmp_path, disk_profile, layout):
     plan = plan_file(tmp_path, *layout)
     target = tmp_path / "target"
     target.mkdir()
-    v = run_json("validate", str(target), "--plan", str(plan), "--storage", str(disk_profile), "--scale", "0.0005", "--repeats", "2")
+    v = run_json(
+        "validate",
+        str(target),
+        "--plan",
+        str(plan),
+        "--storage",
+        str(disk_profile),
+        "--scale",
+        "0.0005",
+        "--repeats",
+        "2",
+    )
     plan_data = json.loads(plan.read_text())
     assert v["files"] == plan_data["file_count"] and v["writers"] == 2
     assert v["bytes"] == pytest.approx(plan_data["total_bytes"] * 0.0005, rel=0.05)
     assert 0 < v["measured"]["min"] <= v["measured_seconds"] <= v["measured"]["max"] < 60
     assert v["predicted_seconds"] > 0
-    assert v["error_percent"] == pytest.approx((v["predicted_seconds"] - v["measured_seconds"]) / v["measured_seconds"] * 100)
+    assert v["error_percent"] == pytest.approx(
+        (v["predicted_seconds"] - v["measured_seconds"]) / v["measured_seconds"] * 100
+    )
     m = v["measured"]
     assert v["measured_range_percent"] == pytest.approx((m["max"] - m["min"]) / m["median"] * 100)
     assert v["within_measured_range"] == (m["min"] <= v["predicted_seconds"] <= m["max"])
@@ -48,20 +69,46 @@ def test_validate_real_save(tmp_path, disk_profile, layout):
 
 def test_validate_async_dcp(tmp_path, disk_profile):
     plan = plan_file(tmp_path, "--framework", "dcp", "--zero", "3")
-    v = run_json("validate", str(tmp_path), "--plan", str(plan), "--storage", str(disk_profile), "--scale", "0.0005",
-                 "--repeats", "2", "--mode", "async")
+    v = run_json(
+        "validate",
+        str(tmp_path),
+        "--plan",
+        str(plan),
+        "--storage",
+        str(disk_profile),
+        "--scale",
+        "0.0005",
+        "--repeats",
+        "2",
+        "--mode",
+        "async",
+    )
     assert 0 < v["measured_stall_seconds"] <= v["measured_seconds"]
     # blocking part and persist are compared apart; the snapshot term is said to be unchecked without a GPU
     stall = v["predicted_stall_seconds"]
-    assert v["stall_error_percent"] == pytest.approx((stall - v["measured_stall_seconds"]) / v["measured_stall_seconds"] * 100)
+    assert v["stall_error_percent"] == pytest.approx(
+        (stall - v["measured_stall_seconds"]) / v["measured_stall_seconds"] * 100
+    )
     assert any("without a GPU" in n for n in v["notes"])
 
 
 def test_validate_async_torch_save_snapshot_then_background_save(tmp_path, disk_profile):
     """Without async_save (DeepSpeed here): the state is cloned (blocking), then saved from a background thread."""
     plan = plan_file(tmp_path, "--framework", "deepspeed", "--zero", "3")
-    v = run_json("validate", str(tmp_path), "--plan", str(plan), "--storage", str(disk_profile), "--scale", "0.0005",
-                 "--repeats", "2", "--mode", "async")
+    v = run_json(
+        "validate",
+        str(tmp_path),
+        "--plan",
+        str(plan),
+        "--storage",
+        str(disk_profile),
+        "--scale",
+        "0.0005",
+        "--repeats",
+        "2",
+        "--mode",
+        "async",
+    )
     assert 0 < v["measured_stall_seconds"] < v["measured_seconds"]
     assert any("background thread" in n for n in v["notes"])
 
@@ -69,7 +116,9 @@ def test_validate_async_torch_save_snapshot_then_background_save(tmp_path, disk_
 @pytest.mark.parametrize("extra,fragment", [(["--scale", "0"], "--scale"), (["--repeats", "0"], "--repeats")])
 def test_validate_bad_input(tmp_path, disk_profile, extra, fragment):
     plan = plan_file(tmp_path, "--framework", "deepspeed")
-    assert_one_line_error(run_cli("validate", str(tmp_path), "--plan", str(plan), "--storage", str(disk_profile), *extra), fragment)
+    assert_one_line_error(
+        run_cli("validate", str(tmp_path), "--plan", str(plan), "--storage", str(disk_profile), *extra), fragment
+    )
 
 
 def test_each_saver_writes_its_own_format(tmp_path):
@@ -77,8 +126,12 @@ def test_each_saver_writes_its_own_format(tmp_path):
     others with torch.save (a zip); torch.save writes every file as a zip."""
     from ckplan.validate.saver import build_state, save_files
 
-    state = build_state([{"path": "model.safetensors", "bytes": 4096, "kind": "weights"},
-                         {"path": "optimizer.pt", "bytes": 4096, "kind": "optimizer"}])
+    state = build_state(
+        [
+            {"path": "model.safetensors", "bytes": 4096, "kind": "weights"},
+            {"path": "optimizer.pt", "bytes": 4096, "kind": "optimizer"},
+        ]
+    )
     save_files(tmp_path / "st", state, "safetensors")
     save_files(tmp_path / "ts", state, "torch.save")
     header = (tmp_path / "st" / "model.safetensors").read_bytes()

@@ -17,8 +17,9 @@ GB = 10**9
 # node 0: two writers of 2 GB each (the busiest node); node 1: one writer of 1 GB
 PLAN = hand_plan([("r0.pt", 2 * GB, 0, 0), ("r1.pt", 2 * GB, 1, 0), ("r2.pt", GB, 2, 1)])
 # 100 MB/s per host whatever the writers, 100 files/s, fsync p99 10 ms; torch.save measured here at 1 GB/s
-PROFILE = hand_profile({1: 100e6, 2: 100e6}, files_per_s=100, p99_s=0.01, shared=True,
-                       calibration=hand_calibration({"torch.save": 1e9}))
+PROFILE = hand_profile(
+    {1: 100e6, 2: 100e6}, files_per_s=100, p99_s=0.01, shared=True, calibration=hand_calibration({"torch.save": 1e9})
+)
 
 
 def test_scaled_prediction_of_the_busiest_node():
@@ -42,6 +43,7 @@ def test_diagnosis_names_the_term_that_was_off():
     assert "within ±15%" in diagnose(t, Spread.of([0.5]), 40 * 10**6, len(files))
     # measured 1.03 s: 0.03 s fixed, so the 40 MB moved at 40 MB ÷ 1 s = 0.04 GB/s, 0.40× the probe's 100 MB/s
     assert diagnose(t, Spread.of([1.03]), 40 * 10**6, len(files)) == (
-        "bandwidth: the save's bytes moved at 0.04 GB/s, 0.40× the probe's 0.10 GB/s at 2 writers")
+        "bandwidth: the save's bytes moved at 0.04 GB/s, 0.40× the probe's 0.10 GB/s at 2 writers"
+    )
     # measured faster than the per-file terms alone
     assert "per-file overhead" in diagnose(t, Spread.of([0.02]), 40 * 10**6, len(files))

@@ -16,12 +16,31 @@ def test_watch_sees_a_fio_burst(tmp_path):
     if shutil.which("fio") is None:
         pytest.skip("fio is not installed")
     csv = tmp_path / "timeline.csv"
-    watcher = subprocess.Popen(ckplan_exe() + ["watch", str(tmp_path), "--interval", "0.25", "--duration", "6",
-                                               "--record", str(csv), "--json"], stdout=subprocess.PIPE, text=True)
+    watcher = subprocess.Popen(
+        ckplan_exe()
+        + ["watch", str(tmp_path), "--interval", "0.25", "--duration", "6", "--record", str(csv), "--json"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     time.sleep(1.0)
-    subprocess.run(["fio", "--name=burst", f"--directory={tmp_path}", "--rw=write", "--bs=1M", "--size=768M",
-                    "--direct=1", "--ioengine=psync", "--end_fsync=1", "--unlink=1", "--output-format=json"],
-                   check=True, capture_output=True, timeout=60)
+    subprocess.run(
+        [
+            "fio",
+            "--name=burst",
+            f"--directory={tmp_path}",
+            "--rw=write",
+            "--bs=1M",
+            "--size=768M",
+            "--direct=1",
+            "--ioengine=psync",
+            "--end_fsync=1",
+            "--unlink=1",
+            "--output-format=json",
+        ],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
     out, _ = watcher.communicate(timeout=60)
     assert watcher.returncode == 0
     r = json.loads(out)
@@ -32,7 +51,10 @@ def test_watch_sees_a_fio_burst(tmp_path):
     quiet = [s for s in r["samples"] if s["t"] < 0.9]
     assert quiet and all(s["write_bytes_per_s"] < r["write_bytes_per_s"]["peak"] for s in quiet)
     rows = csv.read_text().splitlines()
-    assert rows[0].startswith("t,write_bytes_per_s,write_iops,util_percent,w_await_ms") and len(rows) == len(r["samples"]) + 1
+    assert (
+        rows[0].startswith("t,write_bytes_per_s,write_iops,util_percent,w_await_ms")
+        and len(rows) == len(r["samples"]) + 1
+    )
 
 
 def test_watch_bad_targets(tmp_path):

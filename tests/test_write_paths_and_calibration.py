@@ -37,23 +37,45 @@ def profile(*, direct: bool = True, calibration: Calibration | None = None) -> S
     """A node-local target: buffered 1 GB/s at any writer count, direct 2 GB/s; 1,000 files/s; fsync p99 1 ms."""
     flat = lambda bw: [BandwidthPoint(writers=1, bytes_per_s=bw), BandwidthPoint(writers=2, bytes_per_s=bw)]  # noqa: E731
     return StorageProfile(
-        name="hand", target="-", fs_type="ext4", storage_class="local-disk", shared=False,
-        buffered_bandwidth=flat(1 * GB), direct_bandwidth=flat(2 * GB) if direct else [], best_write_bytes_per_s=1 * GB,
+        name="hand",
+        target="-",
+        fs_type="ext4",
+        storage_class="local-disk",
+        shared=False,
+        buffered_bandwidth=flat(1 * GB),
+        direct_bandwidth=flat(2 * GB) if direct else [],
+        best_write_bytes_per_s=1 * GB,
         small_files=SmallFiles(files_per_s=1000, ops_per_s=4000, file_bytes_min=4096, file_bytes_max=4096, writers=2),
-        fsync_latency=Latency(p50_s=0.0005, p99_s=0.001, p999_s=0.002), calibration=calibration,
-        measurement=Measurement(tool="hand", date="-", host="-", preset="-", duration_s=0))
+        fsync_latency=Latency(p50_s=0.0005, p99_s=0.001, p999_s=0.002),
+        calibration=calibration,
+        measurement=Measurement(tool="hand", date="-", host="-", preset="-", duration_s=0),
+    )
 
 
 def calibration(torch_save=2 * GB, dcp=4 * GB, fixed=0.25) -> Calibration:
-    return Calibration(serialize_bytes_per_s={"torch.save": torch_save, "dcp": dcp, "safetensors": 3 * GB},
-                       sample_bytes=1, tensor_bytes=1, dcp_fixed_seconds=fixed, dcp_ranks=2, torch_version="x", host="h",
-                       duration_s=0)
+    return Calibration(
+        serialize_bytes_per_s={"torch.save": torch_save, "dcp": dcp, "safetensors": 3 * GB},
+        sample_bytes=1,
+        tensor_bytes=1,
+        dcp_fixed_seconds=fixed,
+        dcp_ranks=2,
+        torch_version="x",
+        host="h",
+        duration_s=0,
+    )
 
 
 def plan(framework="deepspeed", *options: str, zero=3):
     opts = dict(o.split("=") for o in options)
-    return build_plan(arch=catalog.model("llama-2-7b"), parameters=200_000_000, framework=framework, gpus=2,
-                      gpus_per_node=2, zero=zero, options=opts)
+    return build_plan(
+        arch=catalog.model("llama-2-7b"),
+        parameters=200_000_000,
+        framework=framework,
+        gpus=2,
+        gpus_per_node=2,
+        zero=zero,
+        options=opts,
+    )
 
 
 def busiest_writer(p, fmt):
@@ -61,6 +83,7 @@ def busiest_writer(p, fmt):
 
 
 # --- the layout's write path and the curve the model takes -------------------------------------------------
+
 
 def test_layouts_declare_their_write_path():
     assert plan("deepspeed").write_path == "buffered"
@@ -111,12 +134,15 @@ def test_direct_plan_on_a_profile_without_direct_curve_uses_buffered_and_says_so
 
 # --- calibration over defaults -------------------------------------------------------------------------------
 
+
 def test_calibration_replaces_the_defaults_and_says_so():
     p = plan("deepspeed")
     b = busiest_writer(p, "torch.save")
     default = predict_save(p, profile())
     measured = predict_save(p, profile(calibration=calibration(torch_save=2 * GB)))
-    given = predict_save(p, profile(calibration=calibration(torch_save=2 * GB)), given_serializers={"torch.save": 4 * GB})
+    given = predict_save(
+        p, profile(calibration=calibration(torch_save=2 * GB)), given_serializers={"torch.save": 4 * GB}
+    )
     assert default.serialize_seconds == pytest.approx(b / DEFAULT_SERIALIZE_BYTES_PER_S["torch.save"])
     assert measured.serialize_seconds == pytest.approx(b / (2 * GB))
     assert given.serialize_seconds == pytest.approx(b / (4 * GB))
@@ -147,17 +173,40 @@ def test_recommend_labels_each_machine_figure():
 def test_recommend_cli_shows_measured_here_from_a_profile_file(tmp_path):
     path = tmp_path / "prof.json"
     path.write_text(profile(calibration=calibration()).model_dump_json())
-    out = run_cli("recommend", "--params", "2e8", "--gpus", "2", "--gpus-per-node", "2", "--framework", "dcp",
-                  "--storage", str(path), check=True).stdout
+    out = run_cli(
+        "recommend",
+        "--params",
+        "2e8",
+        "--gpus",
+        "2",
+        "--gpus-per-node",
+        "2",
+        "--framework",
+        "dcp",
+        "--storage",
+        str(path),
+        check=True,
+    ).stdout
     assert "measured here" in out
 
 
 # --- the replay ---------------------------------------------------------------------------------------------
 
+
 def test_replay_of_the_same_plan_and_path_overrides_the_model():
     p = plan("deepspeed")
-    r = Replay(method="framework saver", write_path="buffered", seconds=3.0, bytes=1, files=1, writers=2, scale=1.0,
-               plan_fingerprint=p.fingerprint, full_scale_seconds=3.0, spread=Spread.of([2.9, 3.0, 3.4]))
+    r = Replay(
+        method="framework saver",
+        write_path="buffered",
+        seconds=3.0,
+        bytes=1,
+        files=1,
+        writers=2,
+        scale=1.0,
+        plan_fingerprint=p.fingerprint,
+        full_scale_seconds=3.0,
+        spread=Spread.of([2.9, 3.0, 3.4]),
+    )
     prof = profile().model_copy(update={"replay": r})
     assert predict_save(p, prof).seconds == 3.0
     # the same manifest written with O_DIRECT is another save: the replay does not apply
@@ -166,8 +215,16 @@ def test_replay_of_the_same_plan_and_path_overrides_the_model():
 
 def test_noisy_replay_gets_a_note():
     curve = [BandwidthPoint(writers=1, bytes_per_s=GB, spread=Spread.of([GB, GB]))]
-    quiet = Replay(seconds=1, bytes=1, files=1, writers=1, scale=1, plan_fingerprint="x", full_scale_seconds=1,
-                   spread=Spread.of([1.0, 1.05, 1.08]))
+    quiet = Replay(
+        seconds=1,
+        bytes=1,
+        files=1,
+        writers=1,
+        scale=1,
+        plan_fingerprint="x",
+        full_scale_seconds=1,
+        spread=Spread.of([1.0, 1.05, 1.08]),
+    )
     noisy = quiet.model_copy(update={"spread": Spread.of([1.0, 1.05, 1.3])})
     assert noise_notes(curve, replay=quiet) == []
     notes = noise_notes(curve, replay=noisy)
@@ -190,6 +247,7 @@ def test_calibrate_measures_real_serialisers_near_an_independent_timing(tmp_path
         assert s["repeats"] == 3 and s["min"] <= rate <= s["max"]
     # independent: torch.save of 64 MiB of fp32 into /dev/null, timed here on one thread
     import torch
+
     torch.set_num_threads(1)
     tensors = {f"t{i}": torch.randn(2**22) for i in range(4)}
     torch.save(tensors, os.devnull)
@@ -214,8 +272,10 @@ def test_probe_stores_the_calibration_and_recommend_uses_it(tmp_path):
     assert p["calibration"]["dcp_ranks"] == 1 and p["calibration"]["serialize_bytes_per_s"]["torch.save"] > 0
     rec = run_json("recommend", "--params", "2e8", "--gpus", "1", "--gpus-per-node", "1", "--storage", str(prof))
     machine = rec["save_model"]["machine"]
-    assert machine["serialize_bytes_per_s"]["torch.save"] == {"value": p["calibration"]["serialize_bytes_per_s"]["torch.save"],
-                                                              "source": "measured here"}
+    assert machine["serialize_bytes_per_s"]["torch.save"] == {
+        "value": p["calibration"]["serialize_bytes_per_s"]["torch.save"],
+        "source": "measured here",
+    }
 
 
 def test_calibrate_bad_input():

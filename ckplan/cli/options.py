@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Callable, Optional
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from pydantic import Field
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 DEFAULT_PARAMS = "7e9"
 
 Json = Annotated[bool, typer.Option("--json", help="Print the result as JSON (the same model the table shows).")]
-PlanFile = Annotated[Optional[Path], typer.Option("--plan", help="A plan from `ckplan size --json`.")]
+PlanFile = Annotated[Path | None, typer.Option("--plan", help="A plan from `ckplan size --json`.")]
 
 
 def pairs(items: list[str] | None, flag: str) -> dict[str, str]:
@@ -45,7 +45,9 @@ def load_plan(path: Path) -> CheckpointPlan:
     from ckplan.readers import MAX_PLAN_BYTES, read_json_model
     from ckplan.sizing.plan import CheckpointPlan
 
-    return read_json_model(path, CheckpointPlan, "plan", MAX_PLAN_BYTES, expected=" (a plan comes from `ckplan size --json`)")
+    return read_json_model(
+        path, CheckpointPlan, "plan", MAX_PLAN_BYTES, expected=" (a plan comes from `ckplan size --json`)"
+    )
 
 
 @dataclass(frozen=True)
@@ -60,21 +62,32 @@ class Flag:
     panel: str = "Plan"
 
     def parameter(self) -> inspect.Parameter:
-        option = typer.Option(self.flag, help=self.help, rich_help_panel=self.panel,
-                              show_default=self.shown_default if self.shown_default is not None else False)
-        return inspect.Parameter(self.name, inspect.Parameter.KEYWORD_ONLY, default=None,
-                                 annotation=Annotated[Optional[self.type], option])
+        option = typer.Option(
+            self.flag,
+            help=self.help,
+            rich_help_panel=self.panel,
+            show_default=self.shown_default if self.shown_default is not None else False,
+        )
+        return inspect.Parameter(
+            self.name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=Annotated[self.type | None, option]
+        )
 
 
 def _with_group(inject: str, flags: Sequence[Flag], build: Callable[[dict[str, Any]], Any]) -> Callable:
     """Replace the command's `inject` parameter by `flags` in what typer sees; call it with build(the flags' values)."""
+
     def decorate(func: Callable) -> Callable:
         # the command's own parameters, their annotations evaluated where the command was written (typer reads
         # __signature__ as it is); the injected one is left out unevaluated: its type need not exist at run time
         namespace = inspect.unwrap(func).__globals__
-        own = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY,
-                         annotation=eval(p.annotation, namespace) if isinstance(p.annotation, str) else p.annotation)
-               for p in inspect.signature(func).parameters.values() if p.name != inject]
+        own = [
+            p.replace(
+                kind=inspect.Parameter.KEYWORD_ONLY,
+                annotation=eval(p.annotation, namespace) if isinstance(p.annotation, str) else p.annotation,
+            )
+            for p in inspect.signature(func).parameters.values()
+            if p.name != inject
+        ]
         names = {f.name for f in flags}
 
         @functools.wraps(func)
@@ -86,10 +99,12 @@ def _with_group(inject: str, flags: Sequence[Flag], build: Callable[[dict[str, A
         command.__signature__ = signature  # type: ignore[attr-defined]
         command.__annotations__ = {p.name: p.annotation for p in signature.parameters.values()}
         return command
+
     return decorate
 
 
 # --- the plan group -------------------------------------------------------------------------------------------
+
 
 def _build_defaults() -> dict[str, Any]:
     from ckplan.sizing.plan import build_plan
@@ -126,7 +141,9 @@ class PlanSpec(Model):
             if self.from_dir is not None:
                 raise InputError("give --plan or --from, not both: each is a whole plan")
             if self.given_flags():
-                raise InputError(f"give --plan or the plan flags, not both (got --plan and {', '.join(self.given_flags())})")
+                raise InputError(
+                    f"give --plan or the plan flags, not both (got --plan and {', '.join(self.given_flags())})"
+                )
             return load_plan(self.plan_file)
         if self.from_dir is not None:
             return self._measured(gpus)
@@ -136,8 +153,10 @@ class PlanSpec(Model):
 
         models = [PLAN_FLAG_NAMES[n] for n in ("params", "model", "config") if getattr(self, n) is not None]
         if len(models) > 1:
-            raise InputError(f"give one of --params, --model or --config, not {'both' if len(models) == 2 else 'all three'} "
-                             f"(got {' and '.join(models)})")
+            raise InputError(
+                f"give one of --params, --model or --config, not {'both' if len(models) == 2 else 'all three'} "
+                f"(got {' and '.join(models)})"
+            )
         if self.config is not None:
             arch, parameters = catalog.config_model(self.config), None
         elif self.model is not None:
@@ -145,12 +164,30 @@ class PlanSpec(Model):
         else:  # an empty --params is refused by parse_count, not replaced by the default
             parameters = int(parse_count(DEFAULT_PARAMS if self.params is None else self.params, "--params"))
             arch = nearest_shape(parameters, catalog.models())
-        chosen: dict[str, Any] = {k: v for k, v in dict(optimizer=self.optimizer, precision=self.precision, framework=self.framework,
-                                        gpus=gpus if gpus is not None else self.gpus, gpus_per_node=self.gpus_per_node,
-                                        tp=self.tp, pp=self.pp, zero=self.zero, ep=self.ep).items() if v is not None}
+        chosen: dict[str, Any] = {
+            k: v
+            for k, v in dict(
+                optimizer=self.optimizer,
+                precision=self.precision,
+                framework=self.framework,
+                gpus=gpus if gpus is not None else self.gpus,
+                gpus_per_node=self.gpus_per_node,
+                tp=self.tp,
+                pp=self.pp,
+                zero=self.zero,
+                ep=self.ep,
+            ).items()
+            if v is not None
+        }
         chosen.update({k: v.lower() for k, v in chosen.items() if isinstance(v, str)})
-        return build_plan(arch=arch, parameters=parameters, model_name=arch.name if self.model or self.config else None,
-                          dtype_overrides=pairs(self.dtype, "--dtype"), options=pairs(self.option, "--option"), **chosen)
+        return build_plan(
+            arch=arch,
+            parameters=parameters,
+            model_name=arch.name if self.model or self.config else None,
+            dtype_overrides=pairs(self.dtype, "--dtype"),
+            options=pairs(self.option, "--option"),
+            **chosen,
+        )
 
     def _measured(self, gpus: int | None) -> CheckpointPlan:
         """--from DIR: the plan measured from a checkpoint's files; only the flags that the names leave open."""
@@ -159,8 +196,10 @@ class PlanSpec(Model):
 
         others = [f for f in self.given_flags() if f not in ("--from", "--gpus-per-node", "--gpus", "--params")]
         if others:
-            raise InputError(f"--from measures the plan from the checkpoint's files: drop {', '.join(others)} "
-                             "(--gpus-per-node, --gpus and --params go with it)")
+            raise InputError(
+                f"--from measures the plan from the checkpoint's files: drop {', '.join(others)} "
+                "(--gpus-per-node, --gpus and --params go with it)"
+            )
         if gpus is not None:
             raise InputError("--from measures one checkpoint: it cannot be resized to other GPU counts")
         params = int(parse_count(self.params, "--params")) if self.params is not None else None
@@ -168,10 +207,23 @@ class PlanSpec(Model):
         return scan_plan(self.from_dir, gpus_per_node=self.gpus_per_node, gpus=self.gpus, parameters=params)
 
 
-PLAN_FLAG_NAMES = {"params": "--params", "model": "--model", "config": "--config", "optimizer": "--optimizer",
-                   "precision": "--precision", "framework": "--framework", "gpus": "--gpus", "gpus_per_node": "--gpus-per-node",
-                   "tp": "--tp", "pp": "--pp", "zero": "--zero", "ep": "--ep", "dtype": "--dtype", "option": "--option",
-                   "from_dir": "--from"}
+PLAN_FLAG_NAMES = {
+    "params": "--params",
+    "model": "--model",
+    "config": "--config",
+    "optimizer": "--optimizer",
+    "precision": "--precision",
+    "framework": "--framework",
+    "gpus": "--gpus",
+    "gpus_per_node": "--gpus-per-node",
+    "tp": "--tp",
+    "pp": "--pp",
+    "zero": "--zero",
+    "ep": "--ep",
+    "dtype": "--dtype",
+    "option": "--option",
+    "from_dir": "--from",
+}
 
 
 def _plan_flags(defaults: dict[str, Any], exclude: tuple[str, ...]) -> list[Flag]:
@@ -180,8 +232,13 @@ def _plan_flags(defaults: dict[str, Any], exclude: tuple[str, ...]) -> list[Flag
 
     d = {**_build_defaults(), **defaults}
     flags = [
-        Flag("from_dir", "--from", Path, "An existing checkpoint directory (DeepSpeed, DCP, Megatron, HF Trainer): "
-             "its files, sizes and writer ranks measured from disk instead of the flags."),
+        Flag(
+            "from_dir",
+            "--from",
+            Path,
+            "An existing checkpoint directory (DeepSpeed, DCP, Megatron, HF Trainer): "
+            "its files, sizes and writer ranks measured from disk instead of the flags.",
+        ),
         Flag("params", "--params", str, "Parameter count: 7e9, 7B, 70b, 1.5T.", DEFAULT_PARAMS),
         Flag("model", "--model", str, "A catalog model (see `ckplan models`)."),
         Flag("config", "--config", Path, "A Hugging Face config.json: the model's exact tensors, read locally."),
@@ -192,12 +249,27 @@ def _plan_flags(defaults: dict[str, Any], exclude: tuple[str, ...]) -> list[Flag
         Flag("gpus_per_node", "--gpus-per-node", int, "GPUs per node  [default: 8, or --gpus if fewer]"),
         Flag("tp", "--tp", int, "Tensor-parallel size.", str(d["tp"])),
         Flag("pp", "--pp", int, "Pipeline-parallel size.", str(d["pp"])),
-        Flag("zero", "--zero", int, "ZeRO stage 0-3 (3 = FSDP full sharding; hf: 0 = Trainer under DDP, 1-3 = Trainer + "
-             "DeepSpeed).", "1, hf: 0" if d["zero"] is None else str(d["zero"])),
-        Flag("ep", "--ep", int, "Expert-parallel size (megatron, dcp, deepspeed; mixture-of-experts models).", str(d["ep"])),
+        Flag(
+            "zero",
+            "--zero",
+            int,
+            "ZeRO stage 0-3 (3 = FSDP full sharding; hf: 0 = Trainer under DDP, 1-3 = Trainer + DeepSpeed).",
+            "1, hf: 0" if d["zero"] is None else str(d["zero"]),
+        ),
+        Flag(
+            "ep",
+            "--ep",
+            int,
+            "Expert-parallel size (megatron, dcp, deepspeed; mixture-of-experts models).",
+            str(d["ep"]),
+        ),
         Flag("dtype", "--dtype", list[str], "Override a state's dtype: master=none, exp_avg_sq=bf16, optimizer=bf16."),
-        Flag("option", "--option", list[str], "Layout option, e.g. hf_shard_size=50GB, writer=fast (deepspeed), "
-             "gather_16bit=true (hf under ZeRO-3)."),
+        Flag(
+            "option",
+            "--option",
+            list[str],
+            "Layout option, e.g. hf_shard_size=50GB, writer=fast (deepspeed), gather_16bit=true (hf under ZeRO-3).",
+        ),
     ]
     return [f for f in flags if f.name not in exclude]
 
@@ -214,10 +286,12 @@ def plan_options(*, plan_file: bool = True, exclude: tuple[str, ...] = (), **def
         whole = given.get("plan_file") or given.get("from_dir")  # a plan file or a directory is the whole plan
         chosen = {k: v for k, v in defaults.items() if k not in given and not whole}
         return PlanSpec(**chosen, **given)
+
     return _with_group("spec", flags, build)
 
 
 # --- the policy group -----------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class PolicyFlag(Flag):
@@ -245,13 +319,16 @@ def _policy_flags() -> list[PolicyFlag]:
         def check(value: float, flag: str) -> float:
             check_range(value, flag, 0, maximum, limit=limit)
             return value
+
         return check
 
     def serializers(items: list[str], flag: str) -> dict[str, float]:
         out = {}
         for fmt, rate in pairs(items, flag).items():
             if fmt not in p.DEFAULT_SERIALIZE_BYTES_PER_S:
-                raise InputError(f"{flag} takes {' or '.join(f'{k}=RATE' for k in p.DEFAULT_SERIALIZE_BYTES_PER_S)}, got {fmt!r}")
+                raise InputError(
+                    f"{flag} takes {' or '.join(f'{k}=RATE' for k in p.DEFAULT_SERIALIZE_BYTES_PER_S)}, got {fmt!r}"
+                )
             out[fmt] = parse_rate(rate, flag)
         return out
 
@@ -260,45 +337,173 @@ def _policy_flags() -> list[PolicyFlag]:
             raise InputError(f"{flag} must be sync or async, got {value!r}")
         return value
 
-    def flag(name: str, text: str, type_: Any, help_: str, shown: str | None, panel: str, field: str,
-             parse: Callable[[Any, str], Any]) -> PolicyFlag:
+    def flag(
+        name: str,
+        text: str,
+        type_: Any,
+        help_: str,
+        shown: str | None,
+        panel: str,
+        field: str,
+        parse: Callable[[Any, str], Any],
+    ) -> PolicyFlag:
         return PolicyFlag(name, text, type_, help_, shown, panel, field=field, parse=parse)
 
     return [
-        flag("max_loss", "--max-loss", str, "Most work a crash may destroy, e.g. 1h.", fmt_duration(p.DEFAULT_MAX_LOSS_S),
-             "Policy", "max_loss_s", parse_duration),
-        flag("max_overhead", "--max-overhead", str, "Share of time saves may block, e.g. 5%.", fmt_percent(p.DEFAULT_MAX_OVERHEAD),
-             "Policy", "max_overhead", parse_fraction),
-        flag("mode", "--mode", str, "sync or async (snapshot to host memory, persist in the background).", "sync",
-             "Policy", "mode", mode),
-        flag("iteration_time", "--iteration-time", str, "Seconds per training step, to give the interval in steps.", None,
-             "Policy", "iteration_s", parse_duration),
-        flag("mtbf", "--mtbf", str, "Job mean time between interruptions, e.g. 8h (overrides the rates).", None,
-             "Failures", "mtbf_s", parse_duration),
-        flag("node_failure_rate", "--node-failure-rate", float, "Interruptions per 1,000 node-days.",
-             f"{p.DEFAULT_NODE_FAILURES_PER_1000_DAYS:g}", "Failures", "node_failures_per_1000_days",
-             rate_check(MAX_FAILURES_PER_1000_NODE_DAYS, f"{MAX_FAILURES_PER_1000_NODE_DAYS:,} per 1,000 node-days, one a second")),
-        flag("job_failure_rate", "--job-failure-rate", float, "Job-level interruptions per day (software, network).",
-             f"{p.DEFAULT_JOB_FAILURES_PER_DAY:g}", "Failures", "job_failures_per_day",
-             rate_check(MAX_FAILURES_PER_DAY, f"{MAX_FAILURES_PER_DAY:,} a day, one a second")),
-        flag("restart", "--restart", str, "Restart cost: detect, reschedule, load, warm up.", fmt_duration(p.DEFAULT_RESTART_S),
-             "Failures", "restart_s", lambda v, f: parse_duration(v, f, allow_zero=True)),
-        flag("snapshot_bandwidth", "--snapshot-bandwidth", str, "Async: device→host copy per GPU.",
-             fmt_rate(p.DEFAULT_SNAPSHOT_BYTES_PER_S), "Assumptions", "snapshot_bytes_per_s", parse_rate),
-        flag("host_memory", "--host-memory", str, "Host memory per node (async snapshot, /dev/shm staging).",
-             fmt_bytes(p.DEFAULT_HOST_MEMORY_BYTES), "Assumptions", "host_memory_bytes", parse_bytes),
-        flag("local_disk", "--local-disk", str, "Local NVMe capacity per node (staging).", fmt_bytes(p.DEFAULT_LOCAL_DISK_BYTES),
-             "Assumptions", "local_disk_bytes", parse_bytes),
-        flag("changed_fraction", "--changed-fraction", str, "Incremental what-if: share of bytes that change per save.",
-             fmt_percent(p.DEFAULT_CHANGED_FRACTION), "Assumptions", "changed_fraction",
-             lambda v, f: parse_fraction(v, f, allow_one=True)),
-        flag("serialize_bandwidth", "--serialize-bandwidth", list[str],
-             "Serialiser speed per writer core, e.g. torch.save=2GB/s (default: this machine's calibration in the "
-             "profile, else the named defaults).", None, "Assumptions", "serialize_bytes_per_s", serializers),
-        flag("save_time", "--save-time", str, "A measured save time: skips the save-time model.", None,
-             "Measured", "save_time_s", parse_duration),
-        flag("stall_time", "--stall-time", str, "A measured async blocking time.", None, "Measured", "stall_time_s",
-             parse_duration),
+        flag(
+            "max_loss",
+            "--max-loss",
+            str,
+            "Most work a crash may destroy, e.g. 1h.",
+            fmt_duration(p.DEFAULT_MAX_LOSS_S),
+            "Policy",
+            "max_loss_s",
+            parse_duration,
+        ),
+        flag(
+            "max_overhead",
+            "--max-overhead",
+            str,
+            "Share of time saves may block, e.g. 5%.",
+            fmt_percent(p.DEFAULT_MAX_OVERHEAD),
+            "Policy",
+            "max_overhead",
+            parse_fraction,
+        ),
+        flag(
+            "mode",
+            "--mode",
+            str,
+            "sync or async (snapshot to host memory, persist in the background).",
+            "sync",
+            "Policy",
+            "mode",
+            mode,
+        ),
+        flag(
+            "iteration_time",
+            "--iteration-time",
+            str,
+            "Seconds per training step, to give the interval in steps.",
+            None,
+            "Policy",
+            "iteration_s",
+            parse_duration,
+        ),
+        flag(
+            "mtbf",
+            "--mtbf",
+            str,
+            "Job mean time between interruptions, e.g. 8h (overrides the rates).",
+            None,
+            "Failures",
+            "mtbf_s",
+            parse_duration,
+        ),
+        flag(
+            "node_failure_rate",
+            "--node-failure-rate",
+            float,
+            "Interruptions per 1,000 node-days.",
+            f"{p.DEFAULT_NODE_FAILURES_PER_1000_DAYS:g}",
+            "Failures",
+            "node_failures_per_1000_days",
+            rate_check(
+                MAX_FAILURES_PER_1000_NODE_DAYS,
+                f"{MAX_FAILURES_PER_1000_NODE_DAYS:,} per 1,000 node-days, one a second",
+            ),
+        ),
+        flag(
+            "job_failure_rate",
+            "--job-failure-rate",
+            float,
+            "Job-level interruptions per day (software, network).",
+            f"{p.DEFAULT_JOB_FAILURES_PER_DAY:g}",
+            "Failures",
+            "job_failures_per_day",
+            rate_check(MAX_FAILURES_PER_DAY, f"{MAX_FAILURES_PER_DAY:,} a day, one a second"),
+        ),
+        flag(
+            "restart",
+            "--restart",
+            str,
+            "Restart cost: detect, reschedule, load, warm up.",
+            fmt_duration(p.DEFAULT_RESTART_S),
+            "Failures",
+            "restart_s",
+            lambda v, f: parse_duration(v, f, allow_zero=True),
+        ),
+        flag(
+            "snapshot_bandwidth",
+            "--snapshot-bandwidth",
+            str,
+            "Async: device→host copy per GPU.",
+            fmt_rate(p.DEFAULT_SNAPSHOT_BYTES_PER_S),
+            "Assumptions",
+            "snapshot_bytes_per_s",
+            parse_rate,
+        ),
+        flag(
+            "host_memory",
+            "--host-memory",
+            str,
+            "Host memory per node (async snapshot, /dev/shm staging).",
+            fmt_bytes(p.DEFAULT_HOST_MEMORY_BYTES),
+            "Assumptions",
+            "host_memory_bytes",
+            parse_bytes,
+        ),
+        flag(
+            "local_disk",
+            "--local-disk",
+            str,
+            "Local NVMe capacity per node (staging).",
+            fmt_bytes(p.DEFAULT_LOCAL_DISK_BYTES),
+            "Assumptions",
+            "local_disk_bytes",
+            parse_bytes,
+        ),
+        flag(
+            "changed_fraction",
+            "--changed-fraction",
+            str,
+            "Incremental what-if: share of bytes that change per save.",
+            fmt_percent(p.DEFAULT_CHANGED_FRACTION),
+            "Assumptions",
+            "changed_fraction",
+            lambda v, f: parse_fraction(v, f, allow_one=True),
+        ),
+        flag(
+            "serialize_bandwidth",
+            "--serialize-bandwidth",
+            list[str],
+            "Serialiser speed per writer core, e.g. torch.save=2GB/s (default: this machine's calibration in the "
+            "profile, else the named defaults).",
+            None,
+            "Assumptions",
+            "serialize_bytes_per_s",
+            serializers,
+        ),
+        flag(
+            "save_time",
+            "--save-time",
+            str,
+            "A measured save time: skips the save-time model.",
+            None,
+            "Measured",
+            "save_time_s",
+            parse_duration,
+        ),
+        flag(
+            "stall_time",
+            "--stall-time",
+            str,
+            "A measured async blocking time.",
+            None,
+            "Measured",
+            "stall_time_s",
+            parse_duration,
+        ),
     ]
 
 
@@ -313,6 +518,7 @@ def policy_options(*, exclude: tuple[str, ...] = ()) -> Callable:
         if "stall_time_s" in chosen and chosen.get("mode") != "async":
             raise InputError("--stall-time applies to --mode async only")
         return Policy(**chosen)
+
     return _with_group("policy", flags, build)
 
 
@@ -320,8 +526,26 @@ def flag_names() -> dict[str, str]:
     """Library parameter → CLI flag, for the ‹name›s in an InputError's message (errors.InputError.render)."""
     names = {f.name: f.flag for f in _plan_flags({}, ())}
     names.update({f.field: f.flag for f in _policy_flags()})
-    names.update(dtype_overrides="--dtype", options="--option", plan_file="--plan", save_name="--save", keep="--keep",
-                 goodput="--target-goodput", ranks="--ranks", repeats="--repeats", scale="--scale", file="--file", by="--by",
-                 interval="--interval", pattern="--pattern", hosts="--hosts", hosts_file="--hosts-file", bind="--bind",
-                 port="--port", idle_timeout="--idle-timeout", agent_wait="--agent-wait", emit_jobs="--emit-jobs")
+    names.update(
+        dtype_overrides="--dtype",
+        options="--option",
+        plan_file="--plan",
+        save_name="--save",
+        keep="--keep",
+        goodput="--target-goodput",
+        ranks="--ranks",
+        repeats="--repeats",
+        scale="--scale",
+        file="--file",
+        by="--by",
+        interval="--interval",
+        pattern="--pattern",
+        hosts="--hosts",
+        hosts_file="--hosts-file",
+        bind="--bind",
+        port="--port",
+        idle_timeout="--idle-timeout",
+        agent_wait="--agent-wait",
+        emit_jobs="--emit-jobs",
+    )
     return names

@@ -11,8 +11,14 @@ if TYPE_CHECKING:
     from ckplan.sizing.plan import CheckpointPlan
 
 
-def diagnose_logs(logs: list[Path], pattern: str | None = None, by: str = "save number", interval_s: float | None = None,
-                  plan: CheckpointPlan | None = None, profile: StorageProfile | None = None) -> Diagnosis:
+def diagnose_logs(
+    logs: list[Path],
+    pattern: str | None = None,
+    by: str = "save number",
+    interval_s: float | None = None,
+    plan: CheckpointPlan | None = None,
+    profile: StorageProfile | None = None,
+) -> Diagnosis:
     """Saves from the logs, their trend and a verdict; with a plan and its storage profile, beside ckplan's prediction
     (the sync save time under the default policy)."""
     from ckplan.diagnose.logs import extract

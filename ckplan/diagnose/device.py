@@ -15,8 +15,9 @@ import shutil
 import statistics
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, Literal
+from typing import Literal
 
 from ckplan import __version__
 from ckplan.errors import InputError
@@ -75,8 +76,10 @@ def device_of(target: str) -> str:
     source = os.path.realpath(mount.source) if mount.source.startswith("/dev/") else mount.source
     dev = source.removeprefix("/dev/")
     if dev not in disks:
-        raise InputError(f"no block device behind {target} ({mount.fs_type} from {mount.source}); "
-                         "watch a path on a local disk or name the device")
+        raise InputError(
+            f"no block device behind {target} ({mount.fs_type} from {mount.source}); "
+            "watch a path on a local disk or name the device"
+        )
     return dev
 
 
@@ -85,16 +88,21 @@ def gpu_util() -> float | None:
     if not exe:
         return None
     try:
-        out = subprocess.run([exe, "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits"],
-                             capture_output=True, text=True, timeout=5).stdout
+        out = subprocess.run(
+            [exe, "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+        ).stdout
         values = [float(v) for v in out.split()]
     except (OSError, ValueError, subprocess.TimeoutExpired):
         return None
     return sum(values) / len(values) if values else None
 
 
-def watch(target: str, interval_s: float, duration_s: float | None,
-          on_sample: Callable[[Sample], None] | None = None) -> WatchResult:
+def watch(
+    target: str, interval_s: float, duration_s: float | None, on_sample: Callable[[Sample], None] | None = None
+) -> WatchResult:
     """Sample until `duration_s` (or Ctrl-C), then summarise."""
     import psutil
 
@@ -110,9 +118,14 @@ def watch(target: str, interval_s: float, duration_s: float | None,
             now, now_t = psutil.disk_io_counters(perdisk=True)[dev], time.monotonic()
             dt = now_t - prev_t
             writes = now.write_count - prev.write_count
-            sample = Sample(t=now_t - start, write_bytes_per_s=(now.write_bytes - prev.write_bytes) / dt,
-                            write_iops=writes / dt, util_percent=min(100.0, (now.busy_time - prev.busy_time) / (dt * 10)),
-                            w_await_ms=(now.write_time - prev.write_time) / writes if writes else 0.0, gpu_util_percent=gpu_util())
+            sample = Sample(
+                t=now_t - start,
+                write_bytes_per_s=(now.write_bytes - prev.write_bytes) / dt,
+                write_iops=writes / dt,
+                util_percent=min(100.0, (now.busy_time - prev.busy_time) / (dt * 10)),
+                w_await_ms=(now.write_time - prev.write_time) / writes if writes else 0.0,
+                gpu_util_percent=gpu_util(),
+            )
             samples.append(sample)
             if on_sample:
                 on_sample(sample)
@@ -126,20 +139,30 @@ def watch(target: str, interval_s: float, duration_s: float | None,
 
 def _figure(values: list[float]) -> Figure:
     ordered = sorted(values)
-    return Figure(peak=ordered[-1], p99=ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))],
-                  median=statistics.median(ordered))
+    return Figure(
+        peak=ordered[-1],
+        p99=ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))],
+        median=statistics.median(ordered),
+    )
 
 
 def summarise(dev: str, target: str, interval_s: float, samples: list[Sample]) -> WatchResult:
     gpu = [s.gpu_util_percent for s in samples if s.gpu_util_percent is not None]
     step = samples[-1].t / len(samples)
-    return WatchResult(device=dev, target=target, interval_s=interval_s, duration_s=samples[-1].t, samples=samples,
-                       write_bytes_per_s=_figure([s.write_bytes_per_s for s in samples]),
-                       write_iops=_figure([s.write_iops for s in samples]),
-                       util_percent=_figure([s.util_percent for s in samples]),
-                       w_await_ms=_figure([s.w_await_ms for s in samples]), gpu_util_percent=_figure(gpu) if gpu else None,
-                       saturated_s=step * sum(s.util_percent >= UTIL_SATURATED for s in samples),
-                       slow_await_s=step * sum(s.w_await_ms >= AWAIT_SLOW_MS for s in samples))
+    return WatchResult(
+        device=dev,
+        target=target,
+        interval_s=interval_s,
+        duration_s=samples[-1].t,
+        samples=samples,
+        write_bytes_per_s=_figure([s.write_bytes_per_s for s in samples]),
+        write_iops=_figure([s.write_iops for s in samples]),
+        util_percent=_figure([s.util_percent for s in samples]),
+        w_await_ms=_figure([s.w_await_ms for s in samples]),
+        gpu_util_percent=_figure(gpu) if gpu else None,
+        saturated_s=step * sum(s.util_percent >= UTIL_SATURATED for s in samples),
+        slow_await_s=step * sum(s.w_await_ms >= AWAIT_SLOW_MS for s in samples),
+    )
 
 
 def record(result: WatchResult, path: Path) -> None:
@@ -147,8 +170,10 @@ def record(result: WatchResult, path: Path) -> None:
     try:
         if path.suffix == ".csv":
             fields = list(Sample.model_fields)
-            rows = [",".join(fields)] + [",".join("" if getattr(s, f) is None else f"{getattr(s, f):.6g}" for f in fields)
-                                         for s in result.samples]
+            rows = [",".join(fields)] + [
+                ",".join("" if getattr(s, f) is None else f"{getattr(s, f):.6g}" for f in fields)
+                for s in result.samples
+            ]
             path.write_text("\n".join(rows) + "\n")
         else:
             path.write_text(result.model_dump_json(indent=2))

@@ -28,8 +28,8 @@ from __future__ import annotations
 import datetime as dt
 import math
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
 from ckplan.errors import InputError
 
@@ -38,7 +38,9 @@ TIMESTAMP = re.compile(r"(\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:[,.]\d+)?)")
 # TIMESTAMP's \d also matches non-ASCII (Unicode) digits, each one or more bytes from 0x80 up in UTF-8,
 # so n digits are n or more bytes of [0-9\x80-\xff]. (This form is 10× faster than (?:[0-9]|[\x80-\xff]+).)
 _D = rb"[0-9\x80-\xff]"
-TIMESTAMP_BYTES = re.compile(_D + rb"{4,}-" + _D + rb"{2,}-" + _D + rb"{2,}[ T]" + _D + rb"{2,}:" + _D + rb"{2,}:" + _D + rb"{2,}")
+TIMESTAMP_BYTES = re.compile(
+    _D + rb"{4,}-" + _D + rb"{2,}-" + _D + rb"{2,}[ T]" + _D + rb"{2,}:" + _D + rb"{2,}:" + _D + rb"{2,}"
+)
 
 
 @dataclass(frozen=True)
@@ -52,7 +54,7 @@ class Save:
 def parse_time(text: str) -> float:
     text = text.replace("T", " ").replace(",", ".")
     try:
-        return dt.datetime.fromisoformat(text).replace(tzinfo=dt.timezone.utc).timestamp()
+        return dt.datetime.fromisoformat(text).replace(tzinfo=dt.UTC).timestamp()
     except ValueError:
         raise InputError(f"cannot read the timestamp {text!r}") from None
 
@@ -102,7 +104,9 @@ class Extractor:
 class Torchtitan(Extractor):
     name = "torchtitan"
     needles = (b"Finished saving the checkpoint",)
-    pattern = re.compile(r"Finished saving the checkpoint(?: \(or staging if async is enabled\))?\s*in ([\d.]+) seconds")
+    pattern = re.compile(
+        r"Finished saving the checkpoint(?: \(or staging if async is enabled\))?\s*in ([\d.]+) seconds"
+    )
 
     def __init__(self):
         self.n = 0
@@ -219,7 +223,9 @@ class Custom(Extractor):
             raise InputError(f"‹pattern› is not a valid regular expression: {exc}") from None
         groups = set(self.regex.groupindex)
         if "duration" not in groups and not {"start", "end"} <= groups:
-            raise InputError("‹pattern› needs a named group (?P<duration>…) in seconds, or (?P<start>…) and (?P<end>…) timestamps")
+            raise InputError(
+                "‹pattern› needs a named group (?P<duration>…) in seconds, or (?P<start>…) and (?P<end>…) timestamps"
+            )
         self.needles = required_literals(pattern)
         self.n = 0
 
@@ -245,8 +251,8 @@ def required_literals(pattern: str) -> tuple[bytes, ...]:
     the literal only decides which lines it runs on.
     """
     try:
-        from re import _constants as c  # CPython's own regex parser: private, hence the fallback below
-        from re import _parser
+        from re import _constants as c  # type: ignore[attr-defined]  # CPython's own regex parser: private, hence the fallback below
+        from re import _parser  # type: ignore[attr-defined]
 
         parsed = _parser.parse(pattern)
         if parsed.state.flags & c.SRE_FLAG_IGNORECASE:

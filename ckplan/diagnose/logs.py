@@ -111,7 +111,7 @@ class _Reader:
         buf = bytearray(block)
         carry: list[bytes] = []  # the start of a line that the last block cut
         read = 0
-        while n := f.readinto(buf):
+        while n := f.readinto(buf):  # type: ignore[attr-defined]  # opened "rb": a BufferedReader
             read += n
             lo = 0
             if carry:  # finish the cut line first

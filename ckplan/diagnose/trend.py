@@ -11,8 +11,23 @@ from ckplan.diagnose.extractors import Save
 from ckplan.schema import Model
 
 # Two-sided 95% Student t quantiles for small samples; 1.96 beyond the table.
-T95 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26, 10: 2.23, 12: 2.18,
-       15: 2.13, 20: 2.09, 25: 2.06, 30: 2.04}
+T95 = {
+    1: 12.71,
+    2: 4.30,
+    3: 3.18,
+    4: 2.78,
+    5: 2.57,
+    6: 2.45,
+    7: 2.36,
+    8: 2.31,
+    9: 2.26,
+    10: 2.23,
+    12: 2.18,
+    15: 2.13,
+    20: 2.09,
+    25: 2.06,
+    30: 2.04,
+}
 GROWTH_SHARE = 0.10  # growing: the fitted rise over the run exceeds 10% of the mean save
 TAIL_RATIO = 2.0  # noisy: p99 above twice the median
 
@@ -58,27 +73,35 @@ def fit(xs: list[float], ys: list[float]) -> tuple[float, float, float]:
     sxx = sum((x - mx) ** 2 for x in xs)
     if sxx == 0:
         return 0.0, my, math.inf
-    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=False)) / sxx
     intercept = my - slope * mx
     if n < 3:
         return slope, intercept, math.inf
-    resid = sum((y - intercept - slope * x) ** 2 for x, y in zip(xs, ys))
+    resid = sum((y - intercept - slope * x) ** 2 for x, y in zip(xs, ys, strict=False))
     return slope, intercept, math.sqrt(resid / (n - 2) / sxx)
 
 
-def diagnose(saves: list[Save], logs: list[str], bytes_read: int, by: str = "save number",
-             interval_s: float | None = None, predicted_s: float | None = None) -> Diagnosis:
+def diagnose(
+    saves: list[Save],
+    logs: list[str],
+    bytes_read: int,
+    by: str = "save number",
+    interval_s: float | None = None,
+    predicted_s: float | None = None,
+) -> Diagnosis:
     from ckplan.errors import InputError
 
     if len(saves) < 2:
-        raise InputError(f"found {len(saves)} checkpoint save(s) in the logs; a trend needs at least 2 "
-                         "(give ‹pattern› for another log format)")
+        raise InputError(
+            f"found {len(saves)} checkpoint save(s) in the logs; a trend needs at least 2 "
+            "(give ‹pattern› for another log format)"
+        )
     ys = [s.seconds for s in saves]
     ats = [s.at for s in saves if s.at is not None]
     stamped = len(ats) == len(saves)
     if by == "wall time" and not stamped:
         raise InputError("‹by› time needs timestamps on every save line")
-    gaps = [b - a for a, b in zip(ats, ats[1:])] if stamped else []
+    gaps = [b - a for a, b in zip(ats, ats[1:], strict=False)] if stamped else []
     gap = statistics.median(gaps) if gaps else None
     xs: list[float] = [float(i) for i in range(len(saves))]
     if by == "wall time" and gap:
@@ -97,18 +120,46 @@ def diagnose(saves: list[Save], logs: list[str], bytes_read: int, by: str = "sav
     if growing:
         current = intercept + slope * xs[-1]
         until = max((interval - current) / slope, 0.0) if interval else None
-        text = ("growing: storage is falling behind" + (f", and at this slope a save reaches the interval after "
-                f"{until:.0f} more saves" if until is not None else "") + f" (+{slope:.3g} s per save)")
+        text = (
+            "growing: storage is falling behind"
+            + (
+                f", and at this slope a save reaches the interval after {until:.0f} more saves"
+                if until is not None
+                else ""
+            )
+            + f" (+{slope:.3g} s per save)"
+        )
         verdict = "growing"
     elif p99 > TAIL_RATIO * median:
-        verdict, text = "noisy", f"noisy: the tail latency dominates (p99 {p99:.3g} s against a median of {median:.3g} s)"
+        verdict, text = (
+            "noisy",
+            f"noisy: the tail latency dominates (p99 {p99:.3g} s against a median of {median:.3g} s)",
+        )
     else:
-        why = "within noise" if ci[0] <= 0 else f"a rise of {slope * (len(saves) - 1):.3g} s over the run, under 10% of the mean"
+        why = (
+            "within noise"
+            if ci[0] <= 0
+            else f"a rise of {slope * (len(saves) - 1):.3g} s over the run, under 10% of the mean"
+        )
         verdict, text = "stable", f"stable (median {median:.3g} s; slope {slope:+.3g} s per save, {why})"
     if predicted_s is not None:
         text += f"; ckplan predicts {predicted_s:.3g} s per save, the log's median is {median / predicted_s:.2f}× that"
-    return Diagnosis(logs=logs, bytes_read=bytes_read, patterns=sorted({s.source for s in saves}), saves=len(saves),
-                     median_s=median, p99_s=p99, max_s=ordered[-1], by=by, slope_s_per_save=slope, slope_ci95=ci,
-                     interval_s=interval, fraction_saving=fraction, saves_until_interval=until, predicted_s=predicted_s,
-                     verdict=verdict, verdict_text=text,
-                     series=[SavePoint(label=s.label, seconds=s.seconds, at=s.at) for s in saves])
+    return Diagnosis(
+        logs=logs,
+        bytes_read=bytes_read,
+        patterns=sorted({s.source for s in saves}),
+        saves=len(saves),
+        median_s=median,
+        p99_s=p99,
+        max_s=ordered[-1],
+        by=by,
+        slope_s_per_save=slope,
+        slope_ci95=ci,
+        interval_s=interval,
+        fraction_saving=fraction,
+        saves_until_interval=until,
+        predicted_s=predicted_s,
+        verdict=verdict,
+        verdict_text=text,
+        series=[SavePoint(label=s.label, seconds=s.seconds, at=s.at) for s in saves],
+    )

@@ -50,9 +50,19 @@ def _changed(plan: CheckpointPlan, fraction: float) -> SaveOverrides:
 STAGES = {"async": "async save", "tmpfs": "/dev/shm staging", "local-nvme": "local NVMe staging"}
 
 
-def build(plan: CheckpointPlan, profile: StorageProfile, policy: Policy, data: PlanningData, *, how: str | None = None,
-          compress: bool = False, merge: bool = False, incremental: bool = False,
-          storage: StorageProfile | None = None, name: str) -> Scenario:
+def build(
+    plan: CheckpointPlan,
+    profile: StorageProfile,
+    policy: Policy,
+    data: PlanningData,
+    *,
+    how: str | None = None,
+    compress: bool = False,
+    merge: bool = False,
+    incremental: bool = False,
+    storage: StorageProfile | None = None,
+    name: str,
+) -> Scenario:
     """One scenario with the chosen mitigations applied together.
 
     `how`: None keeps the policy's mode; 'async' saves asynchronously; 'tmpfs' or 'local-nvme'
@@ -64,8 +74,10 @@ def build(plan: CheckpointPlan, profile: StorageProfile, policy: Policy, data: P
     codec = data.codec
     if compress:
         overrides.update(_compressed(plan, codec))
-        notes.append(f"{codec.codec} at {codec.ratio:.2f}× and {codec.bytes_per_s_per_core / 1e6:.0f} MB/s per core "
-                     f"(measured by `ckplan compress-test`, {codec.measured})")
+        notes.append(
+            f"{codec.codec} at {codec.ratio:.2f}× and {codec.bytes_per_s_per_core / 1e6:.0f} MB/s per core "
+            f"(measured by `ckplan compress-test`, {codec.measured})"
+        )
     if incremental:
         base = overrides.get("total_bytes", plan.total_bytes) / plan.total_bytes
         overrides.update(_changed(plan, policy.changed_fraction * base))
@@ -93,16 +105,23 @@ def build(plan: CheckpointPlan, profile: StorageProfile, policy: Policy, data: P
     return s.model_copy(update={"notes": s.notes + notes})
 
 
-def _faster_class(plan: CheckpointPlan, profile: StorageProfile, policy: Policy, data: PlanningData) -> StorageProfile | None:
+def _faster_class(
+    plan: CheckpointPlan, profile: StorageProfile, policy: Policy, data: PlanningData
+) -> StorageProfile | None:
     """The fastest shared built-in class that saves faster than the current target, if any."""
     current = sync_scenario(plan, profile, policy).save_seconds
-    timed = [(sync_scenario(plan, p, policy).save_seconds, p) for p in data.storage_classes.values()
-             if p.shared and p.name != profile.name]
+    timed = [
+        (sync_scenario(plan, p, policy).save_seconds, p)
+        for p in data.storage_classes.values()
+        if p.shared and p.name != profile.name
+    ]
     best = min(timed, key=lambda t: t[0], default=None)
     return best[1] if best is not None and best[0] < current else None
 
 
-def what_ifs(plan: CheckpointPlan, profile: StorageProfile, policy: Policy, mtbf: float, data: PlanningData) -> list[WhatIf]:
+def what_ifs(
+    plan: CheckpointPlan, profile: StorageProfile, policy: Policy, mtbf: float, data: PlanningData
+) -> list[WhatIf]:
     # what-ifs change the save, so they use the model even when the plan's save time was given
     modelled = policy.model_copy(update={"save_time_s": None, "stall_time_s": None})
     scenarios = [
@@ -111,7 +130,9 @@ def what_ifs(plan: CheckpointPlan, profile: StorageProfile, policy: Policy, mtbf
         build(plan, profile, modelled, data, how="local-nvme", name="local NVMe staging, drain to target"),
         build(plan, profile, modelled, data, compress=True, name="compression"),
         build(plan, profile, modelled, data, merge=True, name="merge shards (one file per writer)"),
-        build(plan, profile, modelled, data, incremental=True, name=f"incremental ({policy.changed_fraction:.0%} changed)"),
+        build(
+            plan, profile, modelled, data, incremental=True, name=f"incremental ({policy.changed_fraction:.0%} changed)"
+        ),
     ]
     faster = _faster_class(plan, profile, modelled, data)
     if faster is not None:
@@ -120,21 +141,40 @@ def what_ifs(plan: CheckpointPlan, profile: StorageProfile, policy: Policy, mtbf
     out = []
     for s in scenarios:
         ev, _ = evaluate(s, mtbf, policy)
-        out.append(WhatIf(mitigation=s.name, save_seconds=s.save_seconds, stall_seconds=s.stall_seconds,
-                          shortest_safe_interval_s=ev.shortest_safe_interval_s, recommended_interval_s=ev.recommended_interval_s,
-                          verdict=ev.verdict, expected_waste_fraction=ev.expected_waste_fraction, notes=s.notes))
+        out.append(
+            WhatIf(
+                mitigation=s.name,
+                save_seconds=s.save_seconds,
+                stall_seconds=s.stall_seconds,
+                shortest_safe_interval_s=ev.shortest_safe_interval_s,
+                recommended_interval_s=ev.recommended_interval_s,
+                verdict=ev.verdict,
+                expected_waste_fraction=ev.expected_waste_fraction,
+                notes=s.notes,
+            )
+        )
     return out
 
 
-def _best_combination(plan: CheckpointPlan, profile: StorageProfile, policy: Policy, mtbf: float, data: PlanningData) -> Scenario:
+def _best_combination(
+    plan: CheckpointPlan, profile: StorageProfile, policy: Policy, mtbf: float, data: PlanningData
+) -> Scenario:
     candidates = []
     for how, compress, merge in itertools.product((None, *STAGES), (False, True), (False, True)):
         parts = [STAGES[how]] if how else []
         parts += ["compression"] * compress + ["merged shards"] * merge
         if not parts:
             continue
-        s = build(plan, profile, policy, data, how=how, compress=compress, merge=merge,
-                  name="best combination: " + " + ".join(parts))
+        s = build(
+            plan,
+            profile,
+            policy,
+            data,
+            how=how,
+            compress=compress,
+            merge=merge,
+            name="best combination: " + " + ".join(parts),
+        )
         ev, _ = evaluate(s, mtbf, policy)
         # waste rounded to 0.01%: a mitigation must earn its place in the combination
         candidates.append((ev.verdict == "infeasible", round(ev.expected_waste_fraction, 4), len(parts), s))

@@ -58,4 +58,3 @@ class Policy(Model):
     serialize_bytes_per_s: dict[str, float] = Field(default_factory=dict)
     save_time_s: float | None = None  # measured save (persist) time, skipping the model
     stall_time_s: float | None = None  # measured blocking time of an async save
-

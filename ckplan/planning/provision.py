@@ -98,21 +98,43 @@ def _meets(s: Scenario, mtbf: float, policy: Policy, goodput: float | None) -> t
     return ok, ev
 
 
-def provisioned_profile(node_bw: float, aggregate_bw: float, files_per_s_node: float, files_per_s: float,
-                        shared: bool = True) -> StorageProfile:
+def provisioned_profile(
+    node_bw: float, aggregate_bw: float, files_per_s_node: float, files_per_s: float, shared: bool = True
+) -> StorageProfile:
     """A storage that delivers exactly the provisioned figures at any writer count."""
     return StorageProfile(
-        name="provisioned", source="builtin", target_kind="builtin", target="provisioned storage", fs_type="-", storage_class="provisioned",
-        shared=shared, buffered_bandwidth=[BandwidthPoint(writers=1, bytes_per_s=node_bw)], best_write_bytes_per_s=node_bw,
-        aggregate_limit_bytes_per_s=aggregate_bw, aggregate_files_per_s=files_per_s,
-        small_files=SmallFiles(files_per_s=files_per_s_node, ops_per_s=4 * files_per_s_node, file_bytes_min=4096,
-                               file_bytes_max=4096, writers=1),
+        name="provisioned",
+        source="builtin",
+        target_kind="builtin",
+        target="provisioned storage",
+        fs_type="-",
+        storage_class="provisioned",
+        shared=shared,
+        buffered_bandwidth=[BandwidthPoint(writers=1, bytes_per_s=node_bw)],
+        best_write_bytes_per_s=node_bw,
+        aggregate_limit_bytes_per_s=aggregate_bw,
+        aggregate_files_per_s=files_per_s,
+        small_files=SmallFiles(
+            files_per_s=files_per_s_node,
+            ops_per_s=4 * files_per_s_node,
+            file_bytes_min=4096,
+            file_bytes_max=4096,
+            writers=1,
+        ),
         fsync_latency=Latency(p50_s=0, p99_s=0, p999_s=0),
-        measurement=Measurement(tool="provision", date="-", host="-", preset="-", duration_s=0))
+        measurement=Measurement(tool="provision", date="-", host="-", preset="-", duration_s=0),
+    )
 
 
-def provision_one(plan: CheckpointPlan, policy: Policy, mode: str, goodput: float | None, keep: int,
-                  data: PlanningData, storage: StorageProfile | None = None) -> Provision:
+def provision_one(
+    plan: CheckpointPlan,
+    policy: Policy,
+    mode: str,
+    goodput: float | None,
+    keep: int,
+    data: PlanningData,
+    storage: StorageProfile | None = None,
+) -> Provision:
     mtbf, _ = job_mtbf_with_source(plan, policy)
     busiest = plan.busiest_node
     machine = machine_figures(storage.calibration if storage else None, policy.serialize_bytes_per_s)
@@ -124,12 +146,21 @@ def provision_one(plan: CheckpointPlan, policy: Policy, mode: str, goodput: floa
         local = predict_save(plan, data.tier("local-nvme"), given_serializers=policy.serialize_bytes_per_s).seconds
     capacity = (keep + 1) * plan.total_bytes  # the newest save is written before the oldest is deleted
     staging = busiest.bytes if mode in ("async", "staged") else 0
-    base = dict(gpus=plan.setup.gpus, nodes=plan.setup.nodes, checkpoint_bytes=plan.total_bytes,
-                files_per_save=plan.file_count, mtbf_s=mtbf, capacity_bytes=capacity, staging_bytes_per_node=staging)
+    base = dict(
+        gpus=plan.setup.gpus,
+        nodes=plan.setup.nodes,
+        checkpoint_bytes=plan.total_bytes,
+        files_per_save=plan.file_count,
+        mtbf_s=mtbf,
+        capacity_bytes=capacity,
+        staging_bytes_per_node=staging,
+    )
     floor = (serialize + coordination) / (1 - METADATA_SHARE) + 1e-6  # no storage can finish faster than the serialiser
     ok, _ = _meets(_scenario(plan, policy, mode, floor, local), mtbf, policy, goodput)
     if not ok:
-        return Provision(feasible=False, dominant_term=_dominant(plan, policy, mode, mtbf, goodput, floor, local), **base)
+        return Provision(
+            feasible=False, dominant_term=_dominant(plan, policy, mode, mtbf, goodput, floor, local), **base
+        )
     lo, hi = floor, floor
     while _meets(_scenario(plan, policy, mode, hi * 2, local), mtbf, policy, goodput)[0] and hi < 1e7:
         hi *= 2
@@ -138,14 +169,19 @@ def provision_one(plan: CheckpointPlan, policy: Policy, mode: str, goodput: floa
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if _meets(_scenario(plan, policy, mode, mid, local), mtbf, policy, goodput)[0] else (lo, mid)
     persist = lo
-    needed = required_bandwidth(plan, persist, fixed_seconds=persist * METADATA_SHARE + coordination,
-                                writer_cpu_seconds=serialize, overlap=False)
+    needed = required_bandwidth(
+        plan,
+        persist,
+        fixed_seconds=persist * METADATA_SHARE + coordination,
+        writer_cpu_seconds=serialize,
+        overlap=False,
+    )
     assert needed is not None  # persist ≥ floor leaves time for the bytes
     burst, node_bw = needed
     files = plan.file_count / (persist * METADATA_SHARE)
     profile = provisioned_profile(node_bw, burst, busiest.files / (persist * METADATA_SHARE), files)
     # the provisioned storage, checked by the forward model: the same scenario recommend would build on it
-    check = (async_scenario(plan, profile, policy) if mode == "async" else sync_scenario(plan, profile, policy))
+    check = async_scenario(plan, profile, policy) if mode == "async" else sync_scenario(plan, profile, policy)
     if mode == "staged":
         check = _scenario(plan, policy, mode, check.save_seconds, local)
     ev, _ = evaluate(check, mtbf, policy)
@@ -155,32 +191,60 @@ def provision_one(plan: CheckpointPlan, policy: Policy, mode: str, goodput: floa
         # the shared system's limit), not the per-node figure times the nodes
         have = aggregate_bandwidth(storage, storage.bandwidth_at(busiest.writers, plan.write_path), plan.nodes_writing)
         headroom = have / burst
-    return Provision(feasible=True, save_seconds=persist, stall_seconds=check.stall_seconds, interval_s=ev.recommended_interval_s,
-                     burst_bandwidth_bytes_per_s=burst, sustained_bandwidth_bytes_per_s=plan.total_bytes / ev.recommended_interval_s,
-                     node_bandwidth_bytes_per_s=node_bw, files_per_s=files, expected_ettr=ev.ettr,
-                     expected_waste_fraction=ev.expected_waste_fraction, headroom=headroom, **base)
+    return Provision(
+        feasible=True,
+        save_seconds=persist,
+        stall_seconds=check.stall_seconds,
+        interval_s=ev.recommended_interval_s,
+        burst_bandwidth_bytes_per_s=burst,
+        sustained_bandwidth_bytes_per_s=plan.total_bytes / ev.recommended_interval_s,
+        node_bandwidth_bytes_per_s=node_bw,
+        files_per_s=files,
+        expected_ettr=ev.ettr,
+        expected_waste_fraction=ev.expected_waste_fraction,
+        headroom=headroom,
+        **base,
+    )
 
 
-def _dominant(plan: CheckpointPlan, policy: Policy, mode: str, mtbf: float, goodput: float | None, floor: float,
-              local: float) -> str:
+def _dominant(
+    plan: CheckpointPlan, policy: Policy, mode: str, mtbf: float, goodput: float | None, floor: float, local: float
+) -> str:
     """Why no bandwidth is enough: the term that fails even with an instant persist."""
     s = _scenario(plan, policy, mode, floor, local)
     ev, _ = evaluate(s, mtbf, policy)
     restart_only = math.exp(-policy.restart_s / mtbf)  # Daly's T_w with δ → 0, τ → 0: T_s/T_w → e^{−R/M}
     if goodput is not None and restart_only < goodput:
-        return (f"restart cost: {policy.restart_s:.0f} s per failure at a {mtbf / 3600:.2f} h MTBF caps ETTR at "
-                f"{restart_only:.1%} before any save; faster storage cannot fix that")
+        return (
+            f"restart cost: {policy.restart_s:.0f} s per failure at a {mtbf / 3600:.2f} h MTBF caps ETTR at "
+            f"{restart_only:.1%} before any save; faster storage cannot fix that"
+        )
     if OVERHEAD.interval(s, policy) > policy.max_loss_s - s.save_seconds:
-        what = "the host snapshot" if mode == "async" else "the local staging write" if mode == "staged" else "the busiest writer's serialisation"
-        return (f"loss window: {what} ({s.stall_seconds:.3g} s) needs τ ≥ {s.stall_seconds / policy.max_overhead:.3g} s "
-                f"for the overhead budget, longer than the {policy.max_loss_s:.0f} s window allows")
+        what = (
+            "the host snapshot"
+            if mode == "async"
+            else "the local staging write"
+            if mode == "staged"
+            else "the busiest writer's serialisation"
+        )
+        return (
+            f"loss window: {what} ({s.stall_seconds:.3g} s) needs τ ≥ {s.stall_seconds / policy.max_overhead:.3g} s "
+            f"for the overhead budget, longer than the {policy.max_loss_s:.0f} s window allows"
+        )
     if goodput is not None and ev.ettr < goodput:
         return f"goodput: even an instant persist gives ETTR {ev.ettr:.1%} with these failure rates and this stall"
     return "the serialiser of the busiest writer is slower than the targets allow"
 
 
-def provision_sweep(plans: list[CheckpointPlan], policy: Policy, mode: str, goodput: float | None, keep: int,
-                    data: PlanningData, storage: StorageProfile | None = None) -> ProvisionSweep:
+def provision_sweep(
+    plans: list[CheckpointPlan],
+    policy: Policy,
+    mode: str,
+    goodput: float | None,
+    keep: int,
+    data: PlanningData,
+    storage: StorageProfile | None = None,
+) -> ProvisionSweep:
     if mode not in ("sync", "async", "staged"):
         raise InputError(f"‹mode› must be sync, async or staged, got {mode!r}")
     if keep < 1:
@@ -191,20 +255,32 @@ def provision_sweep(plans: list[CheckpointPlan], policy: Policy, mode: str, good
         # an async save's stall is the snapshot alone, so the overhead budget cannot bound its persist: only the
         # loss window does, and the largest persist it allows (half the window) adds that much rework per failure,
         # which made async look worse than sync (issue 15: ETTR 64.9% against sync's 83.8% at 16k GPUs)
-        raise InputError("async provision needs ‹goodput›: without it only the loss window bounds the background "
-                         "persist, and a persist of half the window costs more rework than a sync save")
+        raise InputError(
+            "async provision needs ‹goodput›: without it only the loss window bounds the background "
+            "persist, and a persist of half the window costs more rework than a sync save"
+        )
     targets = {"max_overhead": policy.max_overhead, "max_loss_s": policy.max_loss_s}
     if goodput is not None:
         targets["target_goodput"] = goodput
     rows = [provision_one(p, policy, mode, goodput, keep, data, storage) for p in plans]
-    assumptions = [f"persist time split: {1 - METADATA_SHARE:.0%} for bytes, {METADATA_SHARE:.0%} for per-file creates and fsyncs",
-                   "capacity = (keep + 1) × one checkpoint: the newest is written before the oldest is deleted",
-                   f"failures: {policy.node_failures_per_1000_days:g} per 1,000 node-days + {policy.job_failures_per_day:g} per job-day; restart {policy.restart_s:g} s",
-                   "bandwidth is what the storage must sustain at the plan's writers per node, as measured by `ckplan probe`",
-                   machine_figures(storage.calibration if storage else None, policy.serialize_bytes_per_s).describe()]
+    assumptions = [
+        f"persist time split: {1 - METADATA_SHARE:.0%} for bytes, {METADATA_SHARE:.0%} for per-file creates and fsyncs",
+        "capacity = (keep + 1) × one checkpoint: the newest is written before the oldest is deleted",
+        f"failures: {policy.node_failures_per_1000_days:g} per 1,000 node-days + {policy.job_failures_per_day:g} "
+        f"per job-day; restart {policy.restart_s:g} s",
+        "bandwidth is what the storage must sustain at the plan's writers per node, as measured by `ckplan probe`",
+        machine_figures(storage.calibration if storage else None, policy.serialize_bytes_per_s).describe(),
+    ]
     if mode == "async":
         assumptions.append(f"async snapshot at {policy.snapshot_bytes_per_s / 1e9:g} GB/s per GPU")
     if mode == "staged":
         assumptions.append("staged: the local write uses the built-in local-nvme class")
-    return ProvisionSweep(plan=plans[0].describe(world=False), mode=mode, targets=targets, keep=keep, storage=storage.name if storage else None,
-                          rows=rows, assumptions=assumptions)
+    return ProvisionSweep(
+        plan=plans[0].describe(world=False),
+        mode=mode,
+        targets=targets,
+        keep=keep,
+        storage=storage.name if storage else None,
+        rows=rows,
+        assumptions=assumptions,
+    )

@@ -66,12 +66,18 @@ class Recommendation(Model):
     assumptions: list[str] = Field(default_factory=list)
 
 
-def recommend(plan: CheckpointPlan, profile: StorageProfile, policy: Policy, data: PlanningData | None = None) -> Recommendation:
+def recommend(
+    plan: CheckpointPlan, profile: StorageProfile, policy: Policy, data: PlanningData | None = None
+) -> Recommendation:
     """The recommendation for `plan` on `profile`; with `data` (the built-in tiers and codec), its what-ifs too."""
     if policy.max_loss_s <= 0:
         raise InputError("‹max_loss_s› must be > 0")
     mtbf, mtbf_source = job_mtbf_with_source(plan, policy)
-    scenario = async_scenario(plan, profile, policy, "as planned") if policy.mode == "async" else sync_scenario(plan, profile, policy)
+    scenario = (
+        async_scenario(plan, profile, policy, "as planned")
+        if policy.mode == "async"
+        else sync_scenario(plan, profile, policy)
+    )
     ev, constraints = evaluate(scenario, mtbf, policy)
     needed: dict[str, float] = {}
     if ev.verdict == "infeasible":
@@ -79,35 +85,68 @@ def recommend(plan: CheckpointPlan, profile: StorageProfile, policy: Policy, dat
         needed = _needed(plan, profile, policy, scenario)
         m = scenario.save_model
         if m is not None and "save_seconds" in needed and "aggregate_bandwidth_bytes_per_s" not in needed:
-            reason += (f"; no storage bandwidth is enough: the per-file, fsync and serialisation terms "
-                       f"({m.metadata_seconds + m.fsync_tail_seconds + m.serialize_seconds:.3g} s) already exceed the "
-                       f"{needed['save_seconds']:.3g} s the window allows")
+            reason += (
+                f"; no storage bandwidth is enough: the per-file, fsync and serialisation terms "
+                f"({m.metadata_seconds + m.fsync_tail_seconds + m.serialize_seconds:.3g} s) already exceed the "
+                f"{needed['save_seconds']:.3g} s the window allows"
+            )
     elif ev.verdict == "tight":
-        reason = f"overhead {fmt_percent(ev.overhead_at_recommended)} is near the {fmt_percent(policy.max_overhead)} budget"
+        reason = (
+            f"overhead {fmt_percent(ev.overhead_at_recommended)} is near the {fmt_percent(policy.max_overhead)} budget"
+        )
     else:
         reason = f"the optimum fits inside the loss window with overhead {fmt_percent(ev.overhead_at_recommended)}"
-    steps = int(ev.recommended_interval_s // policy.iteration_s) if policy.iteration_s and math.isfinite(ev.recommended_interval_s) else None
+    steps = (
+        int(ev.recommended_interval_s // policy.iteration_s)
+        if policy.iteration_s and math.isfinite(ev.recommended_interval_s)
+        else None
+    )
     failures_per_day = 86400 / mtbf
     lost = ev.recommended_interval_s / 2 + scenario.save_seconds
-    storage_limit = (f"storage limit at {fmt_rate(scenario.save_model.aggregate_bandwidth_bytes_per_s)} "
-                     f"({scenario.save_model.limited_by})" if scenario.save_model else "save time as given")
+    storage_limit = (
+        f"storage limit at {fmt_rate(scenario.save_model.aggregate_bandwidth_bytes_per_s)} "
+        f"({scenario.save_model.limited_by})"
+        if scenario.save_model
+        else "save time as given"
+    )
     if ev.verdict == "infeasible":
         need = needed.get("aggregate_bandwidth_bytes_per_s")
-        summary = ("no interval meets both the loss window and the overhead budget"
-                   + (f"; meeting them needs {fmt_rate(need)} aggregate write bandwidth" if need else "")
-                   + "; see the what-ifs")
+        summary = (
+            "no interval meets both the loss window and the overhead budget"
+            + (f"; meeting them needs {fmt_rate(need)} aggregate write bandwidth" if need else "")
+            + "; see the what-ifs"
+        )
     else:
-        summary = (f"save every {fmt_duration(ev.recommended_interval_s)}"
-                   + (f" ({steps:,} steps)" if steps is not None else "")
-                   + f"; expected overhead {fmt_percent(ev.overhead_at_recommended)}, expected lost work "
-                   f"{fmt_duration(lost)} per failure ({failures_per_day:.2f} failures/day); {storage_limit}")
+        summary = (
+            f"save every {fmt_duration(ev.recommended_interval_s)}"
+            + (f" ({steps:,} steps)" if steps is not None else "")
+            + f"; expected overhead {fmt_percent(ev.overhead_at_recommended)}, expected lost work "
+            f"{fmt_duration(lost)} per failure ({failures_per_day:.2f} failures/day); {storage_limit}"
+        )
     rec = Recommendation(
-        plan=plan.describe(), storage=profile.name, storage_class=profile.storage_class, mode=policy.mode,
-        save_seconds=scenario.save_seconds, stall_seconds=scenario.stall_seconds, save_model=scenario.save_model,
-        mtbf_s=mtbf, mtbf_source=mtbf_source, restart_s=policy.restart_s, max_loss_s=policy.max_loss_s,
-        max_overhead=policy.max_overhead, constraints=constraints, recommended_steps=steps, verdict_reason=reason,
-        expected_lost_work_per_failure_s=lost, failures_per_day=failures_per_day, needed=needed, summary=summary,
-        assumptions=_assumptions(plan, profile, policy, scenario), **ev.model_dump(exclude={"verdict"}), verdict=ev.verdict)
+        plan=plan.describe(),
+        storage=profile.name,
+        storage_class=profile.storage_class,
+        mode=policy.mode,
+        save_seconds=scenario.save_seconds,
+        stall_seconds=scenario.stall_seconds,
+        save_model=scenario.save_model,
+        mtbf_s=mtbf,
+        mtbf_source=mtbf_source,
+        restart_s=policy.restart_s,
+        max_loss_s=policy.max_loss_s,
+        max_overhead=policy.max_overhead,
+        constraints=constraints,
+        recommended_steps=steps,
+        verdict_reason=reason,
+        expected_lost_work_per_failure_s=lost,
+        failures_per_day=failures_per_day,
+        needed=needed,
+        summary=summary,
+        assumptions=_assumptions(plan, profile, policy, scenario),
+        **ev.model_dump(exclude={"verdict"}),
+        verdict=ev.verdict,
+    )
     if data is not None:
         rec.what_if = mitigations.what_ifs(plan, profile, policy, mtbf, data)
     return rec
@@ -127,17 +166,27 @@ def compare(plan: CheckpointPlan, policy: Policy, classes: list[StorageProfile])
     if policy.save_time_s is not None:
         # a measured save time replaces the save-time model, the only place the storage enters without what-ifs,
         # so every class would give the same row: give one, named for what it rests on
-        profiles = [profiles[0].model_copy(update={"name": "measured (--save-time)", "storage_class": "measured",
-                                                   "source": "measured", "notes": []})]
+        profiles = [
+            profiles[0].model_copy(
+                update={
+                    "name": "measured (--save-time)",
+                    "storage_class": "measured",
+                    "source": "measured",
+                    "notes": [],
+                }
+            )
+        ]
     return Comparison(plan=plan.describe(), recommendations=[recommend(plan, p, policy) for p in profiles])
 
 
 def _infeasible_reason(s: Scenario, ev: Evaluation, policy: Policy) -> str:
     if not math.isfinite(ev.shortest_safe_interval_s):
         return "; ".join(s.notes) or "the save cannot complete"
-    return (f"the shortest safe interval ({fmt_duration(ev.shortest_safe_interval_s)}, {ev.binding_constraint}) "
-            f"exceeds what the {fmt_duration(policy.max_loss_s)} loss window allows "
-            f"({fmt_duration(max(ev.longest_interval_s, 0))} after a {fmt_duration(s.save_seconds)} persist)")
+    return (
+        f"the shortest safe interval ({fmt_duration(ev.shortest_safe_interval_s)}, {ev.binding_constraint}) "
+        f"exceeds what the {fmt_duration(policy.max_loss_s)} loss window allows "
+        f"({fmt_duration(max(ev.longest_interval_s, 0))} after a {fmt_duration(s.save_seconds)} persist)"
+    )
 
 
 def _needed(plan: CheckpointPlan, profile: StorageProfile, policy: Policy, s: Scenario) -> dict[str, float]:
@@ -157,26 +206,39 @@ def _needed(plan: CheckpointPlan, profile: StorageProfile, policy: Policy, s: Sc
 
 
 def _assumptions(plan: CheckpointPlan, profile: StorageProfile, policy: Policy, s: Scenario) -> list[str]:
-    out = [f"storage: {profile.name} ({profile.source}{', ' + profile.notes[0] if profile.source == 'builtin' and profile.notes else ''})"]
+    out = [
+        f"storage: {profile.name} ({profile.source}"
+        f"{', ' + profile.notes[0] if profile.source == 'builtin' and profile.notes else ''})"
+    ]
     m = s.save_model
     if m and m.source == "replay":
-        out.append(f"save time: the profile's replay of this exact plan ({m.write_path} writes), extrapolated by bytes "
-                   "to full size")
+        out.append(
+            f"save time: the profile's replay of this exact plan ({m.write_path} writes), extrapolated by bytes "
+            "to full size"
+        )
     elif m:
         if m.write_path == "buffered" and profile.page_cache_write:
-            terms = ("busiest writer: serialise + copy its bytes into the page cache; the flush, beside it: its bytes ÷ "
-                     "one-stream bandwidth, the busiest node's bytes ÷ node bandwidth, all bytes ÷ aggregate")
+            terms = (
+                "busiest writer: serialise + copy its bytes into the page cache; the flush, beside it: its bytes ÷ "
+                "one-stream bandwidth, the busiest node's bytes ÷ node bandwidth, all bytes ÷ aggregate"
+            )
         else:
-            terms = ("busiest writer: serialise + its bytes ÷ one-stream bandwidth; busiest node: its bytes ÷ node "
-                     "bandwidth at its writer count; all bytes ÷ aggregate")
-        out.append(f"save time = fixed cost of a collective save + max({terms}) + files ÷ small-file rate + fsync p99, "
-                   f"on the {m.write_path} write path's curve")
+            terms = (
+                "busiest writer: serialise + its bytes ÷ one-stream bandwidth; busiest node: its bytes ÷ node "
+                "bandwidth at its writer count; all bytes ÷ aggregate"
+            )
+        out.append(
+            f"save time = fixed cost of a collective save + max({terms}) + files ÷ small-file rate + fsync p99, "
+            f"on the {m.write_path} write path's curve"
+        )
     if m and m.machine is not None:
         out.append(m.machine.describe() + " (--serialize-bandwidth; `ckplan calibrate`)")
     if m:
         out.extend(m.notes)
     if policy.mode == "async":
-        out.append(f"async snapshot at {policy.snapshot_bytes_per_s / 1e9:g} GB/s per GPU (device→pinned host; default, "
-                   "not measured here; --snapshot-bandwidth)")
+        out.append(
+            f"async snapshot at {policy.snapshot_bytes_per_s / 1e9:g} GB/s per GPU (device→pinned host; default, "
+            "not measured here; --snapshot-bandwidth)"
+        )
     out.append(f"restart cost {policy.restart_s:g} s; failures: exponential (Daly 2006)")
     return out

@@ -63,7 +63,11 @@ class MachineFigures(Model):
     def describe(self) -> str:
         parts = [f"{fmt} {f.value / 1e9:.3g} GB/s ({f.source})" for fmt, f in self.serialize_bytes_per_s.items()]
         c = self.coordination_seconds
-        return "serialisers per writer core: " + ", ".join(parts) + f"; DCP fixed cost per save {c.value:.3g} s ({c.source})"
+        return (
+            "serialisers per writer core: "
+            + ", ".join(parts)
+            + f"; DCP fixed cost per save {c.value:.3g} s ({c.source})"
+        )
 
 
 def machine_figures(calibration: Calibration | None, given: dict[str, float] | None = None) -> MachineFigures:
@@ -71,7 +75,12 @@ def machine_figures(calibration: Calibration | None, given: dict[str, float] | N
     rates = {fmt: MachineFigure(value=v, source="default") for fmt, v in DEFAULT_SERIALIZE_BYTES_PER_S.items()}
     coord = MachineFigure(value=DEFAULT_DCP_FIXED_S, source="default")
     if calibration is not None:
-        rates.update({fmt: MachineFigure(value=v, source="measured here") for fmt, v in calibration.serialize_bytes_per_s.items()})
+        rates.update(
+            {
+                fmt: MachineFigure(value=v, source="measured here")
+                for fmt, v in calibration.serialize_bytes_per_s.items()
+            }
+        )
         if calibration.dcp_fixed_seconds is not None:
             coord = MachineFigure(value=calibration.dcp_fixed_seconds, source="measured here")
     rates.update({fmt: MachineFigure(value=v, source="given") for fmt, v in (given or {}).items()})
@@ -114,7 +123,9 @@ def aggregate_bandwidth(profile: StorageProfile, node_bw: float, nodes: int) -> 
     return min(last.bytes_per_s * nodes / last.hosts, limit)
 
 
-def writer_loads(plan: CheckpointPlan, node: int, serialize_bytes_per_s: dict[str, float]) -> dict[int, tuple[float, float]]:
+def writer_loads(
+    plan: CheckpointPlan, node: int, serialize_bytes_per_s: dict[str, float]
+) -> dict[int, tuple[float, float]]:
     """Rank → (bytes, serialisation seconds) of each writer on `node`."""
     loads: dict[int, list[float]] = {}
     for f in plan.manifest:
@@ -134,9 +145,17 @@ class SaveOverrides(TypedDict, total=False):
     total_files: int
 
 
-def predict_save(plan: CheckpointPlan, profile: StorageProfile, *, total_bytes: float | None = None,
-                 node_bytes: float | None = None, node_files: int | None = None, total_files: int | None = None,
-                 given_serializers: dict[str, float] | None = None, framework_costs: bool = True) -> SaveTime:
+def predict_save(
+    plan: CheckpointPlan,
+    profile: StorageProfile,
+    *,
+    total_bytes: float | None = None,
+    node_bytes: float | None = None,
+    node_files: int | None = None,
+    total_files: int | None = None,
+    given_serializers: dict[str, float] | None = None,
+    framework_costs: bool = True,
+) -> SaveTime:
     """Seconds for one save of `plan` on `profile`. Overrides model what-ifs (compressed bytes, merged files);
     `framework_costs=False` drops the serialiser and coordination terms (copying finished files)."""
     machine = machine_figures(profile.calibration, given_serializers)
@@ -149,48 +168,91 @@ def predict_save(plan: CheckpointPlan, profile: StorageProfile, *, total_bytes: 
     writers = busiest.writers
     nodes = plan.nodes_writing
     _, path = profile.curve(plan.write_path)
-    notes = [] if path == plan.write_path else [
-        f"the plan writes with {plan.write_path} I/O, which this profile did not measure: its {path} curve is used"]
+    notes = (
+        []
+        if path == plan.write_path
+        else [
+            f"the plan writes with {plan.write_path} I/O, which this profile did not measure: its {path} curve is used"
+        ]
+    )
     node_bw = profile.bandwidth_at(writers, path)
     agg_bw = aggregate_bandwidth(profile, node_bw, nodes)
     default_shape = total_bytes == plan.total_bytes and node_files == busiest.files and framework_costs
     replay = profile.replay
-    if replay and default_shape and replay.plan_fingerprint == plan.fingerprint and replay.write_path == plan.write_path:
+    if (
+        replay
+        and default_shape
+        and replay.plan_fingerprint == plan.fingerprint
+        and replay.write_path == plan.write_path
+    ):
         r = replay.full_scale_seconds
-        return SaveTime(seconds=r, bandwidth_seconds=r, serialize_seconds=replay.serialize_seconds,
-                        coordination_seconds=replay.fixed_seconds, metadata_seconds=0, fsync_tail_seconds=0,
-                        node_bandwidth_bytes_per_s=node_bw, aggregate_bandwidth_bytes_per_s=agg_bw, write_path=path,
-                        limited_by="replay", source="replay", writers_per_node=writers, nodes=nodes,
-                        machine=machine if replay.method == "raw bytes" or plan.coordinated_save else None, notes=notes)
+        return SaveTime(
+            seconds=r,
+            bandwidth_seconds=r,
+            serialize_seconds=replay.serialize_seconds,
+            coordination_seconds=replay.fixed_seconds,
+            metadata_seconds=0,
+            fsync_tail_seconds=0,
+            node_bandwidth_bytes_per_s=node_bw,
+            aggregate_bandwidth_bytes_per_s=agg_bw,
+            write_path=path,
+            limited_by="replay",
+            source="replay",
+            writers_per_node=writers,
+            nodes=nodes,
+            machine=machine if replay.method == "raw bytes" or plan.coordinated_save else None,
+            notes=notes,
+        )
     rates = machine.rates() if framework_costs else {}
     loads = [(b * scale, ser * scale) for b, ser in writer_loads(plan, busiest.node, rates).values()]
     one_stream = profile.bandwidth_at(1, path)
     copy = profile.page_cache_write.bytes_per_s if path == "buffered" and profile.page_cache_write else None
     if copy is not None:  # the flush overlaps the writers' CPU work
-        t_single, ser_single = max(max(ser + b / copy, b / one_stream) for b, ser in loads), max(ser for _, ser in loads)
+        t_single, ser_single = (
+            max(max(ser + b / copy, b / one_stream) for b, ser in loads),
+            max(ser for _, ser in loads),
+        )
         ser_heaviest = 0.0
     else:
         t_single, ser_single = max(((ser + b / one_stream), ser) for b, ser in loads)
         ser_heaviest = max(loads)[1]
     t_node, t_agg = ser_heaviest + node_bytes / node_bw, total_bytes / agg_bw
     t_bw = max(t_single, t_node, t_agg)
-    limited_by = ("single writer" if t_bw == t_single else "node bandwidth" if t_bw == t_node or nodes == 1
-                  else "aggregate bandwidth")
+    limited_by = (
+        "single writer"
+        if t_bw == t_single
+        else "node bandwidth"
+        if t_bw == t_node or nodes == 1
+        else "aggregate bandwidth"
+    )
     serialize = ser_single if limited_by == "single writer" else ser_heaviest if limited_by == "node bandwidth" else 0.0
     t_coord = machine.coordination_seconds.value if plan.coordinated_save and framework_costs else 0.0
     t_meta = node_files / profile.small_files.files_per_s
     if profile.shared and profile.aggregate_files_per_s:
         t_meta = max(t_meta, total_files / profile.aggregate_files_per_s)
     t_tail = profile.fsync_latency.p99_s
-    return SaveTime(seconds=t_coord + t_bw + t_meta + t_tail, bandwidth_seconds=t_bw, serialize_seconds=serialize,
-                    coordination_seconds=t_coord, metadata_seconds=t_meta, fsync_tail_seconds=t_tail,
-                    node_bandwidth_bytes_per_s=node_bw, aggregate_bandwidth_bytes_per_s=agg_bw, write_path=path,
-                    limited_by=limited_by, source="model", writers_per_node=writers, nodes=nodes,
-                    machine=machine if framework_costs else None, notes=notes)
+    return SaveTime(
+        seconds=t_coord + t_bw + t_meta + t_tail,
+        bandwidth_seconds=t_bw,
+        serialize_seconds=serialize,
+        coordination_seconds=t_coord,
+        metadata_seconds=t_meta,
+        fsync_tail_seconds=t_tail,
+        node_bandwidth_bytes_per_s=node_bw,
+        aggregate_bandwidth_bytes_per_s=agg_bw,
+        write_path=path,
+        limited_by=limited_by,
+        source="model",
+        writers_per_node=writers,
+        nodes=nodes,
+        machine=machine if framework_costs else None,
+        notes=notes,
+    )
 
 
-def required_bandwidth(plan: CheckpointPlan, save_seconds: float, *, fixed_seconds: float, writer_cpu_seconds: float,
-                       overlap: bool) -> tuple[float, float] | None:
+def required_bandwidth(
+    plan: CheckpointPlan, save_seconds: float, *, fixed_seconds: float, writer_cpu_seconds: float, overlap: bool
+) -> tuple[float, float] | None:
     """The model solved for bandwidth: (aggregate, busiest node's) bytes/s that finish a save in `save_seconds`.
 
     `fixed_seconds` is what no bandwidth shortens (per-file, fsync, coordination terms); `writer_cpu_seconds` the
@@ -209,17 +271,25 @@ def required_bandwidth(plan: CheckpointPlan, save_seconds: float, *, fixed_secon
     return plan.total_bytes / left, plan.busiest_node.bytes / left
 
 
-def required_bandwidth_on(plan: CheckpointPlan, profile: StorageProfile, save_seconds: float,
-                          given_serializers: dict[str, float] | None = None) -> tuple[float, float] | None:
+def required_bandwidth_on(
+    plan: CheckpointPlan,
+    profile: StorageProfile,
+    save_seconds: float,
+    given_serializers: dict[str, float] | None = None,
+) -> tuple[float, float] | None:
     """required_bandwidth with the fixed terms and the writers' CPU part that `profile` gives this plan."""
     fixed = predict_save(plan, profile, given_serializers=given_serializers)
     rates = machine_figures(profile.calibration, given_serializers).rates()
     loads = writer_loads(plan, plan.busiest_node.node, rates).values()
     overlap = fixed.write_path == "buffered" and profile.page_cache_write is not None
     copy = profile.page_cache_write.bytes_per_s if overlap and profile.page_cache_write else math.inf
-    return required_bandwidth(plan, save_seconds, overlap=overlap,
-                              fixed_seconds=fixed.metadata_seconds + fixed.fsync_tail_seconds + fixed.coordination_seconds,
-                              writer_cpu_seconds=max(ser + b / copy for b, ser in loads))
+    return required_bandwidth(
+        plan,
+        save_seconds,
+        overlap=overlap,
+        fixed_seconds=fixed.metadata_seconds + fixed.fsync_tail_seconds + fixed.coordination_seconds,
+        writer_cpu_seconds=max(ser + b / copy for b, ser in loads),
+    )
 
 
 def required_file_rate(plan: CheckpointPlan, seconds: float) -> float:

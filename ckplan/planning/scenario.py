@@ -21,8 +21,9 @@ these and restate none of them.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Literal, Unpack
+from typing import Literal, Unpack
 
 from pydantic import Field
 
@@ -76,24 +77,35 @@ class Rule:
     explain: Callable[[Scenario, Policy], str]
 
     def evaluate(self, s: Scenario, policy: Policy) -> Constraint:
-        return Constraint(name=self.name, bound=self.bound, seconds=self.interval(s, policy), explanation=self.explain(s, policy))
+        return Constraint(
+            name=self.name, bound=self.bound, seconds=self.interval(s, policy), explanation=self.explain(s, policy)
+        )
 
 
 OVERHEAD = Rule(
-    "overhead budget", "min", lambda s: True,
+    "overhead budget",
+    "min",
+    lambda s: True,
     interval=lambda s, p: s.stall_seconds / p.max_overhead,
     inverse=lambda tau, p: tau * p.max_overhead,  # the longest stall τ allows
-    explain=lambda s, p: f"stall {s.stall_seconds:.3g} s ÷ budget {p.max_overhead:.1%}")
+    explain=lambda s, p: f"stall {s.stall_seconds:.3g} s ÷ budget {p.max_overhead:.1%}",
+)
 ONE_IN_FLIGHT = Rule(
-    "one persist in flight", "min", lambda s: s.mode != "sync",
+    "one persist in flight",
+    "min",
+    lambda s: s.mode != "sync",
     interval=lambda s, p: s.save_seconds,
     inverse=lambda tau, p: tau,  # the longest persist τ allows
-    explain=lambda s, p: f"the background persist takes {s.save_seconds:.3g} s")
+    explain=lambda s, p: f"the background persist takes {s.save_seconds:.3g} s",
+)
 LOSS_WINDOW = Rule(
-    "loss window", "max", lambda s: True,
+    "loss window",
+    "max",
+    lambda s: True,
     interval=lambda s, p: p.max_loss_s - s.save_seconds,
     inverse=lambda tau, p: p.max_loss_s - tau,  # the longest persist τ allows
-    explain=lambda s, p: f"a crash loses up to τ + {s.save_seconds:.3g} s; window {p.max_loss_s:.3g} s")
+    explain=lambda s, p: f"a crash loses up to τ + {s.save_seconds:.3g} s; window {p.max_loss_s:.3g} s",
+)
 RULES = (OVERHEAD, ONE_IN_FLIGHT, LOSS_WINDOW)
 
 
@@ -119,9 +131,18 @@ class Evaluation(Model):
 def evaluate(s: Scenario, mtbf: float, policy: Policy) -> tuple[Evaluation, list[Constraint]]:
     if not math.isfinite(s.stall_seconds):
         inf = math.inf
-        return Evaluation(shortest_safe_interval_s=inf, binding_constraint="not possible", longest_interval_s=0,
-                          optimal_interval_s=inf, young_interval_s=inf, recommended_interval_s=inf, verdict="infeasible",
-                          overhead_at_recommended=inf, expected_waste_fraction=1.0, ettr=0.0), []
+        return Evaluation(
+            shortest_safe_interval_s=inf,
+            binding_constraint="not possible",
+            longest_interval_s=0,
+            optimal_interval_s=inf,
+            young_interval_s=inf,
+            recommended_interval_s=inf,
+            verdict="infeasible",
+            overhead_at_recommended=inf,
+            expected_waste_fraction=1.0,
+            ettr=0.0,
+        ), []
     constraints = [rule.evaluate(s, policy) for rule in RULES if rule.applies(s)]
     binding = max((c for c in constraints if c.bound == "min"), key=lambda c: c.seconds)
     shortest = binding.seconds
@@ -135,10 +156,18 @@ def evaluate(s: Scenario, mtbf: float, policy: Policy) -> tuple[Evaluation, list
         verdict = "tight" if s.stall_seconds / chosen > TIGHT_FRACTION * policy.max_overhead else "ok"
     chosen = max(chosen, 1e-9)
     waste = interval.waste_fraction(chosen, s.stall_seconds, mtbf, s.rework_s(policy.restart_s))
-    return Evaluation(shortest_safe_interval_s=shortest, binding_constraint=binding.name, longest_interval_s=longest,
-                      optimal_interval_s=optimum, young_interval_s=young, recommended_interval_s=chosen, verdict=verdict,
-                      overhead_at_recommended=s.stall_seconds / chosen, expected_waste_fraction=waste,
-                      ettr=1 - waste), constraints
+    return Evaluation(
+        shortest_safe_interval_s=shortest,
+        binding_constraint=binding.name,
+        longest_interval_s=longest,
+        optimal_interval_s=optimum,
+        young_interval_s=young,
+        recommended_interval_s=chosen,
+        verdict=verdict,
+        overhead_at_recommended=s.stall_seconds / chosen,
+        expected_waste_fraction=waste,
+        ettr=1 - waste,
+    ), constraints
 
 
 def longest_feasible_persist(mode: Mode, stall_s: float, policy: Policy) -> float:
@@ -160,8 +189,10 @@ def job_mtbf_with_source(plan: CheckpointPlan, policy: Policy) -> tuple[float, s
             raise InputError("‹mtbf_s› must be > 0")
         return policy.mtbf_s, "given (--mtbf)"
     m = interval.job_mtbf(plan.setup.nodes, policy.node_failures_per_1000_days, policy.job_failures_per_day)
-    return m, (f"{plan.setup.nodes} node(s) × {policy.node_failures_per_1000_days:g} per 1,000 node-days "
-               f"+ {policy.job_failures_per_day:g} per job-day")
+    return m, (
+        f"{plan.setup.nodes} node(s) × {policy.node_failures_per_1000_days:g} per 1,000 node-days "
+        f"+ {policy.job_failures_per_day:g} per job-day"
+    )
 
 
 def snapshot_seconds(plan: CheckpointPlan, policy: Policy) -> float:
@@ -169,10 +200,21 @@ def snapshot_seconds(plan: CheckpointPlan, policy: Policy) -> float:
     return plan.bytes_per_rank_max / policy.snapshot_bytes_per_s
 
 
-def sync_scenario(plan: CheckpointPlan, profile: StorageProfile, policy: Policy, name: str = "as planned", **overrides: Unpack[SaveOverrides]) -> Scenario:
+def sync_scenario(
+    plan: CheckpointPlan,
+    profile: StorageProfile,
+    policy: Policy,
+    name: str = "as planned",
+    **overrides: Unpack[SaveOverrides],
+) -> Scenario:
     if policy.save_time_s is not None:
-        return Scenario(name=name, mode="sync", save_seconds=policy.save_time_s, stall_seconds=policy.save_time_s,
-                        notes=["save time given (--save-time), model skipped"])
+        return Scenario(
+            name=name,
+            mode="sync",
+            save_seconds=policy.save_time_s,
+            stall_seconds=policy.save_time_s,
+            notes=["save time given (--save-time), model skipped"],
+        )
     model = predict_save(plan, profile, given_serializers=policy.serialize_bytes_per_s, **overrides)
     return Scenario(name=name, mode="sync", save_seconds=model.seconds, stall_seconds=model.seconds, save_model=model)
 
@@ -182,36 +224,71 @@ def async_stall(plan: CheckpointPlan, policy: Policy) -> tuple[float, list[str]]
     stall = policy.stall_time_s if policy.stall_time_s is not None else snapshot_seconds(plan, policy)
     node_bytes = plan.busiest_node.bytes
     if node_bytes > policy.host_memory_bytes:
-        return math.inf, [f"the snapshot ({node_bytes / 1e9:.0f} GB per node) does not fit in host memory "
-                          f"({policy.host_memory_bytes / 1e9:.0f} GB): async save is not possible"]
+        return math.inf, [
+            f"the snapshot ({node_bytes / 1e9:.0f} GB per node) does not fit in host memory "
+            f"({policy.host_memory_bytes / 1e9:.0f} GB): async save is not possible"
+        ]
     return stall, []
 
 
-def async_scenario(plan: CheckpointPlan, profile: StorageProfile, policy: Policy, name: str = "async save", **overrides: Unpack[SaveOverrides]) -> Scenario:
+def async_scenario(
+    plan: CheckpointPlan,
+    profile: StorageProfile,
+    policy: Policy,
+    name: str = "async save",
+    **overrides: Unpack[SaveOverrides],
+) -> Scenario:
     base = sync_scenario(plan, profile, policy, name, **overrides)
     stall, notes = async_stall(plan, policy)
-    return Scenario(name=name, mode="async", save_seconds=base.save_seconds, stall_seconds=stall,
-                    save_model=base.save_model, notes=base.notes + notes)
+    return Scenario(
+        name=name,
+        mode="async",
+        save_seconds=base.save_seconds,
+        stall_seconds=stall,
+        save_model=base.save_model,
+        notes=base.notes + notes,
+    )
 
 
-def staged_scenario(plan: CheckpointPlan, profile: StorageProfile, tier: StorageProfile, policy: Policy,
-                    capacity_bytes: float, name: str, **overrides: Unpack[SaveOverrides]) -> Scenario:
+def staged_scenario(
+    plan: CheckpointPlan,
+    profile: StorageProfile,
+    tier: StorageProfile,
+    policy: Policy,
+    capacity_bytes: float,
+    name: str,
+    **overrides: Unpack[SaveOverrides],
+) -> Scenario:
     """Write to a node-local tier (blocking), then drain to the shared target in the background."""
     # the staging tier is written on this machine: its serialisers are the main profile's calibration, if any
-    local = predict_save(plan, tier.model_copy(update={"shared": False, "replay": None, "calibration": profile.calibration}),
-                         given_serializers=policy.serialize_bytes_per_s, **overrides)
+    local = predict_save(
+        plan,
+        tier.model_copy(update={"shared": False, "replay": None, "calibration": profile.calibration}),
+        given_serializers=policy.serialize_bytes_per_s,
+        **overrides,
+    )
     # the drain copies finished files: no serialiser or coordination on that path
     drain = predict_save(plan, profile, framework_costs=False, **overrides).seconds
     node_bytes = plan.busiest_node.bytes
     if node_bytes > capacity_bytes:
-        return Scenario(name=name, mode="staged", save_seconds=math.inf, stall_seconds=math.inf,
-                        notes=[f"the staged copy ({node_bytes / 1e9:.0f} GB per node) does not fit on {tier.name} "
-                               f"({capacity_bytes / 1e9:.0f} GB)"])
-    return Scenario(name=name, mode="staged", save_seconds=local.seconds + drain, stall_seconds=local.seconds, save_model=local)
+        return Scenario(
+            name=name,
+            mode="staged",
+            save_seconds=math.inf,
+            stall_seconds=math.inf,
+            notes=[
+                f"the staged copy ({node_bytes / 1e9:.0f} GB per node) does not fit on {tier.name} "
+                f"({capacity_bytes / 1e9:.0f} GB)"
+            ],
+        )
+    return Scenario(
+        name=name, mode="staged", save_seconds=local.seconds + drain, stall_seconds=local.seconds, save_model=local
+    )
 
 
-def waste_curve(stall_s: float, save_s: float, restart_s: float, mtbf_s: float, lo: float, hi: float,
-                points: int = 200) -> tuple[list[float], list[float]]:
+def waste_curve(
+    stall_s: float, save_s: float, restart_s: float, mtbf_s: float, lo: float, hi: float, points: int = 200
+) -> tuple[list[float], list[float]]:
     """Expected waste against the interval τ from lo to hi (log-spaced), exactly as evaluate() judges a scenario."""
     rework = restart_with_persist(restart_s, save_s, stall_s)
     xs = [lo * (hi / lo) ** (i / (points - 1)) for i in range(points)]

@@ -55,8 +55,12 @@ def _given(value: str | None, name: str, var: str, environ: Mapping[str, str]) -
     return None, f"‹{name}›"
 
 
-def agent_settings(bind: str | None = None, port: str | None = None, idle_timeout: str | None = None,
-                   environ: Mapping[str, str] | None = None) -> AgentSettings:
+def agent_settings(
+    bind: str | None = None,
+    port: str | None = None,
+    idle_timeout: str | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> AgentSettings:
     """The agent's address, port and idle timeout from the options, else the environment, else 127.0.0.1:8765."""
     from ckplan.units import parse_duration
 
@@ -70,8 +74,9 @@ def agent_settings(bind: str | None = None, port: str | None = None, idle_timeou
     idle_text, idle_from = _given(idle_timeout, "idle_timeout", ENV_IDLE, environ)
     idle_s = parse_duration(idle_text, idle_from) if idle_text is not None else None
     if idle_s is not None and not any(os.path.exists(t) for t in TCP_TABLES):
-        raise EnvironmentProblem("the agent's idle timeout reads open connections from /proc/net/tcp, which this system "
-                                 "lacks (Linux only)")
+        raise EnvironmentProblem(
+            "the agent's idle timeout reads open connections from /proc/net/tcp, which this system lacks (Linux only)"
+        )
     bind_text, bind_from = _given(bind, "bind", ENV_BIND, environ)
     bind_text = "127.0.0.1" if bind_text is None else bind_text.strip()
     address = bind_address(bind_text, bind_from, environ)
@@ -88,8 +93,10 @@ def bind_address(text: str, where: str, environ: Mapping[str, str]) -> str:
     if text == "slurm":
         name = environ.get("SLURMD_NODENAME", "").strip()
         if not name:
-            raise InputError(f"{where} slurm listens on the address of this node's Slurm name, and SLURMD_NODENAME is not "
-                             "set: start the agent with srun inside a Slurm job, or give an address")
+            raise InputError(
+                f"{where} slurm listens on the address of this node's Slurm name, and SLURMD_NODENAME is not "
+                "set: start the agent with srun inside a Slurm job, or give an address"
+            )
     try:
         return str(ipaddress.ip_address(name))
     except ValueError:
@@ -101,8 +108,10 @@ def bind_address(text: str, where: str, environ: Mapping[str, str]) -> str:
     infos.sort(key=lambda i: i[0] != socket.AF_INET)  # IPv4 first, as fio's client tries it
     address = str(infos[0][4][0])
     if text == "slurm" and is_loopback(address):
-        raise EnvironmentProblem(f"agent address slurm: this node's name {name!r} resolves to {address}, a loopback address that "
-                                 "other nodes cannot reach; give this node's address on the probe's network instead")
+        raise EnvironmentProblem(
+            f"agent address slurm: this node's name {name!r} resolves to {address}, a loopback address that "
+            "other nodes cannot reach; give this node's address on the probe's network instead"
+        )
     return address
 
 
@@ -122,7 +131,7 @@ def tcp_sockets(state: str) -> list[tuple[str, int]]:
             addr, port = fields[1].rsplit(":", 1)
             raw = bytes.fromhex(addr)  # 32-bit words in the kernel's byte order
             if sys.byteorder == "little":
-                raw = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))
+                raw = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
             out.append((socket.inet_ntop(family, raw), int(port, 16)))
     return out
 
@@ -140,8 +149,10 @@ def check_port_free(address: str, port: int) -> None:
     wild = ("0.0.0.0", "::")
     taken = [a for a, p in tcp_sockets(TCP_LISTEN) if p == port and (a == address or a in wild or address in wild)]
     if taken:
-        raise EnvironmentProblem(f"port {port} is taken: a process listens on {taken[0]}:{port} already (an agent left "
-                                 "running? under srun, start one task per node with --ntasks-per-node=1)")
+        raise EnvironmentProblem(
+            f"port {port} is taken: a process listens on {taken[0]}:{port} already (an agent left "
+            "running? under srun, start one task per node with --ntasks-per-node=1)"
+        )
 
 
 def run_agent(settings: AgentSettings, log: Callable[[str], None], poll_s: float = 0.5, grace_s: float = 5.0) -> int:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from ckplan.sizing.plan import CheckpointPlan
@@ -77,9 +78,11 @@ def noise_notes(bandwidth, small_files=None, replay=None, direct=None) -> list[s
         figures.append(("the replay's save time", replay.spread))
     for label, spread in figures:
         if spread is not None and spread.repeats > 1 and spread.relative_range > NOISY_RANGE:
-            notes.append(f"{label} varied by {spread.relative_range:.0%} across its {spread.repeats} repeats (min…max): "
-                         "this target is noisy now, and a second probe may differ as much; the median is used "
-                         "(--thorough runs more, longer repeats)")
+            notes.append(
+                f"{label} varied by {spread.relative_range:.0%} across its {spread.repeats} repeats (min…max): "
+                "this target is noisy now, and a second probe may differ as much; the median is used "
+                "(--thorough runs more, longer repeats)"
+            )
     return notes
 
 

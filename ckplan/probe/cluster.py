@@ -18,6 +18,7 @@ number of hosts writing at once.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import os
 import re
@@ -68,12 +69,19 @@ def slurm_nodelist(environ: Mapping[str, str]) -> tuple[str, str]:
     for var in SLURM_VARIABLES:
         if environ.get(var, "").strip():
             return var, environ[var].strip()
-    raise InputError("‹hosts› slurm reads the job's nodes from SLURM_JOB_NODELIST or SLURM_NODELIST, and neither is set: "
-                     "run it inside a Slurm job (sbatch, salloc) or name the hosts")
+    raise InputError(
+        "‹hosts› slurm reads the job's nodes from SLURM_JOB_NODELIST or SLURM_NODELIST, and neither is set: "
+        "run it inside a Slurm job (sbatch, salloc) or name the hosts"
+    )
 
 
-def parse_hosts(spec: str | None, hosts_file: Path | None, environ: Mapping[str, str] | None = None,
-                notice: Callable[[str], None] | None = None, limit: int = hostlist.MAX_HOSTS) -> list[Host]:
+def parse_hosts(
+    spec: str | None,
+    hosts_file: Path | None,
+    environ: Mapping[str, str] | None = None,
+    notice: Callable[[str], None] | None = None,
+    limit: int = hostlist.MAX_HOSTS,
+) -> list[Host]:
     """The hosts of `--hosts` and `--hosts-file`: comma-separated entries, each a host, a Slurm host list
     (`gpu[001-016,020]`, `io[1-2]-ib`) or `slurm` (the job's nodes), optionally followed by :PORT, which applies to
     every host of that entry. `notice` is told which nodes `slurm` found."""
@@ -102,8 +110,9 @@ def parse_hosts(spec: str | None, hosts_file: Path | None, environ: Mapping[str,
     return hosts
 
 
-def _entry(entry: str, where: str, environ: Mapping[str, str], notice: Callable[[str], None] | None,
-           room: int, before: int) -> list[Host]:
+def _entry(
+    entry: str, where: str, environ: Mapping[str, str], notice: Callable[[str], None] | None, room: int, before: int
+) -> list[Host]:
     """The hosts of one entry; `room` more may be added to the `before` already named."""
     m = V6_ENTRY.fullmatch(entry)
     expr, port_text = (m["v6"], m["port"]) if m else entry.split(":", 1) if entry.count(":") == 1 else (entry, None)
@@ -149,14 +158,18 @@ def wait_for_agents(hosts: list[Host], timeout_s: float, poll_s: float = 0.5) ->
                 with socket.create_connection((host.name, host.port), timeout=min(2.0, max(0.1, timeout_s))):
                     pending.remove(host)
             except socket.gaierror:
-                raise InputError(f"host {host.name!r} does not resolve to an address: check ‹hosts› or ‹hosts_file›") from None
+                raise InputError(
+                    f"host {host.name!r} does not resolve to an address: check ‹hosts› or ‹hosts_file›"
+                ) from None
             except OSError:
                 pass
         if not pending:
             return
         if time.monotonic() >= deadline:
-            raise EnvironmentProblem(f"no agent answered on {', '.join(map(str, pending))} within {timeout_s:g} s "
-                                     "(start one on each host with `ckplan agent`)")
+            raise EnvironmentProblem(
+                f"no agent answered on {', '.join(map(str, pending))} within {timeout_s:g} s "
+                "(start one on each host with `ckplan agent`)"
+            )
         time.sleep(poll_s)
 
 
@@ -183,8 +196,9 @@ class ClusterRun:
 
     def jobfile(self, host: Host, jobs: list[fio.FioJob]) -> str:
         scratch = self.scratch(host)
-        head = fio.FioJob("global", {"filename_format": f"{fio.escape_path(scratch)}/$jobname.$jobnum.$filenum",
-                                     "fallocate": "none"})
+        head = fio.FioJob(
+            "global", {"filename_format": f"{fio.escape_path(scratch)}/$jobname.$jobnum.$filenum", "fallocate": "none"}
+        )
         return head.render() + "".join(job.render() for job in jobs) + cleanup_job(scratch).render()
 
 
@@ -194,12 +208,24 @@ CLEANUP_JOB = "ckplan-cleanup"
 def cleanup_job(scratch: str) -> fio.FioJob:
     # the shell opens the redirect to CLEANUP_JOB.prerun.txt before rm runs, so rm removes it as well;
     # fio cuts option values at ';' and '#', hence one command and not a list
-    return fio.FioJob(CLEANUP_JOB, {"stonewall": 1, "ioengine": "null", "size": "1M",
-                                    "exec_prerun": f"rm -rf {shlex.quote(scratch)} {CLEANUP_JOB}.prerun.txt"})
+    return fio.FioJob(
+        CLEANUP_JOB,
+        {
+            "stonewall": 1,
+            "ioengine": "null",
+            "size": "1M",
+            "exec_prerun": f"rm -rf {shlex.quote(scratch)} {CLEANUP_JOB}.prerun.txt",
+        },
+    )
 
 
-def run_clients(run: ClusterRun, jobs_by_host: dict[Host, list[fio.FioJob]], what: str, timeout_s: float,
-                note: jobfiles.Note | None = None) -> dict:
+def run_clients(
+    run: ClusterRun,
+    jobs_by_host: dict[Host, list[fio.FioJob]],
+    what: str,
+    timeout_s: float,
+    note: jobfiles.Note | None = None,
+) -> dict:
     """One fio client run, every host at once; every host must report, or the error names the ones that did not."""
     hosts = list(jobs_by_host)
     with tempfile.TemporaryDirectory(prefix="ckplan-cluster-") as tmp:
@@ -213,10 +239,13 @@ def run_clients(run: ClusterRun, jobs_by_host: dict[Host, list[fio.FioJob]], wha
         if note is not None:
             jobfiles.record(args, texts, note)
         try:
-            proc = subprocess.run(args, capture_output=True, text=True, timeout=timeout_s, preexec_fn=children.preexec())
+            proc = subprocess.run(
+                args, capture_output=True, text=True, timeout=timeout_s, preexec_fn=children.preexec()
+            )
         except subprocess.TimeoutExpired:
-            raise MeasurementFailed(f"fio's client did not finish {what} within {timeout_s:.0f} s "
-                                    "(a host may have hung)") from None
+            raise MeasurementFailed(
+                f"fio's client did not finish {what} within {timeout_s:.0f} s (a host may have hung)"
+            ) from None
     out, err = proc.stdout, proc.stderr
     # Exit codes: a name that does not resolve is a typo in --hosts (2); a host nobody answers on, or a
     # server of another fio version, is the environment (3); a server that answered and then went away,
@@ -227,22 +256,30 @@ def run_clients(run: ClusterRun, jobs_by_host: dict[Host, list[fio.FioJob]], wha
             raise InputError(f"host {m.group(1)!r} does not resolve to an address: check --hosts or --hosts-file")
         m = re.search(r"failed to connect to (\S+?):(\d+)", line)
         if m:
-            raise EnvironmentProblem(f"host {m.group(1)}:{m.group(2)} is unreachable during {what}: no fio server answers "
-                                     f"there (start one with `ckplan agent`)")
+            raise EnvironmentProblem(
+                f"host {m.group(1)}:{m.group(2)} is unreachable during {what}: no fio server answers "
+                f"there (start one with `ckplan agent`)"
+            )
         m = re.search(r"host=(\S+) (disconnected|timed out)", line)
         if m:
-            raise MeasurementFailed(f"host {m.group(1)} {m.group(2)} during {what}: its fio server is unreachable, died, "
-                                    "or runs another fio version")
+            raise MeasurementFailed(
+                f"host {m.group(1)} {m.group(2)} during {what}: its fio server is unreachable, died, "
+                "or runs another fio version"
+            )
         if "version" in line.lower() and "mismatch" in line.lower():
-            raise EnvironmentProblem(f"fio version mismatch between this client and a server during {what}: {line.strip()}")
+            raise EnvironmentProblem(
+                f"fio version mismatch between this client and a server during {what}: {line.strip()}"
+            )
     docs = fio.json_documents(out)
     stats = docs[-1].get("client_stats", []) if docs else []
     reported = {c.get("hostname") for c in stats if c.get("jobname") not in ("All clients", CLEANUP_JOB)}
     missing = [h for h in hosts if h.name not in reported]
     if missing:
-        dropped = next((l.split("> ", 1)[-1] for l in out.splitlines() if l.startswith("<") and "fio:" in l), "")
-        raise MeasurementFailed(f"host(s) {', '.join(map(str, missing))} did not report {what}"
-                         + (f": {dropped.strip()}" if dropped else " (a server died or dropped the job)"))
+        dropped = next((ln.split("> ", 1)[-1] for ln in out.splitlines() if ln.startswith("<") and "fio:" in ln), "")
+        raise MeasurementFailed(
+            f"host(s) {', '.join(map(str, missing))} did not report {what}"
+            + (f": {dropped.strip()}" if dropped else " (a server died or dropped the job)")
+        )
     for c in stats:
         if int(c.get("error", 0)):
             raise MeasurementFailed(f"host {c.get('hostname')}: {fio.describe_errno(int(c['error']), what)}")
@@ -255,11 +292,13 @@ def cleanup(run: ClusterRun) -> None:
         with tempfile.NamedTemporaryFile("w", suffix=".fio") as job:
             job.write(cleanup_job(run.scratch(host)).render())
             job.flush()
-            try:
-                subprocess.run([fio.fio_binary(), host.client_arg, job.name], capture_output=True, timeout=20,
-                               preexec_fn=children.preexec())
-            except subprocess.TimeoutExpired:
-                pass
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                subprocess.run(
+                    [fio.fio_binary(), host.client_arg, job.name],
+                    capture_output=True,
+                    timeout=20,
+                    preexec_fn=children.preexec(),
+                )
 
 
 def per_host(doc: dict, field: str = "bw_bytes", jobname: str | None = None) -> dict[str, float]:
@@ -291,11 +330,24 @@ class ClusterJob:
     @property
     def estimated_seconds(self) -> float:
         points = len(writer_counts(self.writers)) + len(writer_counts(len(self.hosts)))
-        return points * self.preset.repeats * self.preset.point_runtime_s(self.writers) + self.preset.small_files_budget_s + 5
+        return (
+            points * self.preset.repeats * self.preset.point_runtime_s(self.writers)
+            + self.preset.small_files_budget_s
+            + 5
+        )
 
 
-def prepare_cluster_probe(path: Path, hosts: list[Host], *, preset: str = "default", writers: int | None = None,
-                          plan=None, scale: float = 1.0, name: str | None = None, emit_jobs: Path | None = None) -> ClusterJob:
+def prepare_cluster_probe(
+    path: Path,
+    hosts: list[Host],
+    *,
+    preset: str = "default",
+    writers: int | None = None,
+    plan=None,
+    scale: float = 1.0,
+    name: str | None = None,
+    emit_jobs: Path | None = None,
+) -> ClusterJob:
     fio.fio_binary()
     if not path.is_absolute():
         raise InputError(f"give the target as an absolute path, as the hosts see it: {path}")
@@ -306,9 +358,17 @@ def prepare_cluster_probe(path: Path, hosts: list[Host], *, preset: str = "defau
         jobfiles.make_dir(emit_jobs)
     # many hosts write to one target at once: a quarter of the single-host size per writer keeps the
     # space the probe takes on shared storage bounded; the runtime cap still ends most points first
-    return ClusterJob(path=path, hosts=hosts, preset=PRESETS[preset], writers=w,
-                      bytes_per_writer=PRESETS[preset].bytes_per_writer // 4, plan=plan, scale=scale, name=name,
-                      emit_jobs=emit_jobs)
+    return ClusterJob(
+        path=path,
+        hosts=hosts,
+        preset=PRESETS[preset],
+        writers=w,
+        bytes_per_writer=PRESETS[preset].bytes_per_writer // 4,
+        plan=plan,
+        scale=scale,
+        name=name,
+        emit_jobs=emit_jobs,
+    )
 
 
 def run_cluster_probe(job: ClusterJob, progress: Progress | None = None) -> StorageProfile:
@@ -318,12 +378,15 @@ def run_cluster_probe(job: ClusterJob, progress: Progress | None = None) -> Stor
     runtime = job.preset.point_runtime_s(job.writers)
     timeout = 3 * job.estimated_seconds + 60
     raw: list[dict] = []
-    date = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    date = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     tool = fio.fio_version()
     writer = None
     if job.emit_jobs is not None:
-        writer = jobfiles.JobWriter(job.emit_jobs, fio_version=tool,
-                                    about=f"the probe of {job.path} from {len(job.hosts)} hosts, driven from {socket.gethostname()} at {date}")
+        writer = jobfiles.JobWriter(
+            job.emit_jobs,
+            fio_version=tool,
+            about=f"the probe of {job.path} from {len(job.hosts)} hosts, driven from {socket.gethostname()} at {date}",
+        )
     try:
         with jobfiles.emitting(writer):
             bandwidth, spread_note = _sweep_writers(job, run, runtime, timeout, progress, raw)
@@ -335,52 +398,94 @@ def run_cluster_probe(job: ClusterJob, progress: Progress | None = None) -> Stor
         raise
     return StorageProfile(
         target_kind="hosts",
-        name=job.name or f"{len(job.hosts)} hosts:{job.path}", target=str(job.path), fs_type="shared (multi-host)",
-        storage_class="multi-host", shared=True, hosts=len(job.hosts), direct_io=None, buffered_bandwidth=bandwidth,
-        aggregate_bandwidth=aggregate, best_write_bytes_per_s=max(b.bytes_per_s for b in bandwidth),
-        small_files=small, aggregate_files_per_s=aggregate_files, fsync_latency=latency, replay=replayed,
+        name=job.name or f"{len(job.hosts)} hosts:{job.path}",
+        target=str(job.path),
+        fs_type="shared (multi-host)",
+        storage_class="multi-host",
+        shared=True,
+        hosts=len(job.hosts),
+        direct_io=None,
+        buffered_bandwidth=bandwidth,
+        aggregate_bandwidth=aggregate,
+        best_write_bytes_per_s=max(b.bytes_per_s for b in bandwidth),
+        small_files=small,
+        aggregate_files_per_s=aggregate_files,
+        fsync_latency=latency,
+        replay=replayed,
         mount_options={"hosts": ",".join(map(str, job.hosts))},
         # the small-file spread here is across hosts, not repeats, so only bandwidth is checked for noise
         notes=[spread_note, "buffered writes with a final fsync (end_fsync) on every host"] + noise_notes(bandwidth),
         raw_fio=raw,
-        measurement=Measurement(tool=f"{tool} client/server", date=date, host=socket.gethostname(),
-                                preset=job.preset.name, duration_s=time.monotonic() - started,
-                                bandwidth_bytes_per_writer=job.bytes_per_writer, runtime_cap_s=runtime, repeats=job.preset.repeats,
-                                jobs_dir=str(job.emit_jobs) if writer else None, jobs=writer.jobs if writer else []))
+        measurement=Measurement(
+            tool=f"{tool} client/server",
+            date=date,
+            host=socket.gethostname(),
+            preset=job.preset.name,
+            duration_s=time.monotonic() - started,
+            bandwidth_bytes_per_writer=job.bytes_per_writer,
+            runtime_cap_s=runtime,
+            repeats=job.preset.repeats,
+            jobs_dir=str(job.emit_jobs) if writer else None,
+            jobs=writer.jobs if writer else [],
+        ),
+    )
 
 
 def _bw_job(w: int, size: int, runtime: float) -> fio.FioJob:
-    return fio.FioJob("bw", {"rw": "write", "bs": "1M", "size": size, "numjobs": w, "ioengine": "psync",
-                             "end_fsync": 1, "runtime": f"{runtime}s", "group_reporting": 1, "unlink": 1})
+    return fio.FioJob(
+        "bw",
+        {
+            "rw": "write",
+            "bs": "1M",
+            "size": size,
+            "numjobs": w,
+            "ioengine": "psync",
+            "end_fsync": 1,
+            "runtime": f"{runtime}s",
+            "group_reporting": 1,
+            "unlink": 1,
+        },
+    )
 
 
 def _sweep_writers(job, run, runtime, timeout, progress, raw) -> tuple[list[BandwidthPoint], str]:
     """All hosts at once at 1, 2, 4 … writers each; the curve is the slowest host's (a save waits for it)."""
-    points, note = [], ""
+    points, straggler = [], ""
     for w in writer_counts(job.writers):
         slowest = []
         for r in range(job.preset.repeats):
             progress.phase(f"{len(job.hosts)} hosts × {w} writer(s), run {r + 1}/{job.preset.repeats}", runtime)
             note = jobfiles.Note(
-                f"bandwidth, {w} writer(s) on every host", f"every host at once: sequential 1 MiB writes through the page "
+                f"bandwidth, {w} writer(s) on every host",
+                f"every host at once: sequential 1 MiB writes through the page "
                 f"cache by {w} writer(s) per host, one file each, ending with an fsync (end_fsync=1) inside the runtime cap",
                 f"buffered_bandwidth (writers={w}).bytes_per_s: the slowest host's figure, run {r + 1} of "
                 f"{job.preset.repeats}; the profile keeps the median of the runs, with their min…max (spread)",
                 "client_stats[] with jobname bw: write.bw_bytes per hostname (bytes/s), the smallest of them",
-                raw_fio=len(raw), name=f"bw-{w}w")
-            doc = run_clients(run, {h: [_bw_job(w, job.bytes_per_writer, runtime)] for h in job.hosts},
-                              f"the bandwidth phase ({w} writers)", timeout, note)
+                raw_fio=len(raw),
+                name=f"bw-{w}w",
+            )
+            doc = run_clients(
+                run,
+                {h: [_bw_job(w, job.bytes_per_writer, runtime)] for h in job.hosts},
+                f"the bandwidth phase ({w} writers)",
+                timeout,
+                note,
+            )
             raw.append(doc)
             hosts = per_host(doc, jobname="bw")
             slowest.append(min(hosts.values()))
             if w == job.writers and r == 0:
-                fast, slow = max(hosts, key=hosts.get), min(hosts, key=hosts.get)
-                note = (f"per host at {w} writers: " + ", ".join(f"{h} {v / 1e6:.0f} MB/s" for h, v in sorted(hosts.items()))
-                        + f"; straggler {slow} at {hosts[slow] / hosts[fast]:.0%} of {fast}; "
-                        f"all clients {all_clients(doc) / 1e6:.0f} MB/s")
+                fast, slow = max(hosts, key=lambda h: hosts[h]), min(hosts, key=lambda h: hosts[h])
+                straggler = (
+                    f"per host at {w} writers: "
+                    + ", ".join(f"{h} {v / 1e6:.0f} MB/s" for h, v in sorted(hosts.items()))
+                    + f"; straggler {slow} at {hosts[slow] / hosts[fast]:.0%} of {fast}; "
+                    f"all clients {all_clients(doc) / 1e6:.0f} MB/s"
+                )
         spread = Spread.of(slowest)
         points.append(BandwidthPoint(writers=w, hosts=1, bytes_per_s=spread.median, spread=spread))
-    return points, note
+    return points, straggler
 
 
 def _sweep_hosts(job, run, runtime, timeout, progress, raw) -> list[BandwidthPoint]:
@@ -391,13 +496,22 @@ def _sweep_hosts(job, run, runtime, timeout, progress, raw) -> list[BandwidthPoi
         for r in range(job.preset.repeats):
             progress.phase(f"scaling: {h} host(s) × {job.writers} writer(s), run {r + 1}/{job.preset.repeats}", runtime)
             note = jobfiles.Note(
-                f"host scaling, {h} host(s) at once", f"the first {h} host(s) at once, {job.writers} writer(s) each: "
+                f"host scaling, {h} host(s) at once",
+                f"the first {h} host(s) at once, {job.writers} writer(s) each: "
                 "sequential 1 MiB writes through the page cache, one file per writer, ending with an fsync (end_fsync=1)",
                 f"aggregate_bandwidth (hosts={h}).bytes_per_s: run {r + 1} of {job.preset.repeats}; the profile keeps "
                 "the median of the runs, with their min…max (spread)",
-                "client_stats[] with jobname 'All clients': write.bw_bytes (bytes/s)", raw_fio=len(raw), name=f"scaling-{h}h")
-            doc = run_clients(run, {host: [_bw_job(job.writers, job.bytes_per_writer, runtime)] for host in job.hosts[:h]},
-                              f"the host-scaling phase ({h} hosts)", timeout, note)
+                "client_stats[] with jobname 'All clients': write.bw_bytes (bytes/s)",
+                raw_fio=len(raw),
+                name=f"scaling-{h}h",
+            )
+            doc = run_clients(
+                run,
+                {host: [_bw_job(job.writers, job.bytes_per_writer, runtime)] for host in job.hosts[:h]},
+                f"the host-scaling phase ({h} hosts)",
+                timeout,
+                note,
+            )
             raw.append(doc)
             values.append(all_clients(doc))
         spread = Spread.of(values)
@@ -411,20 +525,51 @@ SMALL_FILES_PER_WRITER = {"quick": 32, "default": 128, "thorough": 512}
 def _small_files(job, run, timeout, progress, raw) -> tuple[SmallFiles, float, Latency]:
     """Create+write+fsync+close of 16 KiB files from every writer on every host, then fsync latency."""
     nrfiles = SMALL_FILES_PER_WRITER[job.preset.name]
-    progress.phase(f"small files and fsync latency: {len(job.hosts)} hosts × {job.writers} writers", job.preset.small_files_runtime_s)
-    small = fio.FioJob("small", {"rw": "write", "bs": "16k", "filesize": "16k", "nrfiles": nrfiles, "openfiles": 1,
-                                 "create_on_open": 1, "fsync_on_close": 1, "file_service_type": "sequential",
-                                 "ioengine": "psync", "numjobs": job.writers, "unlink": 1})
-    lat = fio.FioJob("fsync", {"stonewall": 1, "rw": "write", "bs": "4k", "size": "4M", "ioengine": "psync", "fsync": 1,
-                               "runtime": "2s", "percentile_list": "50:99:99.9", "unlink": 1})
+    progress.phase(
+        f"small files and fsync latency: {len(job.hosts)} hosts × {job.writers} writers",
+        job.preset.small_files_runtime_s,
+    )
+    small = fio.FioJob(
+        "small",
+        {
+            "rw": "write",
+            "bs": "16k",
+            "filesize": "16k",
+            "nrfiles": nrfiles,
+            "openfiles": 1,
+            "create_on_open": 1,
+            "fsync_on_close": 1,
+            "file_service_type": "sequential",
+            "ioengine": "psync",
+            "numjobs": job.writers,
+            "unlink": 1,
+        },
+    )
+    lat = fio.FioJob(
+        "fsync",
+        {
+            "stonewall": 1,
+            "rw": "write",
+            "bs": "4k",
+            "size": "4M",
+            "ioengine": "psync",
+            "fsync": 1,
+            "runtime": "2s",
+            "percentile_list": "50:99:99.9",
+            "unlink": 1,
+        },
+    )
     note = jobfiles.Note(
-        "small files, then fsync latency", f"every host at once: {job.writers} writer(s) each creating, writing, fsyncing "
+        "small files, then fsync latency",
+        f"every host at once: {job.writers} writer(s) each creating, writing, fsyncing "
         f"and closing {nrfiles} files of 16 KiB (unlinked after); then (stonewall) 4 KiB writes each followed by an fsync",
         "small_files.files_per_s (the slowest host's), aggregate_files_per_s (all hosts' sum), fsync_latency (the "
         "host with the worst p99)",
         f"files/s per host = {nrfiles} × {job.writers} × 1000 ÷ the longest client_stats[jobname small].write.runtime (ms) "
         "of that host (every file completes, so fio's nrfiles is the count); fsync latency: client_stats[jobname fsync]"
-        ".sync.lat_ns percentiles, in ns", raw_fio=len(raw))
+        ".sync.lat_ns percentiles, in ns",
+        raw_fio=len(raw),
+    )
     doc = run_clients(run, {h: [small, lat] for h in job.hosts}, "the small-file phase", timeout, note)
     raw.append(doc)
     longest: dict[str, float] = {}
@@ -432,8 +577,14 @@ def _small_files(job, run, timeout, progress, raw) -> tuple[SmallFiles, float, L
         if c.get("jobname") == "small":
             longest[c["hostname"]] = max(longest.get(c["hostname"], 0.0), int(c["write"]["runtime"]) / 1000)
     rates = [nrfiles * job.writers / max(t, 1e-3) for t in longest.values()]
-    files = SmallFiles(files_per_s=min(rates), ops_per_s=4 * min(rates), file_bytes_min=16384, file_bytes_max=16384,
-                       writers=job.writers, spread=Spread.of(rates))
+    files = SmallFiles(
+        files_per_s=min(rates),
+        ops_per_s=4 * min(rates),
+        file_bytes_min=16384,
+        file_bytes_max=16384,
+        writers=job.writers,
+        spread=Spread.of(rates),
+    )
     worst = Latency(p50_s=0, p99_s=0, p999_s=0)
     for c in doc["client_stats"]:
         if c.get("jobname") == "fsync":
@@ -452,21 +603,39 @@ def _replay(job, run, timeout, progress, raw) -> Replay:
     hosts = job.hosts[: len(nodes)]
     progress.phase(f"replay: {len(nodes)} node(s) on {len(hosts)} host(s), scale {job.scale:g}", 0)
     jobs_by_host: dict[Host, list[fio.FioJob]] = {}
-    for host, node in zip(hosts, nodes):
+    for host, node in zip(hosts, nodes, strict=False):
         ranks: dict[int, list[int]] = {}
         for f in job.plan.manifest:
             if f.node == node:
                 ranks.setdefault(f.rank, []).append(max(4096, int(f.bytes * job.scale)))
-        jobs_by_host[host] = [fio.FioJob(f"rank{rank}", {
-            "rw": "write", "bs": "1M", "nrfiles": len(sizes),
-            "filesize": f"{min(sizes)}-{max(sizes)}" if len(set(sizes)) > 1 else sizes[0], "file_service_type": "sequential",
-            "openfiles": 1, "create_on_open": 1, "fsync_on_close": 1, "ioengine": "psync", "unlink": 1})
-            for rank, sizes in ranks.items()]
+        jobs_by_host[host] = [
+            fio.FioJob(
+                f"rank{rank}",
+                {
+                    "rw": "write",
+                    "bs": "1M",
+                    "nrfiles": len(sizes),
+                    "filesize": f"{min(sizes)}-{max(sizes)}" if len(set(sizes)) > 1 else sizes[0],
+                    "file_service_type": "sequential",
+                    "openfiles": 1,
+                    "create_on_open": 1,
+                    "fsync_on_close": 1,
+                    "ioengine": "psync",
+                    "unlink": 1,
+                },
+            )
+            for rank, sizes in ranks.items()
+        ]
     note = jobfiles.Note(
-        "replay", f"host k writes node k's share of the plan at scale {job.scale:g}: one job per rank writing its files "
-        "one after another, each fsynced on close", "replay.seconds, replay.bytes, replay.files",
+        "replay",
+        f"host k writes node k's share of the plan at scale {job.scale:g}: one job per rank writing its files "
+        "one after another, each fsynced on close",
+        "replay.seconds, replay.bytes, replay.files",
         "seconds = the longest client_stats[jobname rankN].write.runtime (ms) ÷ 1000; bytes = the sum of their "
-        "write.io_bytes", raw_fio=len(raw), name="replay")
+        "write.io_bytes",
+        raw_fio=len(raw),
+        name="replay",
+    )
     doc = run_clients(run, jobs_by_host, "the replay", timeout, note)
     raw.append(doc)
     ranks_stats = [c for c in doc["client_stats"] if str(c.get("jobname", "")).startswith("rank")]
@@ -474,9 +643,15 @@ def _replay(job, run, timeout, progress, raw) -> Replay:
     written = sum(int(c["write"]["io_bytes"]) for c in ranks_stats)
     files = sum(int(j.options["nrfiles"]) for jobs in jobs_by_host.values() for j in jobs)
     full = sum(f.bytes for f in job.plan.manifest if f.node in nodes)
-    return Replay(seconds=seconds, bytes=written, files=files, writers=max(len(j) for j in jobs_by_host.values()),
-                  scale=job.scale, plan_fingerprint=job.plan.fingerprint,
-                  full_scale_seconds=seconds * full / written)
+    return Replay(
+        seconds=seconds,
+        bytes=written,
+        files=files,
+        writers=max(len(j) for j in jobs_by_host.values()),
+        scale=job.scale,
+        plan_fingerprint=job.plan.fingerprint,
+        full_scale_seconds=seconds * full / written,
+    )
 
 
 class HostsTarget:
@@ -492,8 +667,16 @@ class HostsTarget:
         if self._job is None:
             s = self.spec
             hosts = parse_hosts(s.hosts, s.hosts_file, notice=s.notice)
-            self._job = prepare_cluster_probe(Path(s.path), hosts, preset=s.preset, writers=s.writers, plan=s.plan,
-                                              scale=s.scale, name=s.name, emit_jobs=s.emit_jobs)
+            self._job = prepare_cluster_probe(
+                Path(s.path),
+                hosts,
+                preset=s.preset,
+                writers=s.writers,
+                plan=s.plan,
+                scale=s.scale,
+                name=s.name,
+                emit_jobs=s.emit_jobs,
+            )
             if s.agent_wait_s is not None:
                 wait_for_agents(hosts, s.agent_wait_s)
         return self._job
@@ -506,6 +689,7 @@ class HostsTarget:
         return run_cluster_probe(self.prepare(), progress)
 
     def clean(self, force: bool = False) -> CleanResult:
-        raise InputError("clean a multi-host target from each host: `ckplan clean PATH` there (each host's scratch "
-                         "directory belongs to its fio server)")
-
+        raise InputError(
+            "clean a multi-host target from each host: `ckplan clean PATH` there (each host's scratch "
+            "directory belongs to its fio server)"
+        )

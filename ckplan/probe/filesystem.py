@@ -86,13 +86,28 @@ class ProbeJob:
         # the bandwidth budget is wall time already; every other fio run (direct-I/O check, small-file
         # calibration and warm-up, its measured runs, two latency runs) costs ~0.4 s beyond its own time
         p = self.preset
-        return (p.bandwidth_budget_s + p.small_files_budget_s + 2 * p.latency_runtime_s + 0.4 * (p.small_files_repeats + 5)
-                + (ESTIMATE_S[p.name] if self.calibrate else 0))
+        return (
+            p.bandwidth_budget_s
+            + p.small_files_budget_s
+            + 2 * p.latency_runtime_s
+            + 0.4 * (p.small_files_repeats + 5)
+            + (ESTIMATE_S[p.name] if self.calibrate else 0)
+        )
 
 
-def prepare_probe(path: Path, *, preset: str = "default", writers: int | None = None, plan=None,
-                  scale: float = 1.0, max_bytes: int | None = None, name: str | None = None,
-                  mounts_text: str | None = None, calibrate: bool = True, emit_jobs: Path | None = None) -> ProbeJob:
+def prepare_probe(
+    path: Path,
+    *,
+    preset: str = "default",
+    writers: int | None = None,
+    plan=None,
+    scale: float = 1.0,
+    max_bytes: int | None = None,
+    name: str | None = None,
+    mounts_text: str | None = None,
+    calibrate: bool = True,
+    emit_jobs: Path | None = None,
+) -> ProbeJob:
     """Every check that can fail before a byte is written."""
     settings = PRESETS[preset]
     fio.fio_binary()
@@ -119,26 +134,44 @@ def prepare_probe(path: Path, *, preset: str = "default", writers: int | None = 
         need = sum(-(-f.bytes // PAGE_BYTES) * PAGE_BYTES for f in replay_files)
         if need > data:
             fit = data / sum(f.bytes for f in share)
-            raise InputError(f"replaying the plan at --scale {scale:g} writes {need / 1e9:.2f} GB but the probe may use "
-                             f"{budget / 1e9:.2f} GB here (half the free space or --max-bytes); try --scale {fit * 0.9:.2g}")
+            raise InputError(
+                f"replaying the plan at --scale {scale:g} writes {need / 1e9:.2f} GB but the probe may use "
+                f"{budget / 1e9:.2f} GB here (half the free space or --max-bytes); try --scale {fit * 0.9:.2g}"
+            )
     per_writer = min(settings.bytes_per_writer, data // max_writers // MiB * MiB)  # whole 1 MiB blocks
     if per_writer < 4 * MiB:
-        raise InputError(f"too little free space on {path}: the probe may use {budget / 1e6:.1f} MB "
-                         f"(half the free space, {free_budget / 1e6:.1f} MB, or --max-bytes), and needs at least "
-                         f"{4 * max_writers + SCRATCH_RESERVE_BYTES // MiB} MiB for {max_writers} writers")
+        raise InputError(
+            f"too little free space on {path}: the probe may use {budget / 1e6:.1f} MB "
+            f"(half the free space, {free_budget / 1e6:.1f} MB, or --max-bytes), and needs at least "
+            f"{4 * max_writers + SCRATCH_RESERVE_BYTES // MiB} MiB for {max_writers} writers"
+        )
     stale = target.leftovers(path)
     if stale:
-        notes.append(f"found {len(stale)} scratch director{'y' if len(stale) == 1 else 'ies'} from a killed probe: "
-                     f"remove with `ckplan clean {path}`")
+        notes.append(
+            f"found {len(stale)} scratch director{'y' if len(stale) == 1 else 'ies'} from a killed probe: "
+            f"remove with `ckplan clean {path}`"
+        )
     from ckplan.validate.calibrate import torch_available
 
     calibrate = calibrate and torch_available()
     if emit_jobs is not None:  # the last check, so that a refused probe leaves no directory behind
         emit_jobs = jobfiles.check_dir(emit_jobs)
         jobfiles.make_dir(emit_jobs)
-    return ProbeJob(path=path, mount=mount, preset=settings, writers=max_writers, bytes_per_writer=per_writer,
-                    budget_bytes=data, plan=plan, replay_files=tuple(replay_files), scale=scale, name=name,
-                    notes=tuple(notes), calibrate=calibrate, emit_jobs=emit_jobs)
+    return ProbeJob(
+        path=path,
+        mount=mount,
+        preset=settings,
+        writers=max_writers,
+        bytes_per_writer=per_writer,
+        budget_bytes=data,
+        plan=plan,
+        replay_files=tuple(replay_files),
+        scale=scale,
+        name=name,
+        notes=tuple(notes),
+        calibrate=calibrate,
+        emit_jobs=emit_jobs,
+    )
 
 
 def run_probe(job: ProbeJob, progress: Progress | None = None) -> StorageProfile:
@@ -150,12 +183,16 @@ def run_probe(job: ProbeJob, progress: Progress | None = None) -> StorageProfile
     raw: list[dict] = []
     notes = list(job.notes)
     calibration = None
-    date = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    date = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     tool = fio.fio_version()
     writer = None
     if job.emit_jobs is not None:
-        writer = jobfiles.JobWriter(job.emit_jobs, about=f"the probe of {path.resolve()} on {socket.gethostname()} at {date}",
-                                    fio_version=tool, local_target=path.resolve())
+        writer = jobfiles.JobWriter(
+            job.emit_jobs,
+            about=f"the probe of {path.resolve()} on {socket.gethostname()} at {date}",
+            fio_version=tool,
+            local_target=path.resolve(),
+        )
     with target.ScratchDir(path) as scratch, jobfiles.emitting(writer):
         if writer is not None:
             writer.scratch = fio.escape_path(scratch.path)
@@ -163,10 +200,13 @@ def run_probe(job: ProbeJob, progress: Progress | None = None) -> StorageProfile
         try:
             direct = _direct_io_works(scratch.path)
             if not direct:
-                notes.append("the target refused O_DIRECT (EINVAL): only the buffered write path was measured; "
-                             "direct-I/O writers are predicted on it")
-            curves, page_cache, runtime_s = _bandwidth(scratch.path, settings, job.writers, job.bytes_per_writer, direct,
-                                                       progress, raw)
+                notes.append(
+                    "the target refused O_DIRECT (EINVAL): only the buffered write path was measured; "
+                    "direct-I/O writers are predicted on it"
+                )
+            curves, page_cache, runtime_s = _bandwidth(
+                scratch.path, settings, job.writers, job.bytes_per_writer, direct, progress, raw
+            )
             others.look()
             small = _small_files(scratch.path, settings, job.writers, job.budget_bytes, job.plan, progress, raw)
             others.look()
@@ -174,16 +214,29 @@ def run_probe(job: ProbeJob, progress: Progress | None = None) -> StorageProfile
             others.look()
             if job.calibrate:
                 from ckplan.validate.calibrate import calibrate
-                jobfiles.other("calibration", "PyTorch's serialisers into /dev/null, not fio; `ckplan calibrate` runs it again")
+
+                jobfiles.other(
+                    "calibration", "PyTorch's serialisers into /dev/null, not fio; `ckplan calibrate` runs it again"
+                )
                 calibration = calibrate(settings.name, job.writers, progress)
             else:
-                notes.append("serialisers not calibrated (PyTorch is not installed, or --no-calibrate): "
-                             "predictions use the named defaults")
+                notes.append(
+                    "serialisers not calibrated (PyTorch is not installed, or --no-calibrate): "
+                    "predictions use the named defaults"
+                )
             if job.plan is not None:
-                jobfiles.other("replay", "the plan's files written by the framework's saver or ckplan's own writer, not fio; "
-                                         "`ckplan validate` times the same saves")
-            replayed = (_replay(scratch.path, job.plan, list(job.replay_files), job.scale, settings, direct, calibration,
-                                progress) if job.plan is not None else None)
+                jobfiles.other(
+                    "replay",
+                    "the plan's files written by the framework's saver or ckplan's own writer, not fio; "
+                    "`ckplan validate` times the same saves",
+                )
+            replayed = (
+                _replay(
+                    scratch.path, job.plan, list(job.replay_files), job.scale, settings, direct, calibration, progress
+                )
+                if job.plan is not None
+                else None
+            )
         except OSError as exc:  # ckplan's own file operations on the target (mkdir, job files) mid-run
             raise replay.oserror_message(exc, "the probe") from None
         others.look()
@@ -193,16 +246,38 @@ def run_probe(job: ProbeJob, progress: Progress | None = None) -> StorageProfile
     mount = job.mount
     return StorageProfile(
         target_kind="filesystem",
-        name=job.name or f"{socket.gethostname()}:{path}", target=str(path.resolve()), fs_type=mount.fs_type,
-        storage_class=mount.storage_class, mount_point=mount.mount_point, mount_options=mount.options,
-        shared=mount.storage_class in target.SHARED_CLASSES, direct_io=direct, buffered_bandwidth=bandwidth,
-        direct_bandwidth=curves.get("direct", []), page_cache_write=page_cache, best_write_bytes_per_s=best, small_files=small,
-        fsync_latency=fsync_lat, sync_write_latency=sync_write_lat, replay=replayed, calibration=calibration,
-        notes=notes + noise_notes(bandwidth, small, replayed, direct=curves.get("direct")), raw_fio=raw,
-        measurement=Measurement(tool=tool, date=date, host=socket.gethostname(), preset=settings.name,
-                                duration_s=time.monotonic() - started, bandwidth_bytes_per_writer=job.bytes_per_writer,
-                                runtime_cap_s=runtime_s, repeats=settings.repeats,
-                                jobs_dir=str(job.emit_jobs) if writer else None, jobs=writer.jobs if writer else []))
+        name=job.name or f"{socket.gethostname()}:{path}",
+        target=str(path.resolve()),
+        fs_type=mount.fs_type,
+        storage_class=mount.storage_class,
+        mount_point=mount.mount_point,
+        mount_options=mount.options,
+        shared=mount.storage_class in target.SHARED_CLASSES,
+        direct_io=direct,
+        buffered_bandwidth=bandwidth,
+        direct_bandwidth=curves.get("direct", []),
+        page_cache_write=page_cache,
+        best_write_bytes_per_s=best,
+        small_files=small,
+        fsync_latency=fsync_lat,
+        sync_write_latency=sync_write_lat,
+        replay=replayed,
+        calibration=calibration,
+        notes=notes + noise_notes(bandwidth, small, replayed, direct=curves.get("direct")),
+        raw_fio=raw,
+        measurement=Measurement(
+            tool=tool,
+            date=date,
+            host=socket.gethostname(),
+            preset=settings.name,
+            duration_s=time.monotonic() - started,
+            bandwidth_bytes_per_writer=job.bytes_per_writer,
+            runtime_cap_s=runtime_s,
+            repeats=settings.repeats,
+            jobs_dir=str(job.emit_jobs) if writer else None,
+            jobs=writer.jobs if writer else [],
+        ),
+    )
 
 
 class _OtherProbes:
@@ -229,19 +304,35 @@ class _OtherProbes:
                 self.hosts[s.host] = None
 
     def notes(self) -> list[str]:
-        out = [f"another ckplan probe (pid {pid}) was writing to this target during the probe; {SHARED_TARGET}"
-               for pid in self.pids]
-        return out + [f"a ckplan probe on host {host} started writing to this target during the probe; {SHARED_TARGET}"
-                      for host in self.hosts]
+        out = [
+            f"another ckplan probe (pid {pid}) was writing to this target during the probe; {SHARED_TARGET}"
+            for pid in self.pids
+        ]
+        return out + [
+            f"a ckplan probe on host {host} started writing to this target during the probe; {SHARED_TARGET}"
+            for host in self.hosts
+        ]
 
 
 def _direct_io_works(scratch: Path) -> bool:
-    job = fio.FioJob("direct-check", {"directory": fio.escape_path(scratch), "rw": "write", "bs": "1M", "size": "1M",
-                                      "ioengine": "psync", "direct": 1, "unlink": 1})
+    job = fio.FioJob(
+        "direct-check",
+        {
+            "directory": fio.escape_path(scratch),
+            "rw": "write",
+            "bs": "1M",
+            "size": "1M",
+            "ioengine": "psync",
+            "direct": 1,
+            "unlink": 1,
+        },
+    )
     note = jobfiles.Note(
-        "direct-I/O check", "whether the target takes O_DIRECT: one 1 MiB write with direct=1",
+        "direct-I/O check",
+        "whether the target takes O_DIRECT: one 1 MiB write with direct=1",
         "direct_io: true unless fio fails with EINVAL (then only the buffered path is measured); not kept in raw_fio",
-        "fio's exit status, and jobs[0].error (22 = EINVAL)")
+        "fio's exit status, and jobs[0].error (22 = EINVAL)",
+    )
     try:
         fio.run_fio([job], scratch, "the direct I/O check", note=note)
     except fio.FioError as exc:
@@ -274,43 +365,92 @@ def _bandwidth(scratch, settings, max_writers, per_writer, direct, progress, raw
     def run(path: str, w: int, label: str, runtime: float, figure: str, name: str = "bw") -> float:
         progress.phase(f"bandwidth, {path}: {w} writer(s), {label}", runtime)
         flush = {"end_fsync": 1, "runtime": f"{runtime}s", "size": per_writer}
-        measures = (f"sequential 1 MiB writes by {w} writer(s), one file each, "
-                    + ("with O_DIRECT" if path == "direct" else "through the page cache")
-                    + ", ending with an fsync (end_fsync=1) inside the runtime cap")
+        measures = (
+            f"sequential 1 MiB writes by {w} writer(s), one file each, "
+            + ("with O_DIRECT" if path == "direct" else "through the page cache")
+            + ", ending with an fsync (end_fsync=1) inside the runtime cap"
+        )
         if path == "page-cache":  # a sample that fits in the dirty limits, never flushed: unlinked while dirty
             flush = {"size": min(per_writer, PAGE_CACHE_SAMPLE_BYTES)}
-            measures = "one writer's copy of a sample into the page cache, never flushed (its file is unlinked while dirty)"
-        job = fio.FioJob(f"{name}-{path}-{w}", {
-            "directory": fio.escape_path(scratch), "rw": "write", "bs": "1M", **flush,
-            "numjobs": w, "ioengine": "psync", "direct": int(path == "direct"), "fallocate": "none",
-            "group_reporting": 1, "unlink": 1})
-        note = jobfiles.Note(f"bandwidth, {path}", measures, figure,
-                             "jobs[0].write.bw_bytes, in bytes/s (group_reporting sums the writers)", raw_fio=len(raw),
-                             group="bandwidth", warm_up=name == "warm-up")
-        doc = fio.run_fio([job], scratch, f"the bandwidth phase ({path}, {w} writers)", on_status=progress.update,
-                          note=note)
+            measures = (
+                "one writer's copy of a sample into the page cache, never flushed (its file is unlinked while dirty)"
+            )
+        job = fio.FioJob(
+            f"{name}-{path}-{w}",
+            {
+                "directory": fio.escape_path(scratch),
+                "rw": "write",
+                "bs": "1M",
+                **flush,
+                "numjobs": w,
+                "ioengine": "psync",
+                "direct": int(path == "direct"),
+                "fallocate": "none",
+                "group_reporting": 1,
+                "unlink": 1,
+            },
+        )
+        note = jobfiles.Note(
+            f"bandwidth, {path}",
+            measures,
+            figure,
+            "jobs[0].write.bw_bytes, in bytes/s (group_reporting sums the writers)",
+            raw_fio=len(raw),
+            group="bandwidth",
+            warm_up=name == "warm-up",
+        )
+        doc = fio.run_fio(
+            [job], scratch, f"the bandwidth phase ({path}, {w} writers)", on_status=progress.update, note=note
+        )
         raw.append(doc)
         return float(doc["jobs"][0]["write"]["bw_bytes"])
 
     started = time.monotonic()
-    run("buffered", max_writers, "warm-up (not counted)", settings.warm_up_s, name="warm-up",
+    run(
+        "buffered",
+        max_writers,
+        "warm-up (not counted)",
+        settings.warm_up_s,
+        name="warm-up",
         figure="none: a warm-up, not counted (the first writes after idle run slow); how long it took beyond its runtime "
-               "sets the measured runs' runtime cap (measurement.runtime_cap_s)")
+        "sets the measured runs' runtime cap (measurement.runtime_cap_s)",
+    )
     spent = time.monotonic() - started
     runs = settings.repeats * len(counts) * len(paths)
-    runtime_s = round(max(MIN_RUNTIME_S, (settings.bandwidth_budget_s - spent) / runs - max(0.0, spent - settings.warm_up_s)), 1)
+    runtime_s = round(
+        max(MIN_RUNTIME_S, (settings.bandwidth_budget_s - spent) / runs - max(0.0, spent - settings.warm_up_s)), 1
+    )
     values: dict[tuple[str, int], list[float]] = {(path, w): [] for path in paths for w in counts}
     copies: list[float] = []
     of = f"the profile keeps the median of its {settings.repeats} run(s), with their min…max (spread)"
     for r in range(settings.repeats):
         for path in paths:
             for w in counts:
-                values[path, w].append(run(path, w, f"run {r + 1}/{settings.repeats}", runtime_s,
-                                           f"{path}_bandwidth (writers={w}).bytes_per_s: run {r + 1} of {settings.repeats}; {of}"))
-        copies.append(run("page-cache", 1, f"no flush, run {r + 1}/{settings.repeats}", 0,
-                          f"page_cache_write.bytes_per_s: run {r + 1} of {settings.repeats}; {of}"))
-    curves = {path: [BandwidthPoint(writers=w, bytes_per_s=Spread.of(values[path, w]).median, spread=Spread.of(values[path, w]))
-                     for w in counts] for path in paths}
+                values[path, w].append(
+                    run(
+                        path,
+                        w,
+                        f"run {r + 1}/{settings.repeats}",
+                        runtime_s,
+                        f"{path}_bandwidth (writers={w}).bytes_per_s: run {r + 1} of {settings.repeats}; {of}",
+                    )
+                )
+        copies.append(
+            run(
+                "page-cache",
+                1,
+                f"no flush, run {r + 1}/{settings.repeats}",
+                0,
+                f"page_cache_write.bytes_per_s: run {r + 1} of {settings.repeats}; {of}",
+            )
+        )
+    curves = {
+        path: [
+            BandwidthPoint(writers=w, bytes_per_s=Spread.of(values[path, w]).median, spread=Spread.of(values[path, w]))
+            for w in counts
+        ]
+        for path in paths
+    }
     page_cache = BandwidthPoint(writers=1, bytes_per_s=Spread.of(copies).median, spread=Spread.of(copies))
     return curves, page_cache, runtime_s
 
@@ -342,21 +482,41 @@ def _small_files(scratch, settings, writers, budget, plan, progress, raw) -> Sma
     count_cap = max([SMALL_FILES_PER_WRITER_CAP, *files_per_rank.values()])
 
     def run(nrfiles: int, label: str, figure: str) -> tuple[float, float]:
-        progress.phase(f"small files: create, write, fsync, close ({writers} writers){label}", settings.small_files_runtime_s)
+        progress.phase(
+            f"small files: create, write, fsync, close ({writers} writers){label}", settings.small_files_runtime_s
+        )
         directory = scratch / "small"
         directory.mkdir()
         try:
-            job = fio.FioJob("smallfiles", {
-                "directory": fio.escape_path(directory), "rw": "write", "bs": bs,
-                "filesize": f"{low}-{high}" if high > low else low, "nrfiles": nrfiles, "openfiles": 1,
-                "create_on_open": 1, "fsync_on_close": 1, "file_service_type": "sequential", "fallocate": "none",
-                "ioengine": "psync", "numjobs": writers})
+            job = fio.FioJob(
+                "smallfiles",
+                {
+                    "directory": fio.escape_path(directory),
+                    "rw": "write",
+                    "bs": bs,
+                    "filesize": f"{low}-{high}" if high > low else low,
+                    "nrfiles": nrfiles,
+                    "openfiles": 1,
+                    "create_on_open": 1,
+                    "fsync_on_close": 1,
+                    "file_service_type": "sequential",
+                    "fallocate": "none",
+                    "ioengine": "psync",
+                    "numjobs": writers,
+                },
+            )
             note = jobfiles.Note(
-                "small files", f"{writers} writer(s) each creating, writing, fsyncing and closing {nrfiles} files of "
-                f"{low}-{high} bytes, one after another, in a fresh directory", figure,
+                "small files",
+                f"{writers} writer(s) each creating, writing, fsyncing and closing {nrfiles} files of "
+                f"{low}-{high} bytes, one after another, in a fresh directory",
+                figure,
                 "files/s = the files in the directory after the run (ckplan counts them: fio counts no creates) × 1000 "
                 "÷ the longest jobs[].write.runtime (ms); ops/s = (3 × files + the sum of jobs[].write.total_ios) × 1000 "
-                "÷ the same runtime", raw_fio=len(raw), count_files_in="small", warm_up="warm-up" in label)
+                "÷ the same runtime",
+                raw_fio=len(raw),
+                count_files_in="small",
+                warm_up="warm-up" in label,
+            )
             doc = fio.run_fio([job], scratch, "the small-file phase", on_status=progress.update, note=note)
             files = sum(1 for _ in os.scandir(directory))
         finally:
@@ -370,43 +530,84 @@ def _small_files(scratch, settings, writers, budget, plan, progress, raw) -> Sma
     def files_per_writer(rate: float, seconds: float) -> int:
         return int(max(8, min(count_cap, space_cap, rate * seconds / writers)))
 
-    rate, _ = run(min(32, space_cap), " calibration", "none: a calibration run, not counted; its rate sizes the warm-up's nrfiles")
-    rate, _ = run(files_per_writer(rate, settings.warm_up_s / 3), " warm-up (not counted)",
-                  "none: a warm-up, not counted; its rate sizes the measured runs' nrfiles")
+    rate, _ = run(
+        min(32, space_cap), " calibration", "none: a calibration run, not counted; its rate sizes the warm-up's nrfiles"
+    )
+    rate, _ = run(
+        files_per_writer(rate, settings.warm_up_s / 3),
+        " warm-up (not counted)",
+        "none: a warm-up, not counted; its rate sizes the measured runs' nrfiles",
+    )
     nrfiles = files_per_writer(rate, settings.small_files_runtime_s)
     rates, ops = [], []
     repeats = settings.small_files_repeats
     for r in range(repeats):
-        rate, op = run(nrfiles, f", run {r + 1}/{repeats}",
-                       f"small_files.files_per_s and ops_per_s: run {r + 1} of {repeats}; the profile keeps the median, "
-                       "with the files/s min…max (spread)")
+        rate, op = run(
+            nrfiles,
+            f", run {r + 1}/{repeats}",
+            f"small_files.files_per_s and ops_per_s: run {r + 1} of {repeats}; the profile keeps the median, "
+            "with the files/s min…max (spread)",
+        )
         rates.append(rate)
         ops.append(op)
     spread = Spread.of(rates)
-    return SmallFiles(files_per_s=spread.median, ops_per_s=Spread.of(ops).median, file_bytes_min=low,
-                      file_bytes_max=high, writers=writers, spread=spread)
+    return SmallFiles(
+        files_per_s=spread.median,
+        ops_per_s=Spread.of(ops).median,
+        file_bytes_min=low,
+        file_bytes_max=high,
+        writers=writers,
+        spread=spread,
+    )
 
 
 def _latency(scratch, settings, budget, progress, raw) -> tuple[Latency, Latency]:
     progress.phase("latency: 4 KiB write + fsync", settings.latency_runtime_s)
     # within the byte budget as every other phase (fio allocates the whole file up front)
     size = min(LATENCY_FILE_BYTES, budget // MiB * MiB)
-    common = {"directory": fio.escape_path(scratch), "rw": "write", "bs": "4k", "size": size, "ioengine": "psync",
-              "runtime": f"{settings.latency_runtime_s}s", "percentile_list": "50:99:99.9", "unlink": 1}
+    common = {
+        "directory": fio.escape_path(scratch),
+        "rw": "write",
+        "bs": "4k",
+        "size": size,
+        "ioengine": "psync",
+        "runtime": f"{settings.latency_runtime_s}s",
+        "percentile_list": "50:99:99.9",
+        "unlink": 1,
+    }
     pct = "percentile['50.000000'], ['99.000000'], ['99.900000'], mean and N, in ns"
-    note = jobfiles.Note("latency, fsync", "4 KiB writes by one writer, each followed by an fsync",
-                         "fsync_latency (p50_s, p99_s, p999_s, mean_s, samples)", f"jobs[0].sync.lat_ns: {pct}", raw_fio=len(raw))
-    doc = fio.run_fio([fio.FioJob("fsync-lat", {**common, "fsync": 1})], scratch, "the fsync latency phase",
-                      on_status=progress.update, note=note)
+    note = jobfiles.Note(
+        "latency, fsync",
+        "4 KiB writes by one writer, each followed by an fsync",
+        "fsync_latency (p50_s, p99_s, p999_s, mean_s, samples)",
+        f"jobs[0].sync.lat_ns: {pct}",
+        raw_fio=len(raw),
+    )
+    doc = fio.run_fio(
+        [fio.FioJob("fsync-lat", {**common, "fsync": 1})],
+        scratch,
+        "the fsync latency phase",
+        on_status=progress.update,
+        note=note,
+    )
     raw.append(doc)
     p50, p99, p999, mean, n = fio.percentiles_s(doc["jobs"][0]["sync"], "lat_ns")
     fsync_lat = Latency(p50_s=p50, p99_s=p99, p999_s=p999, mean_s=mean, samples=n)
     progress.phase("latency: 4 KiB O_SYNC writes", settings.latency_runtime_s)
-    note = jobfiles.Note("latency, O_SYNC writes", "4 KiB O_SYNC writes by one writer",
-                         "sync_write_latency (p50_s, p99_s, p999_s, mean_s, samples)", f"jobs[0].write.clat_ns: {pct}",
-                         raw_fio=len(raw))
-    doc = fio.run_fio([fio.FioJob("sync-write-lat", {**common, "sync": 1})], scratch, "the sync-write latency phase",
-                      on_status=progress.update, note=note)
+    note = jobfiles.Note(
+        "latency, O_SYNC writes",
+        "4 KiB O_SYNC writes by one writer",
+        "sync_write_latency (p50_s, p99_s, p999_s, mean_s, samples)",
+        f"jobs[0].write.clat_ns: {pct}",
+        raw_fio=len(raw),
+    )
+    doc = fio.run_fio(
+        [fio.FioJob("sync-write-lat", {**common, "sync": 1})],
+        scratch,
+        "the sync-write latency phase",
+        on_status=progress.update,
+        note=note,
+    )
     raw.append(doc)
     p50, p99, p999, mean, n = fio.percentiles_s(doc["jobs"][0]["write"], "clat_ns")
     return fsync_lat, Latency(p50_s=p50, p99_s=p99, p999_s=p999, mean_s=mean, samples=n)
@@ -436,13 +637,18 @@ def _replay(scratch, plan, files, scale, settings, direct_ok, calibration, progr
     repeats = settings.repeats
     if path == "buffered" and torch_available():
         from ckplan.validate.saver import files_by_rank, run_saves
+
         method = "framework saver"
-        progress.phase(f"replay: {len(files)} files, {writers} writers, scale {scale:g}, {plan.setup.framework}'s saver, "
-                       f"warm-up + {repeats} runs", 0)
+        progress.phase(
+            f"replay: {len(files)} files, {writers} writers, scale {scale:g}, {plan.setup.framework}'s saver, "
+            f"warm-up + {repeats} runs",
+            0,
+        )
         root = scratch / "replay"
         try:
-            walls, _ = run_saves(root, files_by_rank(share, scale), plan.setup.framework, repeats + 1, "sync",
-                                 what="the replay")
+            walls, _ = run_saves(
+                root, files_by_rank(share, scale), plan.setup.framework, repeats + 1, "sync", what="the replay"
+            )
         finally:
             shutil.rmtree(root, ignore_errors=True)
         times, serialize = walls[1:], 0.0
@@ -451,7 +657,9 @@ def _replay(scratch, plan, files, scale, settings, direct_ok, calibration, progr
         times = []
         for r in range(repeats + 1):
             label = "warm-up (not counted)" if r == 0 else f"run {r}/{repeats}"
-            progress.phase(f"replay ({path} writes): {len(files)} files, {writers} writers, scale {scale:g}, {label}", 0)
+            progress.phase(
+                f"replay ({path} writes): {len(files)} files, {writers} writers, scale {scale:g}, {label}", 0
+            )
             root = scratch / f"replay-{r}"
             written = [0]
             start = time.monotonic()
@@ -471,10 +679,20 @@ def _replay(scratch, plan, files, scale, settings, direct_ok, calibration, progr
         serialize = max(ser for _, ser in writer_loads(plan, node, machine.rates()).values())
     spread = Spread.of(times)
     scaled_part = max(0.0, spread.median - (fixed if method == "framework saver" else 0.0))
-    return Replay(method=method, write_path=path, seconds=spread.median, bytes=total, files=len(files), writers=writers,
-                  scale=scale, plan_fingerprint=plan.fingerprint,
-                  full_scale_seconds=fixed + scaled_part * full_bytes / total + serialize, fixed_seconds=fixed,
-                  serialize_seconds=serialize, spread=spread)
+    return Replay(
+        method=method,
+        write_path=path,
+        seconds=spread.median,
+        bytes=total,
+        files=len(files),
+        writers=writers,
+        scale=scale,
+        plan_fingerprint=plan.fingerprint,
+        full_scale_seconds=fixed + scaled_part * full_bytes / total + serialize,
+        fixed_seconds=fixed,
+        serialize_seconds=serialize,
+        spread=spread,
+    )
 
 
 class FilesystemTarget:
@@ -489,8 +707,17 @@ class FilesystemTarget:
     def prepare(self) -> ProbeJob:
         if self._job is None:
             s = self.spec
-            self._job = prepare_probe(Path(s.path), preset=s.preset, writers=s.writers, plan=s.plan, scale=s.scale,
-                                      max_bytes=s.max_bytes, name=s.name, calibrate=s.calibrate, emit_jobs=s.emit_jobs)
+            self._job = prepare_probe(
+                Path(s.path),
+                preset=s.preset,
+                writers=s.writers,
+                plan=s.plan,
+                scale=s.scale,
+                max_bytes=s.max_bytes,
+                name=s.name,
+                calibrate=s.calibrate,
+                emit_jobs=s.emit_jobs,
+            )
         return self._job
 
     @property
@@ -504,4 +731,3 @@ class FilesystemTarget:
         from ckplan.probe.clean import clean_target
 
         return clean_target(Path(self.spec.path), force)
-

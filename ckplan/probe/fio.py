@@ -10,6 +10,7 @@ fio quirks handled here (shared reference storage-and-fio.md, fixtures in tests/
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -19,15 +20,17 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from ckplan import children
 from ckplan.errors import InputError, MeasurementFailed
 from ckplan.probe import jobfiles
 
-INSTALL_HINT = "fio is not installed; install it with `apt-get install fio` (Debian/Ubuntu) or `dnf install fio` (RHEL/Fedora)"
+INSTALL_HINT = (
+    "fio is not installed; install it with `apt-get install fio` (Debian/Ubuntu) or `dnf install fio` (RHEL/Fedora)"
+)
 
 
 @dataclass
@@ -48,8 +51,10 @@ def check_job_path(path: Path | str) -> None:
     """fio cuts a job file's option values at ';' and '#' (its comment characters), escaped or not."""
     bad = sorted({c for c in str(path) if c in ";#"})
     if bad:
-        raise InputError(f"fio cannot use a path containing {' or '.join(repr(c) for c in bad)} in a job file: {path}; "
-                         "probe a directory whose path has neither")
+        raise InputError(
+            f"fio cannot use a path containing {' or '.join(repr(c) for c in bad)} in a job file: {path}; "
+            "probe a directory whose path has neither"
+        )
 
 
 def escape_path(path: Path | str) -> str:
@@ -62,13 +67,15 @@ def fio_binary() -> str:
     exe = shutil.which("fio")
     if not exe:
         from ckplan.errors import EnvironmentProblem
+
         raise EnvironmentProblem(INSTALL_HINT)
     return exe
 
 
 def fio_version() -> str:
-    return subprocess.run([fio_binary(), "--version"], capture_output=True, text=True, check=False,
-                          preexec_fn=children.preexec()).stdout.strip()
+    return subprocess.run(
+        [fio_binary(), "--version"], capture_output=True, text=True, check=False, preexec_fn=children.preexec()
+    ).stdout.strip()
 
 
 def json_documents(text: str) -> list[dict]:
@@ -116,9 +123,15 @@ def write_bytes(doc: dict) -> int:
     return sum(int(j["write"]["io_bytes"]) for j in doc.get("jobs", []))
 
 
-def run_fio(jobs: list[FioJob], workdir: Path, what: str, global_options: dict | None = None,
-            on_status: Callable[[int, float], None] | None = None, timeout_s: float = 3600,
-            note: jobfiles.Note | None = None) -> dict:
+def run_fio(
+    jobs: list[FioJob],
+    workdir: Path,
+    what: str,
+    global_options: dict | None = None,
+    on_status: Callable[[int, float], None] | None = None,
+    timeout_s: float = 3600,
+    note: jobfiles.Note | None = None,
+) -> dict:
     """Run jobs and return fio's final JSON document.
 
     `on_status(bytes_written, elapsed_s)` is called about once a second with
@@ -137,8 +150,9 @@ def run_fio(jobs: list[FioJob], workdir: Path, what: str, global_options: dict |
     try:
         jobfile.write_text(text)
     except OSError as exc:  # the target filled up (or went away) between two runs
-        raise FioError(describe_errno(exc.errno, what) if exc.errno else f"cannot write fio's job file: {exc}",
-                       exc.errno) from None
+        raise FioError(
+            describe_errno(exc.errno, what) if exc.errno else f"cannot write fio's job file: {exc}", exc.errno
+        ) from None
     cmd = [exe, "--output-format=json", "--status-interval=1", str(jobfile)]
     if note is not None:
         jobfiles.record(cmd, {str(jobfile): text}, note)
@@ -146,8 +160,9 @@ def run_fio(jobs: list[FioJob], workdir: Path, what: str, global_options: dict |
     chunks: list[bytes] = []
     with tempfile.TemporaryFile() as err:
         # its own session: Ctrl-C reaches ckplan, which stops fio and removes the scratch directory
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, start_new_session=True,
-                                preexec_fn=children.preexec())
+        proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=err, start_new_session=True, preexec_fn=children.preexec()
+        )
         reader = threading.Thread(target=_drain, args=(proc, chunks), daemon=True)
         reader.start()
         try:
@@ -175,7 +190,7 @@ def run_fio(jobs: list[FioJob], workdir: Path, what: str, global_options: dict |
     if proc.returncode < 0:  # killed by a signal: its stderr, if any, is not the reason
         raise FioError(f"fio was {children.exit_reason(proc.returncode)} during {what}")
     if proc.returncode != 0 or final is None:
-        line = next((l for l in stderr.splitlines() if l.strip()), f"fio exited {proc.returncode}")
+        line = next((ln for ln in stderr.splitlines() if ln.strip()), f"fio exited {proc.returncode}")
         code = errno.EINVAL if "O_DIRECT" in stderr or "direct=1" in stderr else None
         raise FioError(f"fio failed during {what}: {line.strip()}", code)
     return final
@@ -184,7 +199,7 @@ def run_fio(jobs: list[FioJob], workdir: Path, what: str, global_options: dict |
 def _drain(proc: subprocess.Popen, chunks: list[bytes]) -> None:
     assert proc.stdout is not None
     while True:
-        data = proc.stdout.read1(65536)
+        data = proc.stdout.read1(65536)  # type: ignore[attr-defined]  # a pipe opened in binary mode: a BufferedReader
         if not data:
             return
         chunks.append(data)
@@ -197,10 +212,8 @@ def stop(proc: subprocess.Popen) -> None:
             os.killpg(proc.pid, signal.SIGTERM)
             proc.wait(timeout=5)
         except (ProcessLookupError, subprocess.TimeoutExpired):
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
             proc.wait()
     if proc.stdout:
         proc.stdout.close()

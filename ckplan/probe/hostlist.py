@@ -49,7 +49,7 @@ def _groups(part: str, expr: str) -> list[list[tuple[int, int, int]] | str]:
     pos = 0
     for m in re.finditer(r"\[([^\]]*)\]", part):
         if m.start() > pos:
-            out.append(part[pos:m.start()])
+            out.append(part[pos : m.start()])
         ranges = []
         for item in m.group(1).split(","):
             r = _RANGE.fullmatch(item.strip())
@@ -90,7 +90,9 @@ def expand(expr: str, limit: int = MAX_HOSTS) -> list[str]:
     for part in split_top(expr):
         if not part:
             continue
-        choices = [[g] if isinstance(g, str) else [f"{i:0{w}d}" for low, high, w in g for i in range(low, high + 1)]
-                   for g in _groups(part, expr)]
+        choices = [
+            [g] if isinstance(g, str) else [f"{i:0{w}d}" for low, high, w in g for i in range(low, high + 1)]
+            for g in _groups(part, expr)
+        ]
         names += ["".join(p) for p in product(*choices)]
     return names

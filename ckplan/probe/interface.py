@@ -2,7 +2,8 @@
 
 In the style of pip-audit's `_dependency_source/interface.py`: a small protocol, with interchangeable
 implementations beside it (`filesystem.FilesystemTarget`, `s3.S3Target`, `cluster.HostsTarget`). The CLI
-parses its flags into one `TargetSpec` (probe/base.py, beside the presets it names), asks `open_target` for the target, and calls `run` or `clean`; it
+parses its flags into one `TargetSpec` (probe/base.py, beside the presets it names), asks `open_target`
+for the target, and calls `run` or `clean`; it
 never tells the kinds apart itself, and neither does the renderer (the profile records `target_kind`).
 
 Adding a target: a module beside these with a class that has `kind`, `plan`, `estimated_seconds`, `run`

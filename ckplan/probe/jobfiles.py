@@ -25,9 +25,9 @@ import contextlib
 import contextvars
 import os
 import shlex
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 from ckplan.errors import InputError
 from ckplan.profile import JobFile
@@ -59,8 +59,10 @@ def check_dir(path: Path) -> Path:
         if not path.is_dir():
             raise InputError(f"‹emit_jobs› {path} is not a directory: give a new or empty directory for the job files")
         if any(path.iterdir()):
-            raise InputError(f"‹emit_jobs› {path} is not empty: give a new or empty directory, so that its numbered "
-                             "job files are this probe's alone")
+            raise InputError(
+                f"‹emit_jobs› {path} is not empty: give a new or empty directory, so that its numbered "
+                "job files are this probe's alone"
+            )
         if not os.access(path, os.W_OK | os.X_OK):
             raise InputError(f"‹emit_jobs› {path} is not writable by this user")
     return path.absolute()
@@ -81,7 +83,9 @@ class JobWriter:
         self.about = about  # "the probe of PATH on HOST at DATE"
         self.fio_version = fio_version
         self.local_target = local_target  # single host: where run.sh makes its fresh directory; None: multi-host
-        self.scratch: str | None = None  # the probe's scratch directory as written in a job file, replaced by PLACEHOLDER
+        self.scratch: str | None = (
+            None  # the probe's scratch directory as written in a job file, replaced by PLACEHOLDER
+        )
         self.jobs: list[JobFile] = []
         self.blocks: list[str] = []
         self.warm_ups: dict[str, str] = {}  # group -> the number of its latest warm-up run
@@ -102,14 +106,28 @@ class JobWriter:
             if self.scratch:
                 text = text.replace(self.scratch, PLACEHOLDER)
             self._write(names[path], self._comment(number, note, cmd, hand, warm_up) + text)
-        self.jobs.append(JobFile(number=int(number), files=list(names.values()), phase=note.phase, figure=note.figure,
-                                 raw_fio=note.raw_fio))
-        block = [f"# {number}  {note.phase}: {note.figure}", f"if want {number}; then",
-                 f"  echo {shlex.quote(f'{number} {note.phase}')} >&2"]
+        self.jobs.append(
+            JobFile(
+                number=int(number),
+                files=list(names.values()),
+                phase=note.phase,
+                figure=note.figure,
+                raw_fio=note.raw_fio,
+            )
+        )
+        block = [
+            f"# {number}  {note.phase}: {note.figure}",
+            f"if want {number}; then",
+            f"  echo {shlex.quote(f'{number} {note.phase}')} >&2",
+        ]
         if note.count_files_in:
             sub = f'"$dir"/{shlex.quote(note.count_files_in)}'
-            block += [f"  mkdir -- {sub}", f"  {shlex.join(hand)} > {stem}.json",
-                      f"  ls -A -- {sub} | wc -l > {stem}.files", f"  rm -rf -- {sub}"]
+            block += [
+                f"  mkdir -- {sub}",
+                f"  {shlex.join(hand)} > {stem}.json",
+                f"  ls -A -- {sub} | wc -l > {stem}.files",
+                f"  rm -rf -- {sub}",
+            ]
         else:
             block.append(f"  {shlex.join(hand)} > {stem}.json")
         self.blocks.append("\n".join(block + ["fi"]))
@@ -121,29 +139,39 @@ class JobWriter:
         self._write(SCRIPT, self._script())
 
     def _comment(self, number: str, note: Note, cmd: list[str], hand: list[str], warm_up: str | None) -> str:
-        lines = [f"ckplan probe --emit-jobs: fio run {number} of {self.about} ({self.fio_version})",
-                 f"phase:    {note.phase}",
-                 f"measures: {note.measures}",
-                 f"figure:   {note.figure}",
-                 f"read:     {note.read}"]
+        lines = [
+            f"ckplan probe --emit-jobs: fio run {number} of {self.about} ({self.fio_version})",
+            f"phase:    {note.phase}",
+            f"measures: {note.measures}",
+            f"figure:   {note.figure}",
+            f"read:     {note.read}",
+        ]
         if note.raw_fio is not None:
             lines.append(f"          the profile's raw_fio[{note.raw_fio}] holds this run's output")
         if warm_up:
-            lines.append(f"run first: the warm-up, run {warm_up}, as the probe did (the first runs after other work run "
-                         f"slow, and its figure was measured after it): `sh run.sh {warm_up} {number}`")
+            lines.append(
+                f"run first: the warm-up, run {warm_up}, as the probe did (the first runs after other work run "
+                f"slow, and its figure was measured after it): `sh run.sh {warm_up} {number}`"
+            )
         lines.append(f"ckplan ran: {shlex.join(cmd)}")
         if self.local_target is not None:
-            lines += [f"directory: {PLACEHOLDER} stands for the probe's scratch directory on the target, removed after "
-                      "the probe; run.sh makes a fresh one on the same target and removes it afterwards. By hand:",
-                      f"  mkdir -p DIR && CKPLAN_JOB_DIR=DIR {shlex.join(hand)}",
-                      "  (DIR on the probed filesystem for the same figure; a ':' in DIR written as '\\:')"]
+            lines += [
+                f"directory: {PLACEHOLDER} stands for the probe's scratch directory on the target, removed after "
+                "the probe; run.sh makes a fresh one on the same target and removes it afterwards. By hand:",
+                f"  mkdir -p DIR && CKPLAN_JOB_DIR=DIR {shlex.join(hand)}",
+                "  (DIR on the probed filesystem for the same figure; a ':' in DIR written as '\\:')",
+            ]
         else:
-            lines += ["directory: exactly as ckplan sent it: each host writes under its own directory in the target as the "
-                      "hosts see it, which fio makes (filename_format) and the last section (ckplan-cleanup) removes;",
-                      f"  every host runs `ckplan agent` (a fio server). By hand: {shlex.join(hand)}"]
+            lines += [
+                "directory: exactly as ckplan sent it: each host writes under its own directory in the target as the "
+                "hosts see it, which fio makes (filename_format) and the last section (ckplan-cleanup) removes;",
+                f"  every host runs `ckplan agent` (a fio server). By hand: {shlex.join(hand)}",
+            ]
         if note.count_files_in:
-            lines.append(f"files:    ckplan counts the files in {PLACEHOLDER}/{note.count_files_in} after the run "
-                         "(fio counts no creates); run.sh writes that count to the run's .files file")
+            lines.append(
+                f"files:    ckplan counts the files in {PLACEHOLDER}/{note.count_files_in} after the run "
+                "(fio counts no creates); run.sh writes that count to the run's .files file"
+            )
         lines.append("output:   --status-interval=1 prints one JSON document a second; the last one is final")
         return "".join(f"# {line}\n" for line in lines)
 
@@ -166,14 +194,18 @@ class JobWriter:
                 "# the end: the same filesystem, and an empty directory, as the probe had. To write elsewhere:",
                 "#   CKPLAN_JOB_DIR=/some/dir sh run.sh 005    (made if missing, and kept)",
             ]
-        head += ["set -eu", 'cd "$(dirname "$0")"', 'only=" $* "',
-                 'want() { [ "$only" = "  " ] || case "$only" in *" $1 "*) return 0 ;; *) return 1 ;; esac; }',
-                 f'[ "$(fio --version)" = {shlex.quote(self.fio_version)} ] || '
-                 f'echo "run.sh: warning: this is $(fio --version); the probe ran {self.fio_version}" >&2']
+        head += [
+            "set -eu",
+            'cd "$(dirname "$0")"',
+            'only=" $* "',
+            'want() { [ "$only" = "  " ] || case "$only" in *" $1 "*) return 0 ;; *) return 1 ;; esac; }',
+            f'[ "$(fio --version)" = {shlex.quote(self.fio_version)} ] || '
+            f'echo "run.sh: warning: this is $(fio --version); the probe ran {self.fio_version}" >&2',
+        ]
         if self.local_target is not None:
             head += [
                 'if [ -n "${CKPLAN_JOB_DIR:-}" ]; then',
-                '  dir=$CKPLAN_JOB_DIR',
+                "  dir=$CKPLAN_JOB_DIR",
                 '  mkdir -p -- "$dir"',
                 "else",
                 f"  dir=$(mktemp -d {shlex.quote(str(self.local_target / 'ckplan-jobs.XXXXXX'))})",

@@ -9,20 +9,23 @@ careful torch.save wrappers.
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from ckplan.errors import MeasurementFailed
 
 CHUNK_BYTES = 4 * 2**20  # one write() call; large enough that syscall cost is noise
-DIRECT_ALIGN = 4096  # O_DIRECT offsets and lengths: a multiple of the logical block size (4 KiB covers 512 and 4K disks)
+DIRECT_ALIGN = (
+    4096  # O_DIRECT offsets and lengths: a multiple of the logical block size (4 KiB covers 512 and 4K disks)
+)
 
 
 @dataclass(frozen=True)
@@ -37,7 +40,7 @@ def node_share(manifest, node: int | None = None) -> tuple[int, list]:
     per_node: dict[int, int] = defaultdict(int)
     for f in manifest:
         per_node[f.node] += f.bytes
-    chosen = max(per_node, key=per_node.get) if node is None else node
+    chosen = max(per_node, key=lambda n: per_node[n]) if node is None else node
     return chosen, [f for f in manifest if f.node == chosen]
 
 
@@ -49,8 +52,13 @@ class Cancelled(Exception):
     pass
 
 
-def write_files(root: Path, files: list[FileToWrite], on_progress: Callable[[int], None] | None = None,
-                cancel: threading.Event | None = None, direct: bool = False) -> float:
+def write_files(
+    root: Path,
+    files: list[FileToWrite],
+    on_progress: Callable[[int], None] | None = None,
+    cancel: threading.Event | None = None,
+    direct: bool = False,
+) -> float:
     """Write every file durably, one thread per writer; return the wall time in seconds.
 
     `direct` writes with O_DIRECT, as DeepSpeed FastPersist does: whole aligned blocks from a page-aligned
@@ -88,7 +96,7 @@ def write_files(root: Path, files: list[FileToWrite], on_progress: Callable[[int
                 while left > 0:
                     if cancel.is_set():
                         raise Cancelled()
-                    n = os.write(fd, block[:min(left, CHUNK_BYTES)])
+                    n = os.write(fd, block[: min(left, CHUNK_BYTES)])
                     left -= n
                     progress(n)
                 os.fsync(fd)
@@ -109,10 +117,8 @@ def write_files(root: Path, files: list[FileToWrite], on_progress: Callable[[int
         except BaseException:
             cancel.set()
             for fut in futures:
-                try:
+                with contextlib.suppress(BaseException):
                     fut.result()
-                except BaseException:
-                    pass
             raise
     for d in dirs:
         dfd = os.open(d, os.O_RDONLY)

@@ -32,7 +32,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
 from ckplan.errors import EnvironmentProblem, InputError, MeasurementFailed, missing_extra
@@ -95,8 +95,9 @@ class S3Location:
         return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
-def parse_url(url: str, endpoint_url: str | None = None, region: str | None = None,
-              profile: str | None = None) -> S3Location:
+def parse_url(
+    url: str, endpoint_url: str | None = None, region: str | None = None, profile: str | None = None
+) -> S3Location:
     if not url.startswith("s3://"):
         raise InputError(f"not an S3 URL: {url!r} (use s3://bucket/prefix)")
     rest = url[5:]
@@ -106,7 +107,9 @@ def parse_url(url: str, endpoint_url: str | None = None, region: str | None = No
     if endpoint_url is not None:
         parts = urlsplit(endpoint_url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise InputError(f"--endpoint-url must be an http(s) URL, got {S3Location(bucket, '', endpoint_url, None, None).safe_endpoint!r}")
+            raise InputError(
+                f"--endpoint-url must be an http(s) URL, got {S3Location(bucket, '', endpoint_url, None, None).safe_endpoint!r}"
+            )
     return S3Location(bucket, prefix.strip("/"), endpoint_url, region, profile)
 
 
@@ -123,9 +126,13 @@ def client(loc: S3Location, timeout_s: float, pool: int):
         raise InputError(f"AWS profile {loc.profile!r} is not configured") from None
     if session.get_credentials() is None:
         raise InputError("no AWS credentials found (environment variables, ~/.aws/credentials or --profile)")
-    config = botocore.config.Config(connect_timeout=timeout_s, read_timeout=timeout_s, max_pool_connections=pool,
-                                    retries={"max_attempts": 2, "mode": "standard"},
-                                    region_name=loc.region or session.region_name or "us-east-1")
+    config = botocore.config.Config(
+        connect_timeout=timeout_s,
+        read_timeout=timeout_s,
+        max_pool_connections=pool,
+        retries={"max_attempts": 2, "mode": "standard"},
+        region_name=loc.region or session.region_name or "us-east-1",
+    )
     return session.client("s3", endpoint_url=loc.endpoint_url, config=config)
 
 
@@ -140,11 +147,12 @@ def describe(exc: BaseException, loc: S3Location, what: str, measuring: bool = F
     if isinstance(exc, be.NoCredentialsError):
         return InputError("no AWS credentials found (environment variables, ~/.aws/credentials or --profile)")
     if isinstance(exc, be.EndpointConnectionError):
-        return EnvironmentProblem(f"cannot connect to the S3 endpoint {loc.safe_endpoint} during {what}: "
-                                  "connection refused or unreachable")
+        return EnvironmentProblem(
+            f"cannot connect to the S3 endpoint {loc.safe_endpoint} during {what}: connection refused or unreachable"
+        )
     if isinstance(exc, (be.ConnectTimeoutError, be.ReadTimeoutError)):
         return EnvironmentProblem(f"the S3 endpoint {loc.safe_endpoint} did not answer in time during {what}")
-    if isinstance(exc, (be.ConnectionClosedError, be.ConnectionError)) or isinstance(exc, ConnectionError):
+    if isinstance(exc, (be.ConnectionClosedError, be.ConnectionError, ConnectionError)):
         failed = MeasurementFailed if measuring else EnvironmentProblem
         return failed(f"the S3 endpoint {loc.safe_endpoint} dropped the connection during {what}")
     if isinstance(exc, be.ClientError):
@@ -154,7 +162,9 @@ def describe(exc: BaseException, loc: S3Location, what: str, measuring: bool = F
         if code in ("InvalidAccessKeyId", "SignatureDoesNotMatch", "InvalidToken", "ExpiredToken"):
             return InputError(f"the S3 endpoint rejected the credentials ({code}) during {what}")
         if code in ("403", "AccessDenied", "Forbidden"):
-            return InputError(f"the S3 endpoint refused access ({code}) during {what}: wrong credentials, or no permission on {loc.bucket!r}")
+            return InputError(
+                f"the S3 endpoint refused access ({code}) during {what}: wrong credentials, or no permission on {loc.bucket!r}"
+            )
         return InputError(f"S3 error {code} during {what}")
     if isinstance(exc, be.BotoCoreError):
         return InputError(f"S3 client error ({type(exc).__name__}) during {what}")
@@ -210,7 +220,7 @@ def owner_of(s3, bucket: str, prefix: str) -> Owner | None:
     try:
         now = email.utils.parsedate_to_datetime(got["ResponseMetadata"]["HTTPHeaders"]["date"])
     except (KeyError, TypeError, ValueError):
-        now = dt.datetime.now(dt.timezone.utc)
+        now = dt.datetime.now(dt.UTC)
     age = max(0.0, (now - got["LastModified"]).total_seconds())
     pid = info.get("pid")
     return Owner(host=str(info.get("host")), pid=pid if isinstance(pid, int) else None, age_s=age)
@@ -219,11 +229,16 @@ def owner_of(s3, bucket: str, prefix: str) -> Owner | None:
 def scratch_prefixes(s3, bucket: str, base: str) -> set[str]:
     """Every probe prefix directly under `base`: those holding objects, and those holding only multipart uploads."""
     found = set()
-    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=base + SCRATCH_PREFIX, Delimiter="/"):
+    for page in s3.get_paginator("list_objects_v2").paginate(
+        Bucket=bucket, Prefix=base + SCRATCH_PREFIX, Delimiter="/"
+    ):
         found |= {p["Prefix"] for p in page.get("CommonPrefixes", [])}
     for page in s3.get_paginator("list_multipart_uploads").paginate(Bucket=bucket, Prefix=base + SCRATCH_PREFIX):
-        found |= {base + u["Key"][len(base):].split("/", 1)[0] + "/" for u in page.get("Uploads", [])
-                  if "/" in u["Key"][len(base):]}
+        found |= {
+            base + u["Key"][len(base) :].split("/", 1)[0] + "/"
+            for u in page.get("Uploads", [])
+            if "/" in u["Key"][len(base) :]
+        }
     return found
 
 
@@ -235,7 +250,7 @@ class Scratch:
     and rewritten every HEARTBEAT_S by a thread that also looks for other live probes beside it.
     """
 
-    s3: object
+    s3: Any  # a boto3 S3 client (boto3 is an optional extra, imported where the probe runs)
     loc: S3Location
     prefix: str = ""
     base: str = ""  # the user's prefix, where other probes' prefixes sit beside this one
@@ -251,7 +266,7 @@ class Scratch:
         self.base = f"{self.loc.prefix}/" if self.loc.prefix else ""
         self.prefix = self.base + name + "/"
 
-    def __enter__(self) -> "Scratch":
+    def __enter__(self) -> Scratch:
         try:  # until this returns, `with` will not call __exit__: a Ctrl-C in here must remove the marker itself
             self.write_marker()
             self.beat = threading.Thread(target=self._heartbeat, name="ckplan-s3-heartbeat", daemon=True)
@@ -270,8 +285,9 @@ class Scratch:
         remove_prefix(self.s3, self.loc.bucket, self.prefix)
 
     def write_marker(self) -> None:
-        body = json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "started": self.started,
-                           "heartbeat": time.time()})
+        body = json.dumps(
+            {"host": socket.gethostname(), "pid": os.getpid(), "started": self.started, "heartbeat": time.time()}
+        )
         self.s3.put_object(Bucket=self.loc.bucket, Key=self.prefix + MARKER, Body=body.encode())
 
     def look_for_others(self) -> None:
@@ -311,7 +327,7 @@ def remove_prefix(s3, bucket: str, prefix: str) -> int:
     for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
         keys = [{"Key": o["Key"]} for o in page.get("Contents", [])]
         for i in range(0, len(keys), 1000):
-            s3.delete_objects(Bucket=bucket, Delete={"Objects": keys[i:i + 1000], "Quiet": True})
+            s3.delete_objects(Bucket=bucket, Delete={"Objects": keys[i : i + 1000], "Quiet": True})
         removed += len(keys)
     return removed
 
@@ -342,7 +358,9 @@ class Writer:
             if self.cancel.is_set():
                 raise replay.Cancelled()
             n = self.part_bytes if size is None else min(self.part_bytes, size - sent)
-            etag = self.s3.upload_part(Bucket=bucket, Key=key, UploadId=up, PartNumber=number, Body=self.block[:n])["ETag"]
+            etag = self.s3.upload_part(Bucket=bucket, Key=key, UploadId=up, PartNumber=number, Body=self.block[:n])[
+                "ETag"
+            ]
             parts.append({"ETag": etag, "PartNumber": number})
             sent += n
             number += 1
@@ -372,9 +390,20 @@ class S3ProbeJob:
         return self.preset.bandwidth_budget_s + self.preset.small_files_budget_s + 2.0
 
 
-def prepare_s3_probe(url: str, *, endpoint_url: str | None = None, region: str | None = None, profile: str | None = None,
-                     preset: str = "default", writers: int | None = None, plan=None, scale: float = 1.0,
-                     part_bytes: int = DEFAULT_PART_BYTES, timeout_s: float = 30.0, name: str | None = None) -> S3ProbeJob:
+def prepare_s3_probe(
+    url: str,
+    *,
+    endpoint_url: str | None = None,
+    region: str | None = None,
+    profile: str | None = None,
+    preset: str = "default",
+    writers: int | None = None,
+    plan=None,
+    scale: float = 1.0,
+    part_bytes: int = DEFAULT_PART_BYTES,
+    timeout_s: float = 30.0,
+    name: str | None = None,
+) -> S3ProbeJob:
     """Every check that can fail before an object is written: URL, credentials, endpoint, bucket."""
     loc = parse_url(url, endpoint_url, region, profile)
     if part_bytes < MIN_PART_BYTES:
@@ -386,8 +415,17 @@ def prepare_s3_probe(url: str, *, endpoint_url: str | None = None, region: str |
     except Exception as exc:  # noqa: BLE001 — every failure becomes one line
         raise describe(exc, loc, "the bucket check") from None
     files = tuple(replay.scaled_files(replay.node_share(plan.manifest)[1], scale)) if plan is not None else ()
-    return S3ProbeJob(loc=loc, preset=PRESETS[preset], writers=max_writers, part_bytes=part_bytes, timeout_s=timeout_s,
-                      plan=plan, replay_files=files, scale=scale, name=name)
+    return S3ProbeJob(
+        loc=loc,
+        preset=PRESETS[preset],
+        writers=max_writers,
+        part_bytes=part_bytes,
+        timeout_s=timeout_s,
+        plan=plan,
+        replay_files=files,
+        scale=scale,
+        name=name,
+    )
 
 
 def run_s3_probe(job: S3ProbeJob, progress: Progress | None = None) -> StorageProfile:
@@ -401,7 +439,7 @@ def run_s3_probe(job: S3ProbeJob, progress: Progress | None = None) -> StoragePr
     def on_bytes(n: int) -> None:
         with lock:
             counter["bytes"] += n
-            progress.update(counter["bytes"], time.perf_counter() - counter["t0"])
+            progress.update(int(counter["bytes"]), time.perf_counter() - counter["t0"])
 
     def phase(label: str, budget: float) -> None:
         counter.update(bytes=0, t0=time.perf_counter())
@@ -434,21 +472,43 @@ def run_s3_probe(job: S3ProbeJob, progress: Progress | None = None) -> StoragePr
         raise describe(exc, job.loc, what, measuring=True) from None
     import boto3
     import botocore
+
     return StorageProfile(
         target_kind="s3",
-        name=job.name or job.loc.url, target=job.loc.url, fs_type="s3", storage_class="s3", mount_point=None,
-        mount_options={"endpoint": job.loc.safe_endpoint, "region": s3.meta.region_name,
-                       "part_size": str(job.part_bytes)},
-        shared=True, direct_io=None, buffered_bandwidth=bandwidth, best_write_bytes_per_s=max(b.bytes_per_s for b in bandwidth),
-        small_files=small, fsync_latency=latency, replay=replayed,
-        notes=[f"object store: one multipart upload per stream, parts of {job.part_bytes // MiB} MiB one after another; "
-               "fsync latency is the small-object PUT latency (an object is durable when PUT returns)"]
-              + noise_notes(bandwidth, small) + ([concurrent_note(others)] if others else []),
-        measurement=Measurement(tool=f"ckplan-s3 (boto3 {boto3.__version__}, botocore {botocore.__version__})",
-                                date=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), host=socket.gethostname(),
-                                preset=job.preset.name, duration_s=time.monotonic() - started,
-                                bandwidth_bytes_per_writer=job.preset.bytes_per_writer,
-                                runtime_cap_s=job.preset.point_runtime_s(job.writers), repeats=job.preset.repeats))
+        name=job.name or job.loc.url,
+        target=job.loc.url,
+        fs_type="s3",
+        storage_class="s3",
+        mount_point=None,
+        mount_options={
+            "endpoint": job.loc.safe_endpoint,
+            "region": s3.meta.region_name,
+            "part_size": str(job.part_bytes),
+        },
+        shared=True,
+        direct_io=None,
+        buffered_bandwidth=bandwidth,
+        best_write_bytes_per_s=max(b.bytes_per_s for b in bandwidth),
+        small_files=small,
+        fsync_latency=latency,
+        replay=replayed,
+        notes=[
+            f"object store: one multipart upload per stream, parts of {job.part_bytes // MiB} MiB one after another; "
+            "fsync latency is the small-object PUT latency (an object is durable when PUT returns)"
+        ]
+        + noise_notes(bandwidth, small)
+        + ([concurrent_note(others)] if others else []),
+        measurement=Measurement(
+            tool=f"ckplan-s3 (boto3 {boto3.__version__}, botocore {botocore.__version__})",
+            date=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+            host=socket.gethostname(),
+            preset=job.preset.name,
+            duration_s=time.monotonic() - started,
+            bandwidth_bytes_per_writer=job.preset.bytes_per_writer,
+            runtime_cap_s=job.preset.point_runtime_s(job.writers),
+            repeats=job.preset.repeats,
+        ),
+    )
 
 
 def _bandwidth(job, writer, scratch, pool, phase) -> list[BandwidthPoint]:
@@ -460,8 +520,12 @@ def _bandwidth(job, writer, scratch, pool, phase) -> list[BandwidthPoint]:
             phase(f"bandwidth: {streams} multipart stream(s), run {r + 1}/{job.preset.repeats}", runtime)
             start = time.perf_counter()
             deadline = start + runtime
-            futures = [pool.submit(writer.multipart, f"{scratch.prefix}bw-{streams}-{r}-{i}", job.preset.bytes_per_writer, deadline)
-                       for i in range(streams)]
+            futures = [
+                pool.submit(
+                    writer.multipart, f"{scratch.prefix}bw-{streams}-{r}-{i}", job.preset.bytes_per_writer, deadline
+                )
+                for i in range(streams)
+            ]
             sent = sum(f.result() for f in futures)
             values.append(sent / (time.perf_counter() - start))
         spread = Spread.of(values)
@@ -505,10 +569,17 @@ def _small_objects(job, writer, scratch, pool, phase) -> tuple[SmallFiles, Laten
         return latencies[min(len(latencies) - 1, int(p / 100 * len(latencies)))]
 
     spread = Spread.of(rates)
-    small = SmallFiles(files_per_s=spread.median, ops_per_s=spread.median, file_bytes_min=sizes[0], file_bytes_max=sizes[-1],
-                       writers=job.writers, spread=spread)
-    return small, Latency(p50_s=pct(50), p99_s=pct(99), p999_s=pct(99.9), mean_s=sum(latencies) / len(latencies),
-                          samples=len(latencies))
+    small = SmallFiles(
+        files_per_s=spread.median,
+        ops_per_s=spread.median,
+        file_bytes_min=sizes[0],
+        file_bytes_max=sizes[-1],
+        writers=job.writers,
+        spread=spread,
+    )
+    return small, Latency(
+        p50_s=pct(50), p99_s=pct(99), p999_s=pct(99.9), mean_s=sum(latencies) / len(latencies), samples=len(latencies)
+    )
 
 
 def _replay(job, writer, scratch, pool, phase) -> Replay:
@@ -518,7 +589,10 @@ def _replay(job, writer, scratch, pool, phase) -> Replay:
         by_writer.setdefault(f.writer, []).append(f)
     times = []
     for r in range(job.preset.repeats):
-        phase(f"replay: {len(files)} objects, {len(by_writer)} writers, scale {job.scale:g}, run {r + 1}/{job.preset.repeats}", 0)
+        phase(
+            f"replay: {len(files)} objects, {len(by_writer)} writers, scale {job.scale:g}, run {r + 1}/{job.preset.repeats}",
+            0,
+        )
         root = f"{scratch.prefix}replay-{r}/"
 
         def run(fs) -> None:
@@ -536,13 +610,29 @@ def _replay(job, writer, scratch, pool, phase) -> Replay:
     spread = Spread.of(times)
     total = sum(f.bytes for f in files)
     full = sum(f.bytes for f in replay.node_share(job.plan.manifest)[1])
-    return Replay(seconds=spread.median, bytes=total, files=len(files), writers=len(by_writer), scale=job.scale,
-                  plan_fingerprint=job.plan.fingerprint,
-                  full_scale_seconds=spread.median * full / total, spread=spread)
+    return Replay(
+        seconds=spread.median,
+        bytes=total,
+        files=len(files),
+        writers=len(by_writer),
+        scale=job.scale,
+        plan_fingerprint=job.plan.fingerprint,
+        full_scale_seconds=spread.median * full / total,
+        spread=spread,
+    )
 
 
-def clean_s3(url: str, *, endpoint_url: str | None = None, region: str | None = None, profile: str | None = None,
-             timeout_s: float = 30.0, force: bool = False, quiet_s: float = CLEAN_QUIET_S, wait_s: float = CLEAN_WAIT_S):
+def clean_s3(
+    url: str,
+    *,
+    endpoint_url: str | None = None,
+    region: str | None = None,
+    profile: str | None = None,
+    timeout_s: float = 30.0,
+    force: bool = False,
+    quiet_s: float = CLEAN_QUIET_S,
+    wait_s: float = CLEAN_WAIT_S,
+):
     """Remove every `.ckplan-probe-*` prefix (objects and multipart uploads) under the URL whose probe is gone.
 
     A live probe's prefix is kept unless `force`. After removing anything, it lists again until nothing new has
@@ -576,16 +666,22 @@ def clean_s3(url: str, *, endpoint_url: str | None = None, region: str | None = 
                 break  # a dead probe's prefix always holds its marker, so finding none at all needs no wait
             if doomed and time.monotonic() > deadline:
                 left = ", ".join(f"s3://{loc.bucket}/{p}" for p in doomed)
-                raise EnvironmentProblem(f"objects or multipart uploads kept appearing under {left} for {wait_s:.0f} s "
-                                         "of clean-up: a probe may still be writing there; stop it and rerun clean")
+                raise EnvironmentProblem(
+                    f"objects or multipart uploads kept appearing under {left} for {wait_s:.0f} s "
+                    "of clean-up: a probe may still be writing there; stop it and rerun clean"
+                )
             time.sleep(CLEAN_POLL_S)
     except (InputError, EnvironmentProblem):
         raise
     except Exception as exc:  # noqa: BLE001
         raise describe(exc, loc, "the clean-up") from None
     url_of = {p: f"s3://{loc.bucket}/{p}" for p in removed | set(kept)}
-    return CleanResult(target=loc.url, removed=sorted(url_of[p] for p in removed),
-                       kept=sorted(url_of[p] for p in kept), why={url_of[p]: w for p, w in kept.items()})
+    return CleanResult(
+        target=loc.url,
+        removed=sorted(url_of[p] for p in removed),
+        kept=sorted(url_of[p] for p in kept),
+        why={url_of[p]: w for p, w in kept.items()},
+    )
 
 
 class S3Target:
@@ -600,9 +696,19 @@ class S3Target:
     def prepare(self) -> S3ProbeJob:
         if self._job is None:
             s, o = self.spec, self.spec.s3
-            self._job = prepare_s3_probe(s.path, endpoint_url=o.endpoint_url, region=o.region, profile=o.profile,
-                                         preset=s.preset, writers=s.writers, plan=s.plan, scale=s.scale,
-                                         part_bytes=o.part_bytes or DEFAULT_PART_BYTES, timeout_s=o.timeout_s, name=s.name)
+            self._job = prepare_s3_probe(
+                s.path,
+                endpoint_url=o.endpoint_url,
+                region=o.region,
+                profile=o.profile,
+                preset=s.preset,
+                writers=s.writers,
+                plan=s.plan,
+                scale=s.scale,
+                part_bytes=o.part_bytes or DEFAULT_PART_BYTES,
+                timeout_s=o.timeout_s,
+                name=s.name,
+            )
         return self._job
 
     @property
@@ -614,6 +720,11 @@ class S3Target:
 
     def clean(self, force: bool = False) -> CleanResult:
         o = self.spec.s3
-        return clean_s3(self.spec.path, endpoint_url=o.endpoint_url, region=o.region, profile=o.profile,
-                        timeout_s=o.timeout_s, force=force)
-
+        return clean_s3(
+            self.spec.path,
+            endpoint_url=o.endpoint_url,
+            region=o.region,
+            profile=o.profile,
+            timeout_s=o.timeout_s,
+            force=force,
+        )

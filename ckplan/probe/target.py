@@ -26,12 +26,35 @@ MARKER = "ckplan-probe.json"
 
 # fs type -> storage class; fuse.* maps to 'fuse'
 FS_CLASSES = {
-    "ext4": "local-disk", "ext3": "local-disk", "xfs": "local-disk", "btrfs": "local-disk", "zfs": "local-disk",
-    "f2fs": "local-disk", "overlay": "local-disk", "tmpfs": "tmpfs", "ramfs": "tmpfs",
-    "nfs": "nfs", "nfs4": "nfs", "lustre": "lustre", "gpfs": "gpfs", "ceph": "cephfs", "cephfs": "cephfs",
-    "beegfs": "beegfs", "wekafs": "weka", "9p": "virtual", "virtiofs": "virtual",
+    "ext4": "local-disk",
+    "ext3": "local-disk",
+    "xfs": "local-disk",
+    "btrfs": "local-disk",
+    "zfs": "local-disk",
+    "f2fs": "local-disk",
+    "overlay": "local-disk",
+    "tmpfs": "tmpfs",
+    "ramfs": "tmpfs",
+    "nfs": "nfs",
+    "nfs4": "nfs",
+    "lustre": "lustre",
+    "gpfs": "gpfs",
+    "ceph": "cephfs",
+    "cephfs": "cephfs",
+    "beegfs": "beegfs",
+    "wekafs": "weka",
+    "9p": "virtual",
+    "virtiofs": "virtual",
 }
-SECRET_OPTIONS = {"secret", "password", "pass", "token", "key", "credentials", "secretfile"}  # never stored in a profile
+SECRET_OPTIONS = {
+    "secret",
+    "password",
+    "pass",
+    "token",
+    "key",
+    "credentials",
+    "secretfile",
+}  # never stored in a profile
 SHARED_CLASSES = {"nfs", "lustre", "gpfs", "cephfs", "beegfs", "weka", "fuse", "s3"}
 
 
@@ -56,8 +79,8 @@ def _unescape(field_text: str) -> str:
     """/proc/mounts escapes space, tab, newline and backslash as octal (\\040)."""
     out, i = [], 0
     while i < len(field_text):
-        if field_text[i] == "\\" and field_text[i + 1:i + 4].isdigit():
-            out.append(chr(int(field_text[i + 1:i + 4], 8)))
+        if field_text[i] == "\\" and field_text[i + 1 : i + 4].isdigit():
+            out.append(chr(int(field_text[i + 1 : i + 4], 8)))
             i += 4
         else:
             out.append(field_text[i])
@@ -85,9 +108,9 @@ def mount_of(path: Path, mounts: list[Mount]) -> Mount:
     best: Mount | None = None
     for m in mounts:
         mp = m.mount_point.rstrip("/") or "/"
-        if real == mp or real.startswith(mp + "/") or mp == "/":
-            if best is None or len(mp) >= len(best.mount_point.rstrip("/") or "/"):
-                best = m
+        inside = real == mp or real.startswith(mp + "/") or mp == "/"
+        if inside and (best is None or len(mp) >= len(best.mount_point.rstrip("/") or "/")):
+            best = m
     if best is None:
         raise InputError(f"cannot find the mount holding {path}")
     return best
@@ -102,7 +125,9 @@ def check_target(path: Path) -> None:
     except PermissionError:
         raise InputError(f"cannot access target {path}: permission denied") from None
     if stat.S_ISBLK(st.st_mode) or stat.S_ISCHR(st.st_mode):
-        raise InputError(f"target {path} is a device; ckplan probes a directory on a mounted filesystem, never a raw device")
+        raise InputError(
+            f"target {path} is a device; ckplan probes a directory on a mounted filesystem, never a raw device"
+        )
     if not stat.S_ISDIR(st.st_mode):
         raise InputError(f"target {path} is not a directory")
     if os.statvfs(path).f_flag & os.ST_RDONLY:
@@ -128,11 +153,12 @@ class ScratchDir:
         name = f"{prefix}{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(4)}"
         self.path = parent / name
 
-    def __enter__(self) -> "ScratchDir":
+    def __enter__(self) -> ScratchDir:
         try:
             self.path.mkdir(mode=0o700)
-            (self.path / MARKER).write_text(json.dumps(
-                {"host": socket.gethostname(), "pid": os.getpid(), "started": time.time()}))
+            (self.path / MARKER).write_text(
+                json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "started": time.time()})
+            )
         except OSError as exc:
             shutil.rmtree(self.path, ignore_errors=True)
             raise InputError(f"cannot create a scratch directory in {self.parent}: {exc.strerror}") from None

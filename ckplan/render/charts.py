@@ -19,6 +19,7 @@ def pyplot(what: str):
     """matplotlib.pyplot on the file-only Agg backend, or an EnvironmentProblem naming `what` needs it."""
     try:
         import matplotlib
+
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
@@ -46,15 +47,26 @@ def report_charts(rec: Recommendation, profile: StorageProfile, out: Path, plt) 
         hi = max(rec.optimal_interval_s, rec.max_loss_s, rec.shortest_safe_interval_s) * 3
         xs, ys = waste_curve(rec.stall_seconds, rec.save_seconds, rec.restart_s, rec.mtbf_s, lo, hi)
         ax.plot([x / 60 for x in xs], [y * 100 for y in ys], color="black", label="expected waste (Daly model)")
-        ax.axvspan(xs[0] / 60, rec.shortest_safe_interval_s / 60, color="red", alpha=0.12, label="below shortest safe τ")
+        ax.axvspan(
+            xs[0] / 60, rec.shortest_safe_interval_s / 60, color="red", alpha=0.12, label="below shortest safe τ"
+        )
         longest = rec.max_loss_s - rec.save_seconds
         if longest < xs[-1]:
-            ax.axvspan(max(longest, xs[0]) / 60, xs[-1] / 60, color="orange", alpha=0.15, label="beyond the loss window")
-        ax.axvline(rec.optimal_interval_s / 60, color="blue", ls="--", label=f"Daly optimum {_d(rec.optimal_interval_s)}")
+            ax.axvspan(
+                max(longest, xs[0]) / 60, xs[-1] / 60, color="orange", alpha=0.15, label="beyond the loss window"
+            )
+        ax.axvline(
+            rec.optimal_interval_s / 60, color="blue", ls="--", label=f"Daly optimum {_d(rec.optimal_interval_s)}"
+        )
         ax.axvline(rec.young_interval_s / 60, color="gray", ls=":", label=f"Young {_d(rec.young_interval_s)}")
         if math.isfinite(rec.recommended_interval_s):
-            ax.plot([rec.recommended_interval_s / 60], [rec.expected_waste_fraction * 100], "go", ms=9,
-                    label=f"recommended {_d(rec.recommended_interval_s)}")
+            ax.plot(
+                [rec.recommended_interval_s / 60],
+                [rec.expected_waste_fraction * 100],
+                "go",
+                ms=9,
+                label=f"recommended {_d(rec.recommended_interval_s)}",
+            )
         ax.set_xscale("log")
         ax.set_ylim(0, min(max(ys) * 100, 50))
     ax.set_xlabel("interval between saves τ (minutes, log scale)")
@@ -67,16 +79,24 @@ def report_charts(rec: Recommendation, profile: StorageProfile, out: Path, plt) 
 
     fig, ax = plt.subplots(figsize=(8, 4.5))
     ws: list[int] = []
-    for label, curve in (("buffered (page cache, fsync at end)", profile.buffered_bandwidth),
-                         ("direct (O_DIRECT)", profile.direct_bandwidth)):
+    for label, curve in (
+        ("buffered (page cache, fsync at end)", profile.buffered_bandwidth),
+        ("direct (O_DIRECT)", profile.direct_bandwidth),
+    ):
         if not curve:
             continue
         ws = sorted({*ws, *(b.writers for b in curve)})
         med = [b.bytes_per_s / 1e9 for b in curve]
         below = [(b.bytes_per_s - (b.spread.min if b.spread else b.bytes_per_s)) / 1e9 for b in curve]
         above = [((b.spread.max if b.spread else b.bytes_per_s) - b.bytes_per_s) / 1e9 for b in curve]
-        ax.errorbar([b.writers for b in curve], med, yerr=[below, above], marker="o", capsize=4,
-                    label=f"{label}: median, min…max of repeats")
+        ax.errorbar(
+            [b.writers for b in curve],
+            med,
+            yerr=[below, above],
+            marker="o",
+            capsize=4,
+            label=f"{label}: median, min…max of repeats",
+        )
     ax.set_xscale("log", base=2)
     ax.set_xticks(ws, [str(w) for w in ws])
     ax.set_ylim(bottom=0)
@@ -94,11 +114,22 @@ def provision_chart(sweeps: list[ProvisionSweep], path: Path) -> None:
     plt = pyplot("--chart")
     fig, ax = plt.subplots(figsize=(8, 4.5))
     for sweep in sweeps:
-        rows = [r for r in sweep.rows if r.burst_bandwidth_bytes_per_s and r.sustained_bandwidth_bytes_per_s]  # feasible
-        ax.plot([r.gpus for r in rows], [(r.burst_bandwidth_bytes_per_s or 0) / 1e9 for r in rows], marker="o",
-                label=f"{sweep.mode}: burst")
-        ax.plot([r.gpus for r in rows], [(r.sustained_bandwidth_bytes_per_s or 0) / 1e9 for r in rows], marker="x", ls="--",
-                label=f"{sweep.mode}: sustained")
+        rows = [
+            r for r in sweep.rows if r.burst_bandwidth_bytes_per_s and r.sustained_bandwidth_bytes_per_s
+        ]  # feasible
+        ax.plot(
+            [r.gpus for r in rows],
+            [(r.burst_bandwidth_bytes_per_s or 0) / 1e9 for r in rows],
+            marker="o",
+            label=f"{sweep.mode}: burst",
+        )
+        ax.plot(
+            [r.gpus for r in rows],
+            [(r.sustained_bandwidth_bytes_per_s or 0) / 1e9 for r in rows],
+            marker="x",
+            ls="--",
+            label=f"{sweep.mode}: sustained",
+        )
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("GPUs")

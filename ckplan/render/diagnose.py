@@ -16,11 +16,16 @@ def render_diagnosis(d: Diagnosis) -> None:
     out = console()
     style = {"stable": "green", "growing": "red", "noisy": "yellow"}[d.verdict]
     out.print(f"[bold {style}]{d.verdict_text}[/bold {style}]")
-    table = Table(title=f"{d.saves} saves in {len(d.logs)} log(s) ({d.bytes_read / 1e6:,.1f} MB read; "
-                        f"patterns: {', '.join(d.patterns)})", title_justify="left")
+    table = Table(
+        title=f"{d.saves} saves in {len(d.logs)} log(s) ({d.bytes_read / 1e6:,.1f} MB read; "
+        f"patterns: {', '.join(d.patterns)})",
+        title_justify="left",
+    )
     table.add_column("figure")
     table.add_column("value", justify="right")
-    table.add_row("median / p99 / max save", f"{fmt_duration(d.median_s)} / {fmt_duration(d.p99_s)} / {fmt_duration(d.max_s)}")
+    table.add_row(
+        "median / p99 / max save", f"{fmt_duration(d.median_s)} / {fmt_duration(d.p99_s)} / {fmt_duration(d.max_s)}"
+    )
     lo, hi = d.slope_ci95
     table.add_row(f"slope against {d.by} (95% CI)", f"{d.slope_s_per_save:+.3g} s/save ({lo:+.3g} … {hi:+.3g})")
     if d.interval_s:
@@ -37,7 +42,7 @@ def render_chart(d: Diagnosis) -> None:
     """One bar per save (averaged into at most CHART_ROWS rows), scaled to the longest."""
     points = d.series
     step = max(1, -(-len(points) // CHART_ROWS))
-    rows = [points[i:i + step] for i in range(0, len(points), step)]
+    rows = [points[i : i + step] for i in range(0, len(points), step)]
     top = max(p.seconds for p in points) or 1.0
     width = 50
     out = console()

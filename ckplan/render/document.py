@@ -37,6 +37,7 @@ class TableBlock:
 @dataclass
 class Decision:
     """The one line a reader needs: a verdict (ok, tight, infeasible), what to do, and why."""
+
     verdict: str
     summary: str
     reason: str
@@ -45,6 +46,7 @@ class Decision:
 @dataclass
 class Image:
     """A PNG: linked by `path` from the Markdown (the file is written beside it), embedded from `data` in the HTML."""
+
     path: str
     alt: str
     data: bytes = b""
@@ -55,7 +57,7 @@ class Document:
     title: str
     blocks: list = field(default_factory=list)
 
-    def add(self, *blocks) -> "Document":
+    def add(self, *blocks) -> Document:
         self.blocks.extend(blocks)
         return self
 
@@ -97,9 +99,11 @@ _CSS = (
     "color:#444}"
     ".decision .verdict{font-size:1.25em;line-height:1.35;margin:0 0 .35em}"
     ".decision .reason{margin:0;color:#333}"
-    + "".join(f".decision-{v}{{background:{bg};border-color:{bd}}}.decision-{v} strong{{color:{bd}}}"
-              for v, (bg, bd) in VERDICT_COLOURS.items()) +
-    ".meta{color:#666;font-size:.85em}"
+    + "".join(
+        f".decision-{v}{{background:{bg};border-color:{bd}}}.decision-{v} strong{{color:{bd}}}"
+        for v, (bg, bd) in VERDICT_COLOURS.items()
+    )
+    + ".meta{color:#666;font-size:.85em}"
     ".table-wrap{overflow-x:auto;-webkit-overflow-scrolling:touch;margin:1em 0;max-width:100%}"
     "table{border-collapse:collapse;font-variant-numeric:tabular-nums}"
     "td,th{border:1px solid #ccc;padding:4px 8px;text-align:right;vertical-align:top;white-space:nowrap}"
@@ -126,33 +130,43 @@ def _img(b: Image) -> str:
         raise ValueError(f"image {b.path} has no data to embed: the HTML report links no file")
     w, h = png_size(b.data)
     uri = "data:image/png;base64," + base64.b64encode(b.data).decode("ascii")
-    return f"<figure><img src=\"{uri}\" width=\"{w}\" height=\"{h}\" alt=\"{e(b.alt)}\"></figure>"
+    return f'<figure><img src="{uri}" width="{w}" height="{h}" alt="{e(b.alt)}"></figure>'
 
 
 def _td(text: str) -> str:
     # A figure stays on one line (the table scrolls sideways on a phone); a sentence may wrap.
-    return f"<td class=\"long\">{html.escape(text)}</td>" if len(text) > 24 else f"<td>{html.escape(text)}</td>"
+    return f'<td class="long">{html.escape(text)}</td>' if len(text) > 24 else f"<td>{html.escape(text)}</td>"
 
 
 def to_html(doc: Document) -> str:
     e = html.escape
-    out = ["<!doctype html>", "<html lang=\"en\"><head><meta charset=\"utf-8\">",
-           "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">",
-           f"<title>{e(doc.title)}</title>", f"<style>{_CSS}</style></head><body>", f"<h1>{e(doc.title)}</h1>"]
+    out = [
+        "<!doctype html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>{e(doc.title)}</title>",
+        f"<style>{_CSS}</style></head><body>",
+        f"<h1>{e(doc.title)}</h1>",
+    ]
     for b in doc.blocks:
         if isinstance(b, Heading):
             out.append(f"<h{b.level}>{e(b.text)}</h{b.level}>")
         elif isinstance(b, Decision):
-            out.append(f"<section class=\"decision decision-{e(b.verdict)}\" id=\"decision\"><h2>Decision</h2>"
-                       f"<p class=\"verdict\"><strong>{e(b.verdict.upper())}</strong> — {e(b.summary)}.</p>"
-                       f"<p class=\"reason\">{e(b.reason)}.</p></section>")
+            out.append(
+                f'<section class="decision decision-{e(b.verdict)}" id="decision"><h2>Decision</h2>'
+                f'<p class="verdict"><strong>{e(b.verdict.upper())}</strong> — {e(b.summary)}.</p>'
+                f'<p class="reason">{e(b.reason)}.</p></section>'
+            )
         elif isinstance(b, Para):
-            out.append(f"<p class=\"meta\">{e(b.text)}</p>" if b.quiet else f"<p>{e(b.text)}</p>")
+            out.append(f'<p class="meta">{e(b.text)}</p>' if b.quiet else f"<p>{e(b.text)}</p>")
         elif isinstance(b, Bullets):
             out.append("<ul>" + "".join(f"<li>{e(i)}</li>" for i in b.items) + "</ul>")
         elif isinstance(b, TableBlock):
-            out.append("<div class=\"table-wrap\"><table><thead><tr>"
-                       + "".join(f"<th>{e(str(h))}</th>" for h in b.header) + "</tr></thead><tbody>")
+            out.append(
+                '<div class="table-wrap"><table><thead><tr>'
+                + "".join(f"<th>{e(str(h))}</th>" for h in b.header)
+                + "</tr></thead><tbody>"
+            )
             out += ["<tr>" + "".join(_td(str(c)) for c in row) + "</tr>" for row in b.rows]
             out.append("</tbody></table></div>")
         elif isinstance(b, Image):

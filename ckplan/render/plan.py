@@ -14,9 +14,11 @@ MANIFEST_ROWS = 20
 def render_plan(plan: CheckpointPlan, full_manifest: bool = False) -> None:
     out = console()
     out.print(f"[bold]{plan.describe()}[/bold]")
-    out.print(f"One save writes [bold]{fmt_bytes(plan.total_bytes)}[/bold] in {plan.file_count:,} files "
-              f"from {plan.writers:,} writer(s) on {plan.nodes_writing} node(s)"
-              + (f"; {plan.bytes_per_parameter:.2f} bytes/param of state.\n" if plan.parameters else ".\n"))
+    out.print(
+        f"One save writes [bold]{fmt_bytes(plan.total_bytes)}[/bold] in {plan.file_count:,} files "
+        f"from {plan.writers:,} writer(s) on {plan.nodes_writing} node(s)"
+        + (f"; {plan.bytes_per_parameter:.2f} bytes/param of state.\n" if plan.parameters else ".\n")
+    )
 
     def per_param(nbytes: int, digits: int = 3) -> str:  # a plan measured from disk may not know its parameters
         return f"{nbytes / plan.parameters:.{digits}f}" if plan.parameters else "–"
@@ -27,9 +29,18 @@ def render_plan(plan: CheckpointPlan, full_manifest: bool = False) -> None:
     for s in plan.breakdown:
         states.add_row(s.name, s.dtype, per_param(s.bytes), fmt_bytes(s.bytes))
     for s in plan.not_saved:
-        states.add_row(f"[dim]{s.name} (held, not saved)[/dim]", f"[dim]{s.dtype}[/dim]", "[dim]0[/dim]", "[dim]–[/dim]")
-    states.add_row("small files + file overhead", "", per_param(plan.small_file_bytes, 4), fmt_bytes(plan.small_file_bytes))
-    states.add_row("[bold]total[/bold]", "", f"[bold]{per_param(plan.total_bytes)}[/bold]", f"[bold]{fmt_bytes(plan.total_bytes)}[/bold]")
+        states.add_row(
+            f"[dim]{s.name} (held, not saved)[/dim]", f"[dim]{s.dtype}[/dim]", "[dim]0[/dim]", "[dim]–[/dim]"
+        )
+    states.add_row(
+        "small files + file overhead", "", per_param(plan.small_file_bytes, 4), fmt_bytes(plan.small_file_bytes)
+    )
+    states.add_row(
+        "[bold]total[/bold]",
+        "",
+        f"[bold]{per_param(plan.total_bytes)}[/bold]",
+        f"[bold]{fmt_bytes(plan.total_bytes)}[/bold]",
+    )
     out.print(states)
 
     nodes = Table(title="Who writes it", title_justify="left")
@@ -41,7 +52,9 @@ def render_plan(plan: CheckpointPlan, full_manifest: bool = False) -> None:
     if len(shown) < len(plan.nodes):
         nodes.add_row("…", f"({len(plan.nodes) - len(shown)} more)", "", "")
     out.print(nodes)
-    out.print(f"Busiest rank writes {fmt_bytes(plan.bytes_per_rank_max)}; busiest node {fmt_bytes(plan.bytes_per_node_max)}.\n")
+    out.print(
+        f"Busiest rank writes {fmt_bytes(plan.bytes_per_rank_max)}; busiest node {fmt_bytes(plan.bytes_per_node_max)}.\n"
+    )
 
     manifest = Table(title="File manifest", title_justify="left")
     for col in ("path", "rank", "node", "bytes"):
@@ -54,14 +67,18 @@ def render_plan(plan: CheckpointPlan, full_manifest: bool = False) -> None:
     out.print(manifest)
 
     ops = plan.operations
-    out.print(f"Operations per save: {ops.creates:,} creates, {ops.writes:,} writes, {ops.fsyncs:,} fsyncs, "
-              f"{ops.renames:,} renames = {ops.total:,}\n")
+    out.print(
+        f"Operations per save: {ops.creates:,} creates, {ops.writes:,} writes, {ops.fsyncs:,} fsyncs, "
+        f"{ops.renames:,} renames = {ops.total:,}\n"
+    )
 
     if plan.interval:
         d = plan.interval
-        demand = Table(title=f"Demand for a save every {fmt_duration(d.interval_s)} "
-                             f"blocking at most {fmt_percent(d.max_overhead)} ({fmt_duration(d.stall_budget_s)})",
-                       title_justify="left")
+        demand = Table(
+            title=f"Demand for a save every {fmt_duration(d.interval_s)} "
+            f"blocking at most {fmt_percent(d.max_overhead)} ({fmt_duration(d.stall_budget_s)})",
+            title_justify="left",
+        )
         demand.add_column("figure")
         demand.add_column("value", justify="right")
         demand.add_row("average write bandwidth (bytes per save ÷ interval)", fmt_rate(d.average_bandwidth_bytes_per_s))
@@ -74,14 +91,21 @@ def render_plan(plan: CheckpointPlan, full_manifest: bool = False) -> None:
 
     if plan.typical_demand:
         first = plan.typical_demand[0]
-        typical = Table(title=f"Demand at typical intervals, each save blocking at most {fmt_percent(first.max_overhead)} "
-                              "of it (--interval for one exact figure)", title_justify="left")
+        typical = Table(
+            title=f"Demand at typical intervals, each save blocking at most {fmt_percent(first.max_overhead)} "
+            "of it (--interval for one exact figure)",
+            title_justify="left",
+        )
         for col in ("save every", "average bandwidth", "burst, total", "burst, busiest node", "IOPS in the budget"):
             typical.add_column(col, justify="right")
         for d in plan.typical_demand:
-            typical.add_row(fmt_duration(d.interval_s), fmt_rate(d.average_bandwidth_bytes_per_s),
-                            fmt_rate(d.burst_bandwidth_bytes_per_s), fmt_rate(d.burst_bandwidth_per_node_bytes_per_s),
-                            f"{d.iops_needed:,.0f}")
+            typical.add_row(
+                fmt_duration(d.interval_s),
+                fmt_rate(d.average_bandwidth_bytes_per_s),
+                fmt_rate(d.burst_bandwidth_bytes_per_s),
+                fmt_rate(d.burst_bandwidth_per_node_bytes_per_s),
+                f"{d.iops_needed:,.0f}",
+            )
         out.print(typical)
         out.print("")
 

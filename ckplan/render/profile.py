@@ -21,7 +21,9 @@ def _spread(s, fmt) -> str:
 
 def render_profile(p: StorageProfile) -> None:
     out = console()
-    mode = {True: "buffered and direct I/O measured", False: "buffered only (O_DIRECT refused)", None: "n/a"}[p.direct_io]
+    mode = {True: "buffered and direct I/O measured", False: "buffered only (O_DIRECT refused)", None: "n/a"}[
+        p.direct_io
+    ]
     objects = p.target_kind == "s3"
     if objects:
         where = f"endpoint {p.mount_options.get('endpoint', '-')}, region {p.mount_options.get('region', '-')}"
@@ -29,78 +31,127 @@ def render_profile(p: StorageProfile) -> None:
         where = f"{p.hosts} hosts ({p.mount_options.get('hosts', '-')})"
     else:
         where = f"mounted at {p.mount_point or '-'}, {mode}"
-    out.print(f"[bold]{p.name}[/bold]: {p.target} — {p.fs_type} ({p.storage_class}), {where}, "
-              f"{'shared' if p.shared else 'node-local'}")
-    interesting = {k: v for k, v in p.mount_options.items() if k in ("nconnect", "rsize", "wsize", "vers", "proto", "hard", "soft", "ro", "sync")}
+    out.print(
+        f"[bold]{p.name}[/bold]: {p.target} — {p.fs_type} ({p.storage_class}), {where}, "
+        f"{'shared' if p.shared else 'node-local'}"
+    )
+    interesting = {
+        k: v
+        for k, v in p.mount_options.items()
+        if k in ("nconnect", "rsize", "wsize", "vers", "proto", "hard", "soft", "ro", "sync")
+    }
     if interesting:
         out.print("mount options: " + ", ".join(f"{k}={v}" if v else k for k, v in interesting.items()))
     m = p.measurement
-    out.print(f"measured with {m.tool} on {m.host} at {m.date}, preset {m.preset}, {fmt_duration(m.duration_s)}"
-              + (f", up to {fmt_bytes(m.bandwidth_bytes_per_writer)} per writer, {m.runtime_cap_s:g} s per point" if m.bandwidth_bytes_per_writer else ""))
+    out.print(
+        f"measured with {m.tool} on {m.host} at {m.date}, preset {m.preset}, {fmt_duration(m.duration_s)}"
+        + (
+            f", up to {fmt_bytes(m.bandwidth_bytes_per_writer)} per writer, {m.runtime_cap_s:g} s per point"
+            if m.bandwidth_bytes_per_writer
+            else ""
+        )
+    )
     if m.jobs_dir:
-        out.print(f"fio job files of its {len(m.jobs)} runs, in order: {m.jobs_dir} (`sh {m.jobs_dir}/run.sh` runs them again)")
-    table = Table(title="Write bandwidth against concurrent multipart streams" if objects
-                  else "Write bandwidth against writers per host, slowest host (flushed)" if p.target_kind == "hosts"
-                  else "Write bandwidth against writers (flushed)", title_justify="left")
+        out.print(
+            f"fio job files of its {len(m.jobs)} runs, in order: {m.jobs_dir} (`sh {m.jobs_dir}/run.sh` runs them again)"
+        )
+    table = Table(
+        title="Write bandwidth against concurrent multipart streams"
+        if objects
+        else "Write bandwidth against writers per host, slowest host (flushed)"
+        if p.target_kind == "hosts"
+        else "Write bandwidth against writers (flushed)",
+        title_justify="left",
+    )
     for col in ("write path", "writers", "hosts", "median", "min … max"):
         table.add_column(col, justify="right" if col != "write path" else "left")
     # buffered first: torch.save, DCP and safetensors all write through the page cache
-    for path, curve in (("buffered" if not objects else "streams", p.buffered_bandwidth), ("direct (O_DIRECT)", p.direct_bandwidth)):
+    for path, curve in (
+        ("buffered" if not objects else "streams", p.buffered_bandwidth),
+        ("direct (O_DIRECT)", p.direct_bandwidth),
+    ):
         for b in curve:
             table.add_row(path, str(b.writers), str(b.hosts), fmt_rate(b.bytes_per_s), _spread(b.spread, fmt_rate))
     out.print(table)
     if p.aggregate_bandwidth:
-        agg = Table(title=f"Aggregate bandwidth against hosts writing at once ({p.aggregate_bandwidth[0].writers} writers each)",
-                    title_justify="left")
+        agg = Table(
+            title=f"Aggregate bandwidth against hosts writing at once ({p.aggregate_bandwidth[0].writers} writers each)",
+            title_justify="left",
+        )
         for col in ("hosts", "all clients", "per host", "min … max"):
             agg.add_column(col, justify="right")
         for b in p.aggregate_bandwidth:
-            agg.add_row(str(b.hosts), fmt_rate(b.bytes_per_s), fmt_rate(b.bytes_per_s / b.hosts), _spread(b.spread, fmt_rate))
+            agg.add_row(
+                str(b.hosts), fmt_rate(b.bytes_per_s), fmt_rate(b.bytes_per_s / b.hosts), _spread(b.spread, fmt_rate)
+            )
         out.print(agg)
     s = p.small_files
     how = "one PUT each" if objects else "create+write+fsync+close"
-    out.print(f"Small {'objects' if objects else 'files'} ({fmt_bytes(s.file_bytes_min)}–{fmt_bytes(s.file_bytes_max)}, {how}, "
-              f"{s.writers} writers): [bold]{s.files_per_s:,.0f} files/s[/bold], {s.ops_per_s:,.0f} ops/s "
-              + _spread(s.spread, lambda v: f"{v:,.0f}"))
+    out.print(
+        f"Small {'objects' if objects else 'files'} ({fmt_bytes(s.file_bytes_min)}–{fmt_bytes(s.file_bytes_max)}, {how}, "
+        f"{s.writers} writers): [bold]{s.files_per_s:,.0f} files/s[/bold], {s.ops_per_s:,.0f} ops/s "
+        + _spread(s.spread, lambda v: f"{v:,.0f}")
+    )
     lat = Table(title="Latency", title_justify="left")
     for col in ("operation", "p50", "p99", "p99.9"):
         lat.add_column(col, justify="right" if col != "operation" else "left")
-    lat.add_row("small-object PUT" if objects else "fsync after a 4 KiB write", *(fmt_duration(v) for v in (p.fsync_latency.p50_s, p.fsync_latency.p99_s, p.fsync_latency.p999_s)))
+    lat.add_row(
+        "small-object PUT" if objects else "fsync after a 4 KiB write",
+        *(fmt_duration(v) for v in (p.fsync_latency.p50_s, p.fsync_latency.p99_s, p.fsync_latency.p999_s)),
+    )
     if p.sync_write_latency:
         w = p.sync_write_latency
         lat.add_row("4 KiB O_SYNC write", *(fmt_duration(v) for v in (w.p50_s, w.p99_s, w.p999_s)))
     out.print(lat)
     if p.replay:
         r = p.replay
-        out.print(f"Replay of one node's share ({r.method}, {r.write_path} writes): {r.files} files, {fmt_bytes(r.bytes)} "
-                  f"from {r.writers} writers at scale {r.scale:g}: [bold]{fmt_duration(r.seconds)}[/bold] "
-                  f"({fmt_rate(r.bytes / r.seconds)}) " + _spread(r.spread, fmt_duration)
-                  + f"; at full size ≈ {fmt_duration(r.full_scale_seconds)}")
+        out.print(
+            f"Replay of one node's share ({r.method}, {r.write_path} writes): {r.files} files, {fmt_bytes(r.bytes)} "
+            f"from {r.writers} writers at scale {r.scale:g}: [bold]{fmt_duration(r.seconds)}[/bold] "
+            f"({fmt_rate(r.bytes / r.seconds)}) "
+            + _spread(r.spread, fmt_duration)
+            + f"; at full size ≈ {fmt_duration(r.full_scale_seconds)}"
+        )
     if p.calibration:
         c = p.calibration
-        out.print("This machine's serialisers (measured here, one writer per core, into /dev/null): "
-                  + ", ".join(f"{fmt} {fmt_rate(v)} " + _spread(c.serialize_spread.get(fmt), fmt_rate)
-                              for fmt, v in c.serialize_bytes_per_s.items())
-                  + (f"; DCP fixed cost per save {fmt_duration(c.dcp_fixed_seconds)} ({c.dcp_ranks} ranks) "
-                     + _spread(c.dcp_fixed_spread, fmt_duration) if c.dcp_fixed_seconds is not None else ""))
+        out.print(
+            "This machine's serialisers (measured here, one writer per core, into /dev/null): "
+            + ", ".join(
+                f"{fmt} {fmt_rate(v)} " + _spread(c.serialize_spread.get(fmt), fmt_rate)
+                for fmt, v in c.serialize_bytes_per_s.items()
+            )
+            + (
+                f"; DCP fixed cost per save {fmt_duration(c.dcp_fixed_seconds)} ({c.dcp_ranks} ranks) "
+                + _spread(c.dcp_fixed_spread, fmt_duration)
+                if c.dcp_fixed_seconds is not None
+                else ""
+            )
+        )
     for note in p.notes:
         out.print(f"[yellow]note:[/yellow] {note}")
 
 
 def render_calibration(c) -> None:
     out = console()
-    table = Table(title=f"Serialisers on {c.host}, one writer on one core, into /dev/null "
-                        f"({fmt_bytes(c.sample_bytes)} of fp32 tensors of {fmt_bytes(c.tensor_bytes)})", title_justify="left")
+    table = Table(
+        title=f"Serialisers on {c.host}, one writer on one core, into /dev/null "
+        f"({fmt_bytes(c.sample_bytes)} of fp32 tensors of {fmt_bytes(c.tensor_bytes)})",
+        title_justify="left",
+    )
     for col in ("serialiser", "median", "min … max"):
         table.add_column(col, justify="right" if col != "serialiser" else "left")
     for fmt, v in c.serialize_bytes_per_s.items():
         table.add_row(fmt, fmt_rate(v), _spread(c.serialize_spread.get(fmt), fmt_rate))
     out.print(table)
     if c.dcp_fixed_seconds is not None:
-        out.print(f"DCP fixed cost per save ({c.dcp_ranks} ranks over gloo, a few KiB each): "
-                  f"[bold]{fmt_duration(c.dcp_fixed_seconds)}[/bold] " + _spread(c.dcp_fixed_spread, fmt_duration))
-    out.print(f"torch {c.torch_version}, safetensors {c.safetensors_version or 'not installed'}; took {fmt_duration(c.duration_s)}. "
-              "Stored in a profile by `ckplan probe`, these replace the defaults in every prediction (labelled \"measured here\").")
+        out.print(
+            f"DCP fixed cost per save ({c.dcp_ranks} ranks over gloo, a few KiB each): "
+            f"[bold]{fmt_duration(c.dcp_fixed_seconds)}[/bold] " + _spread(c.dcp_fixed_spread, fmt_duration)
+        )
+    out.print(
+        f"torch {c.torch_version}, safetensors {c.safetensors_version or 'not installed'}; took {fmt_duration(c.duration_s)}. "
+        'Stored in a profile by `ckplan probe`, these replace the defaults in every prediction (labelled "measured here").'
+    )
 
 
 class LiveProgress:
@@ -109,9 +160,15 @@ class LiveProgress:
     def __init__(self, total_s: float):
         self.total_s = total_s
         self.started = time.monotonic()
-        self.progress = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[rate]}"),
-                                 TimeElapsedColumn(), TextColumn("~{task.fields[left]} left"),
-                                 console=err_console(), transient=True)
+        self.progress = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            TextColumn("{task.fields[rate]}"),
+            TimeElapsedColumn(),
+            TextColumn("~{task.fields[left]} left"),
+            console=err_console(),
+            transient=True,
+        )
         self.task = self.progress.add_task("starting", total=total_s, rate="", left=fmt_duration(total_s))
 
     def __enter__(self):
@@ -157,6 +214,14 @@ def render_profiles(listing: ProfileList) -> None:
     for col in ("name", "source", "class", "fs", "best write", "files/s", "fsync p99", "where"):
         table.add_column(col)
     for r in listing.profiles:
-        table.add_row(r.name, r.source, r.storage_class, r.fs_type, fmt_rate(r.best_write_bytes_per_s),
-                      f"{r.files_per_s:,.0f}", fmt_duration(r.fsync_p99_s), r.location)
+        table.add_row(
+            r.name,
+            r.source,
+            r.storage_class,
+            r.fs_type,
+            fmt_rate(r.best_write_bytes_per_s),
+            f"{r.files_per_s:,.0f}",
+            fmt_duration(r.fsync_p99_s),
+            r.location,
+        )
     console().print(table)

@@ -12,26 +12,58 @@ from ckplan.units import fmt_bytes, fmt_duration, fmt_percent, fmt_rate
 def render_provision(sweep: ProvisionSweep) -> None:
     out = console()
     out.print(f"[bold]{sweep.plan}[/bold]")
-    targets = ", ".join(f"{k} {fmt_percent(v) if k != 'max_loss_s' else fmt_duration(v)}" for k, v in sweep.targets.items())
+    targets = ", ".join(
+        f"{k} {fmt_percent(v) if k != 'max_loss_s' else fmt_duration(v)}" for k, v in sweep.targets.items()
+    )
     out.print(f"Storage needed for {sweep.mode} saves, targets: {targets}; keep {sweep.keep} checkpoints\n")
     table = Table(title="Provisioning by cluster size", title_justify="left")
-    cols = ["GPUs", "job MTBF", "interval", "persist", "burst bw (agg)", "sustained bw", "per node", "files/s", "capacity",
-            "staging/node", "ETTR"] + (["headroom"] if sweep.storage else [])
+    cols = [
+        "GPUs",
+        "job MTBF",
+        "interval",
+        "persist",
+        "burst bw (agg)",
+        "sustained bw",
+        "per node",
+        "files/s",
+        "capacity",
+        "staging/node",
+        "ETTR",
+    ] + (["headroom"] if sweep.storage else [])
     for col in cols:
         table.add_column(col, justify="right")
     for r in sweep.rows:
         if not r.feasible:
-            table.add_row(f"{r.gpus:,}", fmt_duration(r.mtbf_s), f"[red]not possible: {r.dominant_term}[/red]",
-                          *[""] * (len(cols) - 3))
+            table.add_row(
+                f"{r.gpus:,}",
+                fmt_duration(r.mtbf_s),
+                f"[red]not possible: {r.dominant_term}[/red]",
+                *[""] * (len(cols) - 3),
+            )
             continue
         # a feasible row has every figure (Provision's fields are optional for the infeasible ones)
-        assert (r.interval_s is not None and r.save_seconds is not None and r.burst_bandwidth_bytes_per_s is not None
-                and r.sustained_bandwidth_bytes_per_s is not None and r.node_bandwidth_bytes_per_s is not None
-                and r.files_per_s is not None and r.expected_ettr is not None)
-        row = [f"{r.gpus:,}", fmt_duration(r.mtbf_s), fmt_duration(r.interval_s), fmt_duration(r.save_seconds),
-               fmt_rate(r.burst_bandwidth_bytes_per_s), fmt_rate(r.sustained_bandwidth_bytes_per_s),
-               fmt_rate(r.node_bandwidth_bytes_per_s), f"{r.files_per_s:,.0f}", fmt_bytes(r.capacity_bytes),
-               fmt_bytes(r.staging_bytes_per_node) if r.staging_bytes_per_node else "–", fmt_percent(r.expected_ettr)]
+        assert (
+            r.interval_s is not None
+            and r.save_seconds is not None
+            and r.burst_bandwidth_bytes_per_s is not None
+            and r.sustained_bandwidth_bytes_per_s is not None
+            and r.node_bandwidth_bytes_per_s is not None
+            and r.files_per_s is not None
+            and r.expected_ettr is not None
+        )
+        row = [
+            f"{r.gpus:,}",
+            fmt_duration(r.mtbf_s),
+            fmt_duration(r.interval_s),
+            fmt_duration(r.save_seconds),
+            fmt_rate(r.burst_bandwidth_bytes_per_s),
+            fmt_rate(r.sustained_bandwidth_bytes_per_s),
+            fmt_rate(r.node_bandwidth_bytes_per_s),
+            f"{r.files_per_s:,.0f}",
+            fmt_bytes(r.capacity_bytes),
+            fmt_bytes(r.staging_bytes_per_node) if r.staging_bytes_per_node else "–",
+            fmt_percent(r.expected_ettr),
+        ]
         if sweep.storage and r.headroom is not None:
             style = "green" if r.headroom >= 1 else "red"
             row.append(f"[{style}]{r.headroom:.2f}×[/{style}]")
@@ -40,8 +72,10 @@ def render_provision(sweep: ProvisionSweep) -> None:
     if sweep.storage:
         for r in sweep.rows:
             if r.feasible and r.headroom is not None and r.burst_bandwidth_bytes_per_s is not None:
-                out.print(f"{sweep.storage} gives {fmt_rate(r.headroom * r.burst_bandwidth_bytes_per_s)} to {r.nodes} nodes; "
-                          f"the {r.gpus:,}-GPU plan needs {fmt_rate(r.burst_bandwidth_bytes_per_s)}; headroom {r.headroom:.2f}×")
+                out.print(
+                    f"{sweep.storage} gives {fmt_rate(r.headroom * r.burst_bandwidth_bytes_per_s)} to {r.nodes} nodes; "
+                    f"the {r.gpus:,}-GPU plan needs {fmt_rate(r.burst_bandwidth_bytes_per_s)}; headroom {r.headroom:.2f}×"
+                )
     out.print("[bold]Assumptions[/bold]")
     for a in sweep.assumptions:
         out.print(f" • {a}")

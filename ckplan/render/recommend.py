@@ -20,39 +20,65 @@ def render_recommendation(rec: Recommendation) -> None:
     out = console()
     out.print(f"[bold]{rec.plan}[/bold]")
     style = VERDICT_STYLE[rec.verdict]
-    out.print(f"[bold {style}]{rec.verdict.upper()}[/bold {style}] on {rec.storage} ({rec.storage_class}, {rec.mode}): "
-              f"[bold]{rec.summary}[/bold]")
+    out.print(
+        f"[bold {style}]{rec.verdict.upper()}[/bold {style}] on {rec.storage} ({rec.storage_class}, {rec.mode}): "
+        f"[bold]{rec.summary}[/bold]"
+    )
     out.print(f"  {rec.verdict_reason}\n")
     table = Table(title="Constraints and intervals", title_justify="left")
     table.add_column("figure")
     table.add_column("value", justify="right")
     table.add_column("why", overflow="fold")
     table.add_row("save (persist) time", _d(rec.save_seconds), _model_line(rec))
-    table.add_row("stall per save", _d(rec.stall_seconds), "the whole save" if rec.mode == "sync" else "device→host snapshot")
+    table.add_row(
+        "stall per save", _d(rec.stall_seconds), "the whole save" if rec.mode == "sync" else "device→host snapshot"
+    )
     for c in rec.constraints:
         mark = " ◀ binds" if c.name == rec.binding_constraint else ""
-        table.add_row(f"{'shortest' if c.bound == 'min' else 'longest'} τ: {c.name}{mark}", _d(c.seconds), c.explanation)
+        table.add_row(
+            f"{'shortest' if c.bound == 'min' else 'longest'} τ: {c.name}{mark}", _d(c.seconds), c.explanation
+        )
     table.add_row("job MTBF", _d(rec.mtbf_s), rec.mtbf_source)
     table.add_row("Young optimum √(2δM)", _d(rec.young_interval_s), "first order")
     table.add_row("Daly optimum", _d(rec.optimal_interval_s), "higher order (Daly 2006)")
-    table.add_row("[bold]recommended[/bold]", f"[bold]{_d(rec.recommended_interval_s)}[/bold]",
-                  (f"{rec.recommended_steps:,} steps; " if rec.recommended_steps is not None else "") + "the Daly optimum, kept between the shortest safe τ and the loss window")
-    table.add_row("overhead at recommended", fmt_percent(rec.overhead_at_recommended) if math.isfinite(rec.overhead_at_recommended) else "—",
-                  f"budget {fmt_percent(rec.max_overhead)}")
-    table.add_row("expected waste / ETTR", f"{fmt_percent(rec.expected_waste_fraction)} / {fmt_percent(rec.ettr)}",
-                  f"saves, rework and restarts ({_d(rec.restart_s)} each)")
+    table.add_row(
+        "[bold]recommended[/bold]",
+        f"[bold]{_d(rec.recommended_interval_s)}[/bold]",
+        (f"{rec.recommended_steps:,} steps; " if rec.recommended_steps is not None else "")
+        + "the Daly optimum, kept between the shortest safe τ and the loss window",
+    )
+    table.add_row(
+        "overhead at recommended",
+        fmt_percent(rec.overhead_at_recommended) if math.isfinite(rec.overhead_at_recommended) else "—",
+        f"budget {fmt_percent(rec.max_overhead)}",
+    )
+    table.add_row(
+        "expected waste / ETTR",
+        f"{fmt_percent(rec.expected_waste_fraction)} / {fmt_percent(rec.ettr)}",
+        f"saves, rework and restarts ({_d(rec.restart_s)} each)",
+    )
     for key, value in rec.needed.items():
-        table.add_row(f"needed: {key}", fmt_rate(value) if "bytes_per_s" in key else (_d(value) if "seconds" in key else f"{value:,.0f}"),
-                      "to meet the loss window within the budget")
+        table.add_row(
+            f"needed: {key}",
+            fmt_rate(value) if "bytes_per_s" in key else (_d(value) if "seconds" in key else f"{value:,.0f}"),
+            "to meet the loss window within the budget",
+        )
     out.print(table)
     if rec.what_if:
         w = Table(title="What-ifs (each alone, then the best combination)", title_justify="left")
         for col in ("mitigation", "save", "stall", "shortest safe τ", "recommended τ", "verdict", "waste", "notes"):
             w.add_column(col, justify="left" if col in ("mitigation", "notes", "verdict") else "right", overflow="fold")
         for row in rec.what_if:
-            w.add_row(row.mitigation, _d(row.save_seconds), _d(row.stall_seconds), _d(row.shortest_safe_interval_s),
-                      _d(row.recommended_interval_s), f"[{VERDICT_STYLE.get(row.verdict, '')}]{row.verdict}[/]",
-                      fmt_percent(row.expected_waste_fraction), "; ".join(row.notes))
+            w.add_row(
+                row.mitigation,
+                _d(row.save_seconds),
+                _d(row.stall_seconds),
+                _d(row.shortest_safe_interval_s),
+                _d(row.recommended_interval_s),
+                f"[{VERDICT_STYLE.get(row.verdict, '')}]{row.verdict}[/]",
+                fmt_percent(row.expected_waste_fraction),
+                "; ".join(row.notes),
+            )
         out.print(w)
     out.print("[bold]Assumptions[/bold]")
     for a in rec.assumptions:
@@ -65,30 +91,57 @@ def _model_line(rec: Recommendation) -> str:
         return "given"
     if m.source == "replay":
         return "replay of this plan on the target"
-    return (f"{m.bandwidth_seconds:.3g} s bytes at {fmt_rate(m.node_bandwidth_bytes_per_s)}/node × {m.nodes} "
-            f"(agg {fmt_rate(m.aggregate_bandwidth_bytes_per_s)}, {m.limited_by}) + {m.metadata_seconds:.3g} s files "
-            f"+ {m.fsync_tail_seconds:.3g} s fsync p99")
+    return (
+        f"{m.bandwidth_seconds:.3g} s bytes at {fmt_rate(m.node_bandwidth_bytes_per_s)}/node × {m.nodes} "
+        f"(agg {fmt_rate(m.aggregate_bandwidth_bytes_per_s)}, {m.limited_by}) + {m.metadata_seconds:.3g} s files "
+        f"+ {m.fsync_tail_seconds:.3g} s fsync p99"
+    )
 
 
 def render_comparison(comp: Comparison) -> None:
     out = console()
     if comp.recommendations[0].save_model is None:  # --save-time: the model, and so the storage, is skipped
-        out.print(f"[bold]{comp.plan}[/bold]\nSave time given (--save-time): one recommendation, whatever the storage.\n")
+        out.print(
+            f"[bold]{comp.plan}[/bold]\nSave time given (--save-time): one recommendation, whatever the storage.\n"
+        )
     else:
-        out.print(f"[bold]{comp.plan}[/bold]\nNo --storage given: the plan on every built-in storage class "
-                  "(typical figures, not measurements; probe yours with `ckplan probe`).\n")
+        out.print(
+            f"[bold]{comp.plan}[/bold]\nNo --storage given: the plan on every built-in storage class "
+            "(typical figures, not measurements; probe yours with `ckplan probe`).\n"
+        )
     table = Table(title="Recommendation by storage class", title_justify="left")
-    for col in ("storage", "save", "stall", "shortest safe τ", "binds", "Daly τ", "recommended τ", "overhead", "waste", "verdict"):
+    for col in (
+        "storage",
+        "save",
+        "stall",
+        "shortest safe τ",
+        "binds",
+        "Daly τ",
+        "recommended τ",
+        "overhead",
+        "waste",
+        "verdict",
+    ):
         table.add_column(col, justify="left" if col in ("storage", "binds", "verdict") else "right")
     for r in comp.recommendations:
-        table.add_row(r.storage, _d(r.save_seconds), _d(r.stall_seconds), _d(r.shortest_safe_interval_s), r.binding_constraint,
-                      _d(r.optimal_interval_s), _d(r.recommended_interval_s),
-                      fmt_percent(r.overhead_at_recommended) if math.isfinite(r.overhead_at_recommended) else "—",
-                      fmt_percent(r.expected_waste_fraction), f"[{VERDICT_STYLE[r.verdict]}]{r.verdict}[/]")
+        table.add_row(
+            r.storage,
+            _d(r.save_seconds),
+            _d(r.stall_seconds),
+            _d(r.shortest_safe_interval_s),
+            r.binding_constraint,
+            _d(r.optimal_interval_s),
+            _d(r.recommended_interval_s),
+            fmt_percent(r.overhead_at_recommended) if math.isfinite(r.overhead_at_recommended) else "—",
+            fmt_percent(r.expected_waste_fraction),
+            f"[{VERDICT_STYLE[r.verdict]}]{r.verdict}[/]",
+        )
     out.print(table)
     first = comp.recommendations[0]
-    out.print(f"Job MTBF {_d(first.mtbf_s)} ({first.mtbf_source}); loss window {_d(first.max_loss_s)}; "
-              f"overhead budget {fmt_percent(first.max_overhead)}; restart {_d(first.restart_s)}; mode {first.mode}.")
+    out.print(
+        f"Job MTBF {_d(first.mtbf_s)} ({first.mtbf_source}); loss window {_d(first.max_loss_s)}; "
+        f"overhead budget {fmt_percent(first.max_overhead)}; restart {_d(first.restart_s)}; mode {first.mode}."
+    )
     out.print("Run with --storage NAME for the constraints and what-ifs of one target.")
 
 

@@ -7,27 +7,41 @@ from ckplan.validate.model import Validation
 
 def render_validation(v: Validation) -> None:
     out = console()
-    out.print(f"[bold]{v.framework}[/bold] save of node {v.node}'s share ({v.files} files, {fmt_bytes(v.bytes)}, "
-              f"{v.writers} writer processes, scale {v.scale:g}) with {v.saver} on {v.target}, {v.mode}, {v.repeats} repeats "
-              "after one unrecorded warm-up save")
+    out.print(
+        f"[bold]{v.framework}[/bold] save of node {v.node}'s share ({v.files} files, {fmt_bytes(v.bytes)}, "
+        f"{v.writers} writer processes, scale {v.scale:g}) with {v.saver} on {v.target}, {v.mode}, {v.repeats} repeats "
+        "after one unrecorded warm-up save"
+    )
     table = Table(title="Predicted against measured", title_justify="left")
     for col in ("", "seconds", "notes"):
         table.add_column(col, justify="right" if col == "seconds" else "left")
     p = v.prediction
-    how = (f"the profile's replay of this plan ({p.write_path} writes)" if p.source == "replay" else
-           f"{fmt_duration(p.coordination_seconds)} coordination + {fmt_duration(p.bandwidth_seconds)} serialise+write "
-           f"({p.limited_by}; {fmt_duration(p.serialize_seconds)} serialising, {p.write_path} curve) + "
-           f"{fmt_duration(p.metadata_seconds)} files + {fmt_duration(p.fsync_tail_seconds)} fsync p99")
+    how = (
+        f"the profile's replay of this plan ({p.write_path} writes)"
+        if p.source == "replay"
+        else f"{fmt_duration(p.coordination_seconds)} coordination + {fmt_duration(p.bandwidth_seconds)} serialise+write "
+        f"({p.limited_by}; {fmt_duration(p.serialize_seconds)} serialising, {p.write_path} curve) + "
+        f"{fmt_duration(p.metadata_seconds)} files + {fmt_duration(p.fsync_tail_seconds)} fsync p99"
+    )
     table.add_row("predicted save", fmt_duration(v.predicted_seconds), f"{how} ({v.storage})")
     m = v.measured
-    table.add_row("measured save (median)", fmt_duration(v.measured_seconds),
-                  f"min {fmt_duration(m.min)} … max {fmt_duration(m.max)} (spread {v.measured_range_percent:.0f}% of the median); "
-                  f"{fmt_rate(v.effective_bytes_per_s)} effective")
+    table.add_row(
+        "measured save (median)",
+        fmt_duration(v.measured_seconds),
+        f"min {fmt_duration(m.min)} … max {fmt_duration(m.max)} (spread {v.measured_range_percent:.0f}% of the median); "
+        f"{fmt_rate(v.effective_bytes_per_s)} effective",
+    )
     if v.measured_stall_seconds is not None:
-        table.add_row("measured blocking (async)", fmt_duration(v.measured_stall_seconds), "async_save returned; persist ran on")
-        table.add_row("predicted stall (async)", fmt_duration(v.predicted_stall_seconds),
-                      f"device→host snapshot model, {v.stall_error_percent:+.0f}% against the blocking part"
-                      if v.stall_error_percent is not None else "device→host snapshot model")
+        table.add_row(
+            "measured blocking (async)", fmt_duration(v.measured_stall_seconds), "async_save returned; persist ran on"
+        )
+        table.add_row(
+            "predicted stall (async)",
+            fmt_duration(v.predicted_stall_seconds),
+            f"device→host snapshot model, {v.stall_error_percent:+.0f}% against the blocking part"
+            if v.stall_error_percent is not None
+            else "device→host snapshot model",
+        )
     style = "green" if abs(v.error_percent) <= 15 else "red"
     table.add_row("error", f"[{style}]{v.error_percent:+.1f}%[/{style}]", "(predicted − measured) ÷ measured")
     out.print(table)

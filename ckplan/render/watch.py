@@ -18,12 +18,16 @@ def _await(v: float) -> str:
 
 def print_sample(s: Sample) -> None:
     gpu = f"  GPU {s.gpu_util_percent:.0f}%" if s.gpu_util_percent is not None else ""
-    console().print(f"{s.t:7.1f} s  write {s.write_bytes_per_s / 1e6:9.1f} MB/s  {s.write_iops:8.0f} IOPS  "
-                    f"util {_util(s.util_percent)}  w_await {_await(s.w_await_ms)}{gpu}")
+    console().print(
+        f"{s.t:7.1f} s  write {s.write_bytes_per_s / 1e6:9.1f} MB/s  {s.write_iops:8.0f} IOPS  "
+        f"util {_util(s.util_percent)}  w_await {_await(s.w_await_ms)}{gpu}"
+    )
 
 
 def render_watch(r: WatchResult) -> None:
-    table = Table(title=f"{r.device} behind {r.target}: {len(r.samples)} samples over {r.duration_s:.1f} s", title_justify="left")
+    table = Table(
+        title=f"{r.device} behind {r.target}: {len(r.samples)} samples over {r.duration_s:.1f} s", title_justify="left"
+    )
     for col in ("metric", "peak", "p99", "median"):
         table.add_column(col, justify="left" if col == "metric" else "right")
     table.add_row("write MB/s", *(f"{getattr(r.write_bytes_per_s, k) / 1e6:,.1f}" for k in ("peak", "p99", "median")))
@@ -34,5 +38,7 @@ def render_watch(r: WatchResult) -> None:
         table.add_row("GPU util", *(f"{getattr(r.gpu_util_percent, k):.0f}%" for k in ("peak", "p99", "median")))
     out = console()
     out.print(table)
-    out.print(f"saturated (%util ≥ {UTIL_SATURATED:.0f}%) for {r.saturated_s:.1f} s; "
-              f"w_await ≥ {AWAIT_SLOW_MS:.0f} ms for {r.slow_await_s:.1f} s")
+    out.print(
+        f"saturated (%util ≥ {UTIL_SATURATED:.0f}%) for {r.saturated_s:.1f} s; "
+        f"w_await ≥ {AWAIT_SLOW_MS:.0f} ms for {r.slow_await_s:.1f} s"
+    )

@@ -79,7 +79,9 @@ class Architecture(Model):
             raise ValueError("shared_expert_gate needs a shared expert (shared_expert_ffn)")
         bad = [i for i in self.dense_layers if not 0 <= i < self.layers]
         if bad or len(set(self.dense_layers)) != len(self.dense_layers):
-            raise ValueError(f"dense_layers must be distinct block indices below layers ({self.layers}), got {self.dense_layers}")
+            raise ValueError(
+                f"dense_layers must be distinct block indices below layers ({self.layers}), got {self.dense_layers}"
+            )
         if self.attention is not None and self.fused_qkv:
             raise ValueError("fused_qkv does not apply to latent attention")
         return self
@@ -146,8 +148,11 @@ def tensors(arch: Architecture) -> list[Tensor]:
             if arch.fused_qkv:
                 items = linear(f"{p}.qkv_proj", q + 2 * kv, h, i, qkv_bias)
             else:
-                items = [t for proj, rows in (("q_proj", q), ("k_proj", kv), ("v_proj", kv))
-                         for t in linear(f"{p}.{proj}", rows, h, i, qkv_bias)]
+                items = [
+                    t
+                    for proj, rows in (("q_proj", q), ("k_proj", kv), ("v_proj", kv))
+                    for t in linear(f"{p}.{proj}", rows, h, i, qkv_bias)
+                ]
             return items + linear(f"{p}.o_proj", h, q, i, out_bias)
         qk_head = mla.qk_nope_head_dim + mla.qk_rope_head_dim
         if mla.q_lora_rank:
@@ -158,7 +163,9 @@ def tensors(arch: Architecture) -> list[Tensor]:
             items = linear(f"{p}.q_proj", arch.heads * qk_head, h, i, False)
         items += linear(f"{p}.kv_a_proj_with_mqa", mla.kv_lora_rank + mla.qk_rope_head_dim, h, i, qkv_bias)
         items += norm(f"{p}.kv_a_layernorm", i, mla.kv_lora_rank)
-        items += linear(f"{p}.kv_b_proj", arch.heads * (mla.qk_nope_head_dim + mla.v_head_dim), mla.kv_lora_rank, i, False)
+        items += linear(
+            f"{p}.kv_b_proj", arch.heads * (mla.qk_nope_head_dim + mla.v_head_dim), mla.kv_lora_rank, i, False
+        )
         return items + linear(f"{p}.o_proj", h, arch.heads * mla.v_head_dim, i, out_bias)
 
     dense = set(arch.dense_layers)

@@ -79,10 +79,16 @@ class _Config:
     def common(self, tied: bool) -> dict[str, Any]:
         """The fields every Llama-style family spells the same way (transformers' LlamaConfig names)."""
         heads = self.integer("num_attention_heads")
-        return dict(hidden=self.integer("hidden_size"), layers=self.integer("num_hidden_layers", maximum=MAX_LAYERS),
-                    ffn=self.integer("intermediate_size"), heads=heads,
-                    kv_heads=self.integer("num_key_value_heads", default=heads), vocab=self.integer("vocab_size"),
-                    head_dim=self.integer("head_dim", default=None), tied_embeddings=self.flag("tie_word_embeddings", tied))
+        return dict(
+            hidden=self.integer("hidden_size"),
+            layers=self.integer("num_hidden_layers", maximum=MAX_LAYERS),
+            ffn=self.integer("intermediate_size"),
+            heads=heads,
+            kv_heads=self.integer("num_key_value_heads", default=heads),
+            vocab=self.integer("vocab_size"),
+            head_dim=self.integer("head_dim", default=None),
+            tied_embeddings=self.flag("tie_word_embeddings", tied),
+        )
 
 
 def _llama(c: _Config) -> dict[str, Any]:
@@ -112,8 +118,13 @@ def _qwen2_moe(c: _Config) -> dict[str, Any]:
     if len(dense) == fields["layers"]:
         return fields
     shared = c.integer("shared_expert_intermediate_size", minimum=0)
-    return fields | dict(experts=experts, moe_ffn=c.integer("moe_intermediate_size"), shared_expert_ffn=shared,
-                         shared_expert_gate=bool(shared), dense_layers=dense)
+    return fields | dict(
+        experts=experts,
+        moe_ffn=c.integer("moe_intermediate_size"),
+        shared_expert_ffn=shared,
+        shared_expert_gate=bool(shared),
+        dense_layers=dense,
+    )
 
 
 def _gemma(c: _Config) -> dict[str, Any]:
@@ -125,19 +136,39 @@ def _gemma(c: _Config) -> dict[str, Any]:
 def _gpt_neox(c: _Config) -> dict[str, Any]:
     heads = c.integer("num_attention_heads")
     bias = c.flag("attention_bias", True)
-    return dict(hidden=c.integer("hidden_size"), layers=c.integer("num_hidden_layers", maximum=MAX_LAYERS),
-                ffn=c.integer("intermediate_size"), heads=heads, kv_heads=heads, vocab=c.integer("vocab_size"),
-                tied_embeddings=c.flag("tie_word_embeddings", False), mlp="plain", norm="layernorm", fused_qkv=True,
-                qkv_bias=bias, attn_out_bias=bias, mlp_bias=True)
+    return dict(
+        hidden=c.integer("hidden_size"),
+        layers=c.integer("num_hidden_layers", maximum=MAX_LAYERS),
+        ffn=c.integer("intermediate_size"),
+        heads=heads,
+        kv_heads=heads,
+        vocab=c.integer("vocab_size"),
+        tied_embeddings=c.flag("tie_word_embeddings", False),
+        mlp="plain",
+        norm="layernorm",
+        fused_qkv=True,
+        qkv_bias=bias,
+        attn_out_bias=bias,
+        mlp_bias=True,
+    )
 
 
 def _gpt2(c: _Config) -> dict[str, Any]:
     hidden, heads = c.integer("n_embd", "hidden_size"), c.integer("n_head", "num_attention_heads")
-    return dict(hidden=hidden, layers=c.integer("n_layer", "num_hidden_layers", maximum=MAX_LAYERS),
-                ffn=c.integer("n_inner", default=4 * hidden), heads=heads, kv_heads=heads, vocab=c.integer("vocab_size"),
-                learned_positions=c.integer("n_positions", "max_position_embeddings"),
-                tied_embeddings=c.flag("tie_word_embeddings", True), mlp="plain", norm="layernorm", fused_qkv=True,
-                linear_bias=True)
+    return dict(
+        hidden=hidden,
+        layers=c.integer("n_layer", "num_hidden_layers", maximum=MAX_LAYERS),
+        ffn=c.integer("n_inner", default=4 * hidden),
+        heads=heads,
+        kv_heads=heads,
+        vocab=c.integer("vocab_size"),
+        learned_positions=c.integer("n_positions", "max_position_embeddings"),
+        tied_embeddings=c.flag("tie_word_embeddings", True),
+        mlp="plain",
+        norm="layernorm",
+        fused_qkv=True,
+        linear_bias=True,
+    )
 
 
 def _falcon(c: _Config) -> dict[str, Any]:
@@ -152,24 +183,44 @@ def _falcon(c: _Config) -> dict[str, Any]:
     parallel = c.flag("parallel_attn", True)
     ln_in_parallel = c.integer("num_ln_in_parallel_attn", default=2 if new_arch else None)
     norms = 2 if not parallel or ln_in_parallel == 2 else 1
-    return dict(hidden=hidden, layers=c.integer("num_hidden_layers", "n_layer", maximum=MAX_LAYERS),
-                ffn=c.integer("ffn_hidden_size", default=4 * hidden), heads=heads, kv_heads=kv_heads,
-                vocab=c.integer("vocab_size"), tied_embeddings=c.flag("tie_word_embeddings", True), mlp="plain",
-                norm="layernorm", fused_qkv=True, linear_bias=c.flag("bias", False), layer_norms=norms)
+    return dict(
+        hidden=hidden,
+        layers=c.integer("num_hidden_layers", "n_layer", maximum=MAX_LAYERS),
+        ffn=c.integer("ffn_hidden_size", default=4 * hidden),
+        heads=heads,
+        kv_heads=kv_heads,
+        vocab=c.integer("vocab_size"),
+        tied_embeddings=c.flag("tie_word_embeddings", True),
+        mlp="plain",
+        norm="layernorm",
+        fused_qkv=True,
+        linear_bias=c.flag("bias", False),
+        layer_norms=norms,
+    )
 
 
 def _deepseek(version: int) -> Callable[[_Config], dict[str, Any]]:
     def read(c: _Config) -> dict[str, Any]:
         heads = c.integer("num_attention_heads")
         bias = c.flag("attention_bias", False)
-        fields = dict(hidden=c.integer("hidden_size"), layers=c.integer("num_hidden_layers", maximum=MAX_LAYERS),
-                      ffn=c.integer("intermediate_size"), heads=heads, kv_heads=heads, vocab=c.integer("vocab_size"),
-                      tied_embeddings=c.flag("tie_word_embeddings", False), qkv_bias=bias, attn_out_bias=bias,
-                      attention=LatentAttention(q_lora_rank=c.integer("q_lora_rank", default=0, minimum=0),
-                                                kv_lora_rank=c.integer("kv_lora_rank"),
-                                                qk_nope_head_dim=c.integer("qk_nope_head_dim", minimum=0),
-                                                qk_rope_head_dim=c.integer("qk_rope_head_dim", minimum=0),
-                                                v_head_dim=c.integer("v_head_dim")))
+        fields = dict(
+            hidden=c.integer("hidden_size"),
+            layers=c.integer("num_hidden_layers", maximum=MAX_LAYERS),
+            ffn=c.integer("intermediate_size"),
+            heads=heads,
+            kv_heads=heads,
+            vocab=c.integer("vocab_size"),
+            tied_embeddings=c.flag("tie_word_embeddings", False),
+            qkv_bias=bias,
+            attn_out_bias=bias,
+            attention=LatentAttention(
+                q_lora_rank=c.integer("q_lora_rank", default=0, minimum=0),
+                kv_lora_rank=c.integer("kv_lora_rank"),
+                qk_nope_head_dim=c.integer("qk_nope_head_dim", minimum=0),
+                qk_rope_head_dim=c.integer("qk_rope_head_dim", minimum=0),
+                v_head_dim=c.integer("v_head_dim"),
+            ),
+        )
         experts = c.integer("n_routed_experts", default=0, minimum=0, maximum=MAX_EXPERTS)
         first_dense = c.integer("first_k_dense_replace", default=0, minimum=0)
         every = c.integer("moe_layer_freq", default=1)
@@ -182,15 +233,29 @@ def _deepseek(version: int) -> Callable[[_Config], dict[str, Any]]:
         default_topk = "noaux_tc" if version == 3 else "greedy"
         shared = c.integer("n_shared_experts", default=0, minimum=0)
         moe_ffn = c.integer("moe_intermediate_size")
-        return fields | dict(experts=experts, moe_ffn=moe_ffn, shared_expert_ffn=moe_ffn * shared, dense_layers=dense,
-                             router_bias=c.string("topk_method", default_topk) == "noaux_tc")
+        return fields | dict(
+            experts=experts,
+            moe_ffn=moe_ffn,
+            shared_expert_ffn=moe_ffn * shared,
+            dense_layers=dense,
+            router_bias=c.string("topk_method", default_topk) == "noaux_tc",
+        )
+
     return read
 
 
 FAMILIES: dict[str, Callable[[_Config], dict[str, Any]]] = {
-    "llama": _llama, "mistral": _mistral, "mixtral": _mixtral, "qwen2": _qwen2, "qwen2_moe": _qwen2_moe,
-    "gemma": _gemma, "gpt_neox": _gpt_neox, "gpt2": _gpt2, "falcon": _falcon,
-    "deepseek_v2": _deepseek(2), "deepseek_v3": _deepseek(3),
+    "llama": _llama,
+    "mistral": _mistral,
+    "mixtral": _mixtral,
+    "qwen2": _qwen2,
+    "qwen2_moe": _qwen2_moe,
+    "gemma": _gemma,
+    "gpt_neox": _gpt_neox,
+    "gpt2": _gpt2,
+    "falcon": _falcon,
+    "deepseek_v2": _deepseek(2),
+    "deepseek_v3": _deepseek(3),
 }
 
 
@@ -198,7 +263,9 @@ def architecture_from_config(config: Any, *, name: str, source: str, label: str 
     """The Architecture a config.json describes, its derived count as the published one. `label` names the
     document in messages (the file's path)."""
     if not isinstance(config, Mapping):
-        raise InputError(f"{label} is not a Hugging Face config: a JSON object was expected, got {type(config).__name__}")
+        raise InputError(
+            f"{label} is not a Hugging Face config: a JSON object was expected, got {type(config).__name__}"
+        )
     model_type = config.get("model_type")
     if model_type is None:
         raise InputError(f"{label} has no model_type")
@@ -208,8 +275,10 @@ def architecture_from_config(config: Any, *, name: str, source: str, label: str 
     try:
         fields = FAMILIES[model_type](_Config(config, label))
         if fields.get("experts", 1) * fields["layers"] > MAX_EXPERT_BLOCKS:
-            raise InputError(f"{label}: {fields['experts']:,} experts in {fields['layers']:,} layers is more than ckplan "
-                             f"sizes ({MAX_EXPERT_BLOCKS:,} expert layers)")
+            raise InputError(
+                f"{label}: {fields['experts']:,} experts in {fields['layers']:,} layers is more than ckplan "
+                f"sizes ({MAX_EXPERT_BLOCKS:,} expert layers)"
+            )
         arch = Architecture(name=name, display=name, published_parameters=1, source=source, **fields)
     except ValidationError as exc:  # a combination the fields' own checks let through (a dense layer out of range)
         first = exc.errors()[0]

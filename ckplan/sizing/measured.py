@@ -50,8 +50,15 @@ MEGATRON_FILES = ("model_optim_rng.pt", "distrib_optim.pt")
 RNG_STATE = re.compile(r"rng_state(?:_(\d+))?\.pth")
 STEP_DIR = re.compile(r"(?:global_step|checkpoint-|iter_|step-|step_)(\d+)")
 HF_FILES = ("trainer_state.json", "optimizer.pt", "scheduler.pt", "training_args.bin")
-SMALL_NAMES = ("latest", "zero_to_fp32.py", "latest_checkpointed_iteration.txt", "common.pt", "scheduler.pt",
-               "training_args.bin", ".metadata")
+SMALL_NAMES = (
+    "latest",
+    "zero_to_fp32.py",
+    "latest_checkpointed_iteration.txt",
+    "common.pt",
+    "scheduler.pt",
+    "training_args.bin",
+    ".metadata",
+)
 SMALL_FILE_BYTES = 2**20  # a file of no known kind smaller than this is counted with the small files
 
 
@@ -66,8 +73,15 @@ class _Seen:
     rank: int = 0
 
 
-def measured_plan(files: list[tuple[str, int]], *, source: str, gpus_per_node: int | None = None,
-                  gpus: int | None = None, parameters: int | None = None, notes: list[str] | None = None) -> CheckpointPlan:
+def measured_plan(
+    files: list[tuple[str, int]],
+    *,
+    source: str,
+    gpus_per_node: int | None = None,
+    gpus: int | None = None,
+    parameters: int | None = None,
+    notes: list[str] | None = None,
+) -> CheckpointPlan:
     """The plan of the save that wrote `files` (paths relative to the scanned directory, bytes on disk).
 
     `gpus` gives the world size where the names leave it open (DeepSpeed ZeRO-0 and Megatron's legacy format
@@ -88,8 +102,9 @@ def measured_plan(files: list[tuple[str, int]], *, source: str, gpus_per_node: i
     stage_of_layer = _layer_stages(seen, par.pp)
     for f in seen:
         f.rank = _rank(f, par, world, stage_of_layer)
-    manifest = [ManifestFile(path=f.path, bytes=f.bytes, rank=f.rank, node=par.node(f.rank), kind=_kind(f, par))
-                for f in seen]
+    manifest = [
+        ManifestFile(path=f.path, bytes=f.bytes, rank=f.rank, node=par.node(f.rank), kind=_kind(f, par)) for f in seen
+    ]
     manifest.sort(key=lambda m: (m.rank, m.path))
 
     total_bytes = sum(m.bytes for m in manifest)
@@ -97,28 +112,55 @@ def measured_plan(files: list[tuple[str, int]], *, source: str, gpus_per_node: i
     for m in manifest:
         by_kind[m.kind] += m.bytes
     # the states inside the files are not read: the breakdown is by kind of file
-    breakdown = [StateBytes(name=name, kind=kind, dtype="as saved", bytes=by_kind[key])
-                 for key, name, kind in (("weights", "weight files", "weights"), ("optimizer", "optimizer files", "optimizer"),
-                                         ("mixed", "weight + optimizer files", "optimizer")) if by_kind[key]]
+    breakdown = [
+        StateBytes(name=name, kind=kind, dtype="as saved", bytes=by_kind[key])
+        for key, name, kind in (
+            ("weights", "weight files", "weights"),
+            ("optimizer", "optimizer files", "optimizer"),
+            ("mixed", "weight + optimizer files", "optimizer"),
+        )
+        if by_kind[key]
+    ]
     state_bytes = sum(s.bytes for s in breakdown)
     renames = sum(1 for f in seen if PurePosixPath(f.path).name == ".metadata")  # DCP: .metadata.tmp -> .metadata
     per_rank, nodes, ops = manifest_totals(manifest, renames)
     steps = [int(s[1]) for f in seen for part in PurePosixPath(f.path).parts[:-1] if (s := STEP_DIR.fullmatch(part))]
     setup = TrainingSetup(
-        model=None, parameters=parameters, shape_source=f"{MEASURED}: {source}", optimizer="unknown",
-        precision="bf16-mixed" if any(f.rule == "ds_zero" and f.path.rpartition("/")[2].startswith("bf16_") for f in seen)
-        else "unknown", framework=framework, gpus=par.gpus, gpus_per_node=gpn, nodes=math.ceil(par.gpus / gpn),
-        tp=par.tp, pp=par.pp, dp=par.dp, zero=world.zero, step=max(steps, default=0))
+        model=None,
+        parameters=parameters,
+        shape_source=f"{MEASURED}: {source}",
+        optimizer="unknown",
+        precision="bf16-mixed"
+        if any(f.rule == "ds_zero" and f.path.rpartition("/")[2].startswith("bf16_") for f in seen)
+        else "unknown",
+        framework=framework,
+        gpus=par.gpus,
+        gpus_per_node=gpn,
+        nodes=math.ceil(par.gpus / gpn),
+        tp=par.tp,
+        pp=par.pp,
+        dp=par.dp,
+        zero=world.zero,
+        step=max(steps, default=0),
+    )
     assumptions = [
         f"{MEASURED}: {source} — {framework} checkpoint, {len(manifest):,} files, {fmt_bytes(total_bytes)} "
         f"({total_bytes:,} bytes); the files' names and sizes only, no file was read",
         *world.notes,
         *_rank_zero_note(seen),
-        f"nodes: {gpn} GPUs per node" + (" (--gpus-per-node)" if gpus_per_node else " (the default; --gpus-per-node to change)")
-        + f", rank r on node r // {gpn}" + (f"; --gpus-per-node {gpus_per_node} exceeds the job's {par.gpus} ranks: one node"
-                                            if gpus_per_node and gpus_per_node > par.gpus else ""),
-        (f"parameters: {parameters:,} as given (--params), not measured" if parameters else
-         "parameters unknown: no file name gives the count (--params to state it), so no bytes per parameter"),
+        f"nodes: {gpn} GPUs per node"
+        + (" (--gpus-per-node)" if gpus_per_node else " (the default; --gpus-per-node to change)")
+        + f", rank r on node r // {gpn}"
+        + (
+            f"; --gpus-per-node {gpus_per_node} exceeds the job's {par.gpus} ranks: one node"
+            if gpus_per_node and gpus_per_node > par.gpus
+            else ""
+        ),
+        (
+            f"parameters: {parameters:,} as given (--params), not measured"
+            if parameters
+            else "parameters unknown: no file name gives the count (--params to state it), so no bytes per parameter"
+        ),
         "optimizer and precision are not read from the files; the state breakdown is by kind of file",
         "write path: buffered (torch.save, DCP and safetensors write through the page cache); a DeepSpeed FastPersist "
         "save (O_DIRECT) writes the same files and cannot be told apart by them",
@@ -127,12 +169,27 @@ def measured_plan(files: list[tuple[str, int]], *, source: str, gpus_per_node: i
         *(notes or []),
     ]
     return CheckpointPlan(
-        setup=setup, parameters=parameters, bytes_per_parameter=state_bytes / parameters if parameters else None,
-        state_bytes=state_bytes, small_file_bytes=total_bytes - state_bytes, total_bytes=total_bytes,
-        breakdown=breakdown, not_saved=[], file_count=len(manifest), writers=len(per_rank), nodes_writing=len(nodes),
-        max_writers_per_node=max(n.writers for n in nodes), bytes_per_rank_max=max(per_rank.values()),
-        bytes_per_node_max=max(n.bytes for n in nodes), nodes=nodes, operations=ops, manifest=manifest,
-        write_path="buffered", coordinated_save=any(f.rule == "distcp" for f in seen), assumptions=assumptions)
+        setup=setup,
+        parameters=parameters,
+        bytes_per_parameter=state_bytes / parameters if parameters else None,
+        state_bytes=state_bytes,
+        small_file_bytes=total_bytes - state_bytes,
+        total_bytes=total_bytes,
+        breakdown=breakdown,
+        not_saved=[],
+        file_count=len(manifest),
+        writers=len(per_rank),
+        nodes_writing=len(nodes),
+        max_writers_per_node=max(n.writers for n in nodes),
+        bytes_per_rank_max=max(per_rank.values()),
+        bytes_per_node_max=max(n.bytes for n in nodes),
+        nodes=nodes,
+        operations=ops,
+        manifest=manifest,
+        write_path="buffered",
+        coordinated_save=any(f.rule == "distcp" for f in seen),
+        assumptions=assumptions,
+    )
 
 
 def _read_name(path: str, size: int) -> _Seen:
@@ -155,8 +212,12 @@ def _read_name(path: str, size: int) -> _Seen:
 
 def _is_hf(f: _Seen) -> bool:
     name = PurePosixPath(f.path).name
-    return (f.rule == "rng" or name in HF_FILES or name.endswith(".safetensors")
-            or (name.startswith("pytorch_model") and name.endswith(".bin")))
+    return (
+        f.rule == "rng"
+        or name in HF_FILES
+        or name.endswith(".safetensors")
+        or (name.startswith("pytorch_model") and name.endswith(".bin"))
+    )
 
 
 def _framework(seen: list[_Seen], source: str) -> str:
@@ -165,15 +226,19 @@ def _framework(seen: list[_Seen], source: str) -> str:
         return "hf"  # Trainer's checkpoint-N/, holding DeepSpeed's or DCP's files when it runs under them
     names = {PurePosixPath(f.path).name for f in seen}
     in_iter = any(part.startswith("iter_") for f in seen for part in PurePosixPath(f.path).parts[:-1])
-    if "megatron" in rules or ("distcp" in rules and (in_iter or names & {"common.pt", "latest_checkpointed_iteration.txt"})):
+    if "megatron" in rules or (
+        "distcp" in rules and (in_iter or names & {"common.pt", "latest_checkpointed_iteration.txt"})
+    ):
         return "megatron"
     if rules & {"ds_zero", "ds_mp", "ds_layer"}:
         return "deepspeed"
     if "distcp" in rules:
         return "dcp"
-    raise InputError(f"no recognised checkpoint in ‹from_dir› {source} ({len(seen):,} file(s)): expected DeepSpeed "
-                     "(global_stepN/ *_model_states.pt), DCP (__R_0.distcp + .metadata), Megatron (iter_NNNNNNN/) "
-                     "or HF Trainer (checkpoint-N/) files")
+    raise InputError(
+        f"no recognised checkpoint in ‹from_dir› {source} ({len(seen):,} file(s)): expected DeepSpeed "
+        "(global_stepN/ *_model_states.pt), DCP (__R_0.distcp + .metadata), Megatron (iter_NNNNNNN/) "
+        "or HF Trainer (checkpoint-N/) files"
+    )
 
 
 def _one_save(seen: list[_Seen], source: str) -> None:
@@ -185,8 +250,10 @@ def _one_save(seen: list[_Seen], source: str) -> None:
             key = f"{p.parent.name}/{p.name}" if f.rule == "megatron" else p.name
             other = where.setdefault(key, f.path)
             if other != f.path:
-                raise InputError(f"‹from_dir› {source} holds more than one save ({other} and {f.path}): "
-                                 "give the directory of one checkpoint")
+                raise InputError(
+                    f"‹from_dir› {source} holds more than one save ({other} and {f.path}): "
+                    "give the directory of one checkpoint"
+                )
 
 
 @dataclass
@@ -210,13 +277,18 @@ class _World:
         lower = 1
         ds = [f for f in seen if f.rule.startswith("ds_")]
         if ds:
-            mps = 1 + max(f.ids[1] if f.rule == "ds_zero" else f.ids[0] for f in ds if f.rule != "ds_layer") \
-                if any(f.rule != "ds_layer" for f in ds) else 1
+            mps = (
+                1 + max(f.ids[1] if f.rule == "ds_zero" else f.ids[0] for f in ds if f.rule != "ds_layer")
+                if any(f.rule != "ds_layer" for f in ds)
+                else 1
+            )
             layer_tps = {f.ids[1] for f in ds if f.rule == "ds_layer"}
             ds_tp = 1 + max(layer_tps) if layer_tps else mps
             mps = max(mps, ds_tp)
             if mps % ds_tp:
-                notes.append(f"DeepSpeed: {mps} model-parallel ranks do not split into tensor rank {ds_tp}: taken as tp {mps}")
+                notes.append(
+                    f"DeepSpeed: {mps} model-parallel ranks do not split into tensor rank {ds_tp}: taken as tp {mps}"
+                )
                 ds_tp = mps
             tp, pp, unit = ds_tp, mps // ds_tp, mps
             zero_files = [f for f in ds if f.rule == "ds_zero"]
@@ -226,49 +298,66 @@ class _World:
                 known["DeepSpeed"] = dps * mps
                 missing = dps * mps - len({(f.ids[0], f.ids[1]) for f in zero_files})
                 stage = "ZeRO-3" if zero == 3 else "ZeRO-1 or 2 (their files are alike; recorded as 1)"
-                notes.append(f"ranks: DeepSpeed {stage}, {dps} data-parallel × {mps} model-parallel ranks from the "
-                             "zero_pp_rank_{dp}_mp_rank_{mp} names; rank = stage·dp·tp + dp·tp + tensor rank"
-                             + (f"; {missing} shard file(s) missing: an incomplete save?" if missing else ""))
+                notes.append(
+                    f"ranks: DeepSpeed {stage}, {dps} data-parallel × {mps} model-parallel ranks from the "
+                    "zero_pp_rank_{dp}_mp_rank_{mp} names; rank = stage·dp·tp + dp·tp + tensor rank"
+                    + (f"; {missing} shard file(s) missing: an incomplete save?" if missing else "")
+                )
             else:
                 lower = mps
-                notes.append(f"ranks: DeepSpeed ZeRO-0 (no zero_pp_rank files): {mps} model-parallel writer(s), "
-                             "data-parallel rank 0 of each; the data-parallel size is not in the names")
+                notes.append(
+                    f"ranks: DeepSpeed ZeRO-0 (no zero_pp_rank files): {mps} model-parallel writer(s), "
+                    "data-parallel rank 0 of each; the data-parallel size is not in the names"
+                )
             if layer_tps:
-                notes.append(f"DeepSpeed pipeline: tp {ds_tp} from the layer_XX-model_YY names, pp {pp}; layers go to "
-                             "stages in contiguous runs balanced by bytes (PipelineModule's partition_method='parameters')")
+                notes.append(
+                    f"DeepSpeed pipeline: tp {ds_tp} from the layer_XX-model_YY names, pp {pp}; layers go to "
+                    "stages in contiguous runs balanced by bytes (PipelineModule's partition_method='parameters')"
+                )
         meg = [f for f in seen if f.rule == "megatron"]
         if meg:
             tp = 1 + max(f.ids[0] for f in meg)
             pp = 1 + max(max(f.ids[1], 0) for f in meg)
             ep = 1 + max(max(f.ids[2], 0) for f in meg)
             unit, lower = tp * pp, tp * pp * ep
-            notes.append(f"ranks: Megatron legacy format, tp {tp} × pp {pp}" + (f" × ep {ep}" if ep > 1 else "")
-                         + " from the mp_rank_TT[_PPP][_EEE] directories (a two-number name read as tp, pp), written "
-                         "by data-parallel rank 0 of each; rank order tp, ep, dp, pp; the data-parallel size is not "
-                         "in the names")
+            notes.append(
+                f"ranks: Megatron legacy format, tp {tp} × pp {pp}"
+                + (f" × ep {ep}" if ep > 1 else "")
+                + " from the mp_rank_TT[_PPP][_EEE] directories (a two-number name read as tp, pp), written "
+                "by data-parallel rank 0 of each; rank order tp, ep, dp, pp; the data-parallel size is not "
+                "in the names"
+            )
         distcp = {f.ids[0] for f in seen if f.rule == "distcp"}
         if distcp:
             known["DCP"] = 1 + max(distcp)
-            notes.append(f"ranks: DCP, {len(distcp)} rank(s) from the __R_0.distcp names"
-                         + (f" (rank(s) up to {max(distcp)}, some wrote none)" if len(distcp) <= max(distcp) else ""))
+            notes.append(
+                f"ranks: DCP, {len(distcp)} rank(s) from the __R_0.distcp names"
+                + (f" (rank(s) up to {max(distcp)}, some wrote none)" if len(distcp) <= max(distcp) else "")
+            )
         rng = {f.ids[0] for f in seen if f.rule == "rng"}
         if rng:
             known["HF Trainer"] = 1 + max(rng)
             notes.append(f"ranks: HF Trainer, {1 + max(rng)} process(es) from the rng_state_R.pth names")
         world = max(known.values(), default=max(lower, unit))
         if len(set(known.values())) > 1:
-            notes.append("the names disagree on the world size (" + ", ".join(f"{k} {v}" for k, v in known.items())
-                         + f"): {world} taken")
+            notes.append(
+                "the names disagree on the world size ("
+                + ", ".join(f"{k} {v}" for k, v in known.items())
+                + f"): {world} taken"
+            )
         if gpus is not None:
             if known and gpus != world:
                 raise InputError(f"‹gpus› {gpus} disagrees with the {world} ranks the checkpoint's file names show")
             if gpus < lower or gpus % unit:
-                raise InputError(f"‹gpus› {gpus} is not a multiple of the checkpoint's {unit} model-parallel ranks"
-                                 + (f" of at least {lower}" if lower > unit else ""))
+                raise InputError(
+                    f"‹gpus› {gpus} is not a multiple of the checkpoint's {unit} model-parallel ranks"
+                    + (f" of at least {lower}" if lower > unit else "")
+                )
             world = gpus
         elif not known:
-            notes.append(f"world: {world} GPU(s), one data-parallel rank: the names give no more (--gpus to give "
-                         "the world size)")
+            notes.append(
+                f"world: {world} GPU(s), one data-parallel rank: the names give no more (--gpus to give the world size)"
+            )
         if world % (tp * pp):
             notes.append(f"world {world} is not a multiple of tp {tp} × pp {pp}: taken as tp 1, pp 1")
             tp = pp = 1
@@ -352,5 +441,7 @@ def _rank_zero_note(seen: list[_Seen]) -> list[str]:
     if not plain:
         return []
     shown = sorted(set(plain))
-    return [f"{len(plain):,} file(s) no name assigns a writer to ({', '.join(shown[:6])}{', …' if len(shown) > 6 else ''}) "
-            "are written by rank 0"]
+    return [
+        f"{len(plain):,} file(s) no name assigns a writer to ({', '.join(shown[:6])}{', …' if len(shown) > 6 else ''}) "
+        "are written by rank 0"
+    ]

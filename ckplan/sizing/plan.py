@@ -53,7 +53,7 @@ class TrainingSetup(Model):
     options: dict[str, str] = Field(default_factory=dict)
 
     @model_validator(mode="after")
-    def _consistent_world(self) -> "TrainingSetup":
+    def _consistent_world(self) -> TrainingSetup:
         if self.tp * self.pp * self.dp != self.gpus:
             raise ValueError(f"tp {self.tp} × pp {self.pp} × dp {self.dp} is not gpus {self.gpus}")
         if self.gpus_per_node > self.gpus:
@@ -107,7 +107,9 @@ class CheckpointPlan(Model):
     ckplan_version: str = __version__
     setup: TrainingSetup
     parameters: Annotated[int | None, Field(ge=1, le=MAX_PARAMETERS)]  # None: unknown (size --from without --params)
-    bytes_per_parameter: Amount | None  # persisted model and optimizer state per parameter; None when the parameters are unknown
+    bytes_per_parameter: (
+        Amount | None
+    )  # persisted model and optimizer state per parameter; None when the parameters are unknown
     state_bytes: Count
     # small files and per-file overhead; not bounded: DeepSpeed ZeRO-3 without mixed precision comes out negative
     # (its manifest leaves out the fp32 weights that state_bytes counts), and a plan must read back what size wrote
@@ -147,8 +149,10 @@ class CheckpointPlan(Model):
     @classmethod
     def _known_schema(cls, version: int) -> int:
         if version != PLAN_SCHEMA_VERSION:
-            raise ValueError(f"plan schema version {version}; this ckplan reads version {PLAN_SCHEMA_VERSION}: "
-                             "run `ckplan size --json` again")
+            raise ValueError(
+                f"plan schema version {version}; this ckplan reads version {PLAN_SCHEMA_VERSION}: "
+                "run `ckplan size --json` again"
+            )
         return version
 
     def describe(self, world: bool = True) -> str:
@@ -184,11 +188,24 @@ def nearest_shape(parameters: float, catalog: dict[str, Architecture]) -> Archit
 DEFAULT_ZERO = 1  # ZeRO stage of a layout that names no default_zero of its own
 
 
-def build_plan(*, arch: Architecture, parameters: int | None = None, model_name: str | None = None,
-               optimizer: str = "adam", precision: str = "bf16-mixed", framework: str = "deepspeed",
-               gpus: int = 8, gpus_per_node: int | None = None, tp: int = 1, pp: int = 1, zero: int | None = None,
-               dtype_overrides: dict[str, str] | None = None, step: int = 1000,
-               options: dict[str, str] | None = None, ep: int = 1) -> CheckpointPlan:
+def build_plan(
+    *,
+    arch: Architecture,
+    parameters: int | None = None,
+    model_name: str | None = None,
+    optimizer: str = "adam",
+    precision: str = "bf16-mixed",
+    framework: str = "deepspeed",
+    gpus: int = 8,
+    gpus_per_node: int | None = None,
+    tp: int = 1,
+    pp: int = 1,
+    zero: int | None = None,
+    dtype_overrides: dict[str, str] | None = None,
+    step: int = 1000,
+    options: dict[str, str] | None = None,
+    ep: int = 1,
+) -> CheckpointPlan:
     """Size one save. `arch` gives the shapes; `parameters`, if given, rescales the bytes.
 
     gpus_per_node defaults to DEFAULT_GPUS_PER_NODE, or to gpus when the job is smaller than one such node.
@@ -204,7 +221,9 @@ def build_plan(*, arch: Architecture, parameters: int | None = None, model_name:
         raise InputError(f"unknown framework {framework!r}{did_you_mean(framework, sorted(LAYOUTS))}")
     if zero is None:
         zero = getattr(LAYOUTS[framework], "default_zero", DEFAULT_ZERO)
-    par = _parallelism(arch, gpus, gpus_per_node, tp, pp, zero, ep, borrowed=parameters is not None and model_name is None)
+    par = _parallelism(
+        arch, gpus, gpus_per_node, tp, pp, zero, ep, borrowed=parameters is not None and model_name is None
+    )
     layout = LAYOUTS[framework]
     if ep > 1 and not getattr(layout, "supports_ep", False):
         takes = ", ".join(name for name, other in sorted(LAYOUTS.items()) if getattr(other, "supports_ep", False))
@@ -232,27 +251,66 @@ def build_plan(*, arch: Architecture, parameters: int | None = None, model_name:
     saved = layout.persisted(held, zero, options or {})
     breakdown = [s.model_copy(update={"bytes": int(round(s.bytes * scale))}) for s in saved]
     not_saved = [s.model_copy(update={"bytes": int(round(s.bytes * scale))}) for s in _dropped(held, saved)]
-    manifest = layout.files(LayoutInput(par=par, tensors=ts, states=states, scale=scale, step=step, options=options or {}))
+    manifest = layout.files(
+        LayoutInput(par=par, tensors=ts, states=states, scale=scale, step=step, options=options or {})
+    )
 
     state_bytes = sum(s.bytes for s in breakdown)
     total_bytes = sum(f.bytes for f in manifest)
     per_rank, nodes, ops = manifest_totals(manifest, getattr(layout, "renames_per_save", 0))
     assumptions = _assumptions(arch, model_name, params, derived, layout, par, held, saved, options or {})
     return CheckpointPlan(
-        setup=TrainingSetup(model=model_name, parameters=params, shape_source=arch.name, optimizer=optimizer,
-                            precision=precision, framework=framework, gpus=gpus, gpus_per_node=par.gpus_per_node,
-                            nodes=math.ceil(gpus / par.gpus_per_node), tp=tp, pp=pp, dp=par.dp, zero=zero, ep=ep,
-                            dtype_overrides=overrides, step=step, options=options or {}),
-        parameters=params, bytes_per_parameter=state_bytes / params, state_bytes=state_bytes,
-        small_file_bytes=total_bytes - state_bytes, total_bytes=total_bytes, breakdown=breakdown,
-        not_saved=not_saved, file_count=len(manifest), writers=len(per_rank), nodes_writing=len(nodes),
-        max_writers_per_node=max(n.writers for n in nodes), bytes_per_rank_max=max(per_rank.values()),
-        bytes_per_node_max=max(n.bytes for n in nodes), nodes=nodes, operations=ops, manifest=manifest,
-        write_path=write_path, coordinated_save=layout.coordinated_save, assumptions=assumptions)
+        setup=TrainingSetup(
+            model=model_name,
+            parameters=params,
+            shape_source=arch.name,
+            optimizer=optimizer,
+            precision=precision,
+            framework=framework,
+            gpus=gpus,
+            gpus_per_node=par.gpus_per_node,
+            nodes=math.ceil(gpus / par.gpus_per_node),
+            tp=tp,
+            pp=pp,
+            dp=par.dp,
+            zero=zero,
+            ep=ep,
+            dtype_overrides=overrides,
+            step=step,
+            options=options or {},
+        ),
+        parameters=params,
+        bytes_per_parameter=state_bytes / params,
+        state_bytes=state_bytes,
+        small_file_bytes=total_bytes - state_bytes,
+        total_bytes=total_bytes,
+        breakdown=breakdown,
+        not_saved=not_saved,
+        file_count=len(manifest),
+        writers=len(per_rank),
+        nodes_writing=len(nodes),
+        max_writers_per_node=max(n.writers for n in nodes),
+        bytes_per_rank_max=max(per_rank.values()),
+        bytes_per_node_max=max(n.bytes for n in nodes),
+        nodes=nodes,
+        operations=ops,
+        manifest=manifest,
+        write_path=write_path,
+        coordinated_save=layout.coordinated_save,
+        assumptions=assumptions,
+    )
 
 
-def _parallelism(arch: Architecture, gpus: int, gpus_per_node: int | None, tp: int, pp: int, zero: int,
-                 ep: int = 1, borrowed: bool = False) -> Parallelism:
+def _parallelism(
+    arch: Architecture,
+    gpus: int,
+    gpus_per_node: int | None,
+    tp: int,
+    pp: int,
+    zero: int,
+    ep: int = 1,
+    borrowed: bool = False,
+) -> Parallelism:
     for name, value in (("--gpus", gpus), ("--gpus-per-node", gpus_per_node), ("--tp", tp), ("--pp", pp), ("--ep", ep)):
         if value is not None:
             check_range(value, name, 1, MAX_GPUS, limit=f"{MAX_GPUS:,} GPUs")
@@ -273,11 +331,15 @@ def _parallelism(arch: Architecture, gpus: int, gpus_per_node: int | None, tp: i
     if ep > 1:
         dp = gpus // (tp * pp)
         if arch.experts == 1:
-            raise InputError(f"‹ep› {ep} needs a mixture-of-experts model: {arch.display} is dense"
-                             + (" (--params borrows a dense model's shapes; give --model)" if borrowed else ""))
+            raise InputError(
+                f"‹ep› {ep} needs a mixture-of-experts model: {arch.display} is dense"
+                + (" (--params borrows a dense model's shapes; give --model)" if borrowed else "")
+            )
         if dp % ep:
-            raise InputError(f"‹ep› {ep} does not divide the {dp} data-parallel ranks (‹gpus› {gpus} / (‹tp› {tp} × ‹pp› {pp})): "
-                             "expert parallelism is carved out of data parallelism")
+            raise InputError(
+                f"‹ep› {ep} does not divide the {dp} data-parallel ranks (‹gpus› {gpus} / (‹tp› {tp} × ‹pp› {pp})): "
+                "expert parallelism is carved out of data parallelism"
+            )
         if arch.experts % ep:
             raise InputError(f"‹ep› {ep} does not divide {arch.display}'s {arch.experts} experts")
     return Parallelism(gpus=gpus, gpus_per_node=gpus_per_node, tp=tp, pp=pp, zero=zero, ep=ep)
@@ -291,33 +353,56 @@ def _dropped(held: list[StateBytes], saved: list[StateBytes]) -> list[StateBytes
     return [s for s in held if s.name not in names and (s.kind, s.dtype, s.bytes) not in kept]
 
 
-def _assumptions(arch: Architecture, model_name: str | None, params: int, derived: int, layout: Layout, par: Parallelism,
-                 held: list[StateBytes], saved: list[StateBytes], options: dict[str, str]) -> list[str]:
+def _assumptions(
+    arch: Architecture,
+    model_name: str | None,
+    params: int,
+    derived: int,
+    layout: Layout,
+    par: Parallelism,
+    held: list[StateBytes],
+    saved: list[StateBytes],
+    options: dict[str, str],
+) -> list[str]:
     out = []
     if model_name:
         out.append(f"{arch.display}: {derived:,} parameters derived from its config ({arch.source})")
     else:
-        out.append(f"--params {params:,}: tensor shapes borrowed from {arch.display} (nearest dense catalog model), "
-                   f"bytes scaled by {params / derived:.4f}")
+        out.append(
+            f"--params {params:,}: tensor shapes borrowed from {arch.display} (nearest dense catalog model), "
+            f"bytes scaled by {params / derived:.4f}"
+        )
     out.append(f"layout: {layout.description}")
-    out.append(f"write path: {layout.write_path(options)} "
-               + ("(O_DIRECT, bypassing the page cache)" if layout.write_path(options) == "direct"
-                  else "(through the page cache, fsync at the end of each file)"))
-    out.append(f"parallelism: {par.gpus} GPUs = tp {par.tp} × pp {par.pp} × dp {par.dp}, ZeRO stage {par.zero}, "
-               f"{par.gpus_per_node} GPUs per node; rank order {getattr(layout, 'rank_order', 'tp, dp, pp')}")
+    out.append(
+        f"write path: {layout.write_path(options)} "
+        + (
+            "(O_DIRECT, bypassing the page cache)"
+            if layout.write_path(options) == "direct"
+            else "(through the page cache, fsync at the end of each file)"
+        )
+    )
+    out.append(
+        f"parallelism: {par.gpus} GPUs = tp {par.tp} × pp {par.pp} × dp {par.dp}, ZeRO stage {par.zero}, "
+        f"{par.gpus_per_node} GPUs per node; rank order {getattr(layout, 'rank_order', 'tp, dp, pp')}"
+    )
     if par.ep > 1:
         local = arch.experts // par.ep
-        out.append(f"expert parallelism: ep {par.ep} × expert-data-parallel {par.edp} = the {par.dp} data-parallel ranks; "
-                   f"an EP group is {par.ep} consecutive dp ranks (EP rank = dp rank mod {par.ep}, expert-data-parallel "
-                   f"rank = dp rank div {par.ep}); {local} expert(s) per EP rank in contiguous blocks (expert e on EP "
-                   f"rank e div {local}): each EP rank holds 1/{par.ep} of the expert weights and their optimizer states")
+        out.append(
+            f"expert parallelism: ep {par.ep} × expert-data-parallel {par.edp} = the {par.dp} data-parallel ranks; "
+            f"an EP group is {par.ep} consecutive dp ranks (EP rank = dp rank mod {par.ep}, expert-data-parallel "
+            f"rank = dp rank div {par.ep}); {local} expert(s) per EP rank in contiguous blocks (expert e on EP "
+            f"rank e div {local}): each EP rank holds 1/{par.ep} of the expert weights and their optimizer states"
+        )
     notes = getattr(layout, "notes", None)
     if notes is not None:
         out += notes(par, options)
     dropped = _dropped(held, saved)
     if dropped:
-        out.append("not saved by this framework: " + ", ".join(f"{s.name} ({s.dtype})" for s in dropped)
-                   + " — the fp32 copy is what persists")
+        out.append(
+            "not saved by this framework: "
+            + ", ".join(f"{s.name} ({s.dtype})" for s in dropped)
+            + " — the fp32 copy is what persists"
+        )
     out.append("gradients are never saved; small-file sizes are typical values (RNG ~15 KB, scheduler ~1.5 KB)")
     out.append(f"operations: one create, one fsync per file, one write() per {fmt_bytes(WRITE_CALL_BYTES)}")
     return out
@@ -336,8 +421,13 @@ def manifest_totals(manifest: list[ManifestFile], renames: int) -> tuple[dict[in
         ranks.add(f.rank)
     nodes = [NodeLoad(node=n, bytes=b, files=c, writers=len(r)) for n, ([b, c], r) in sorted(per_node.items())]
     writes = sum(max(1, math.ceil(f.bytes / WRITE_CALL_BYTES)) for f in manifest)
-    ops = Operations(creates=len(manifest), writes=writes, fsyncs=len(manifest), renames=renames,
-                     total=2 * len(manifest) + writes + renames)
+    ops = Operations(
+        creates=len(manifest),
+        writes=writes,
+        fsyncs=len(manifest),
+        renames=renames,
+        total=2 * len(manifest) + writes + renames,
+    )
     return dict(per_rank), nodes, ops
 
 
@@ -349,13 +439,20 @@ def interval_demand(plan: CheckpointPlan, interval_s: float, max_overhead: float
     window = interval_s * max_overhead
     gpus = plan.setup.gpus
     naive = gpus * plan.total_bytes / window
-    explanation = (f"naive N·C/T assumes each of {gpus} GPUs writes the whole {fmt_bytes(plan.total_bytes)} checkpoint; "
-                   f"{plan.setup.framework} shards it so {plan.writers} writer(s) write {fmt_bytes(plan.total_bytes)} in total "
-                   f"(the naive figure is {naive * window / plan.total_bytes:.0f}× too high)")
+    explanation = (
+        f"naive N·C/T assumes each of {gpus} GPUs writes the whole {fmt_bytes(plan.total_bytes)} checkpoint; "
+        f"{plan.setup.framework} shards it so {plan.writers} writer(s) write {fmt_bytes(plan.total_bytes)} in total "
+        f"(the naive figure is {naive * window / plan.total_bytes:.0f}× too high)"
+    )
     return IntervalDemand(
-        interval_s=interval_s, max_overhead=max_overhead, stall_budget_s=window,
+        interval_s=interval_s,
+        max_overhead=max_overhead,
+        stall_budget_s=window,
         average_bandwidth_bytes_per_s=plan.total_bytes / interval_s,
         burst_bandwidth_bytes_per_s=plan.total_bytes / window,
         burst_bandwidth_per_node_bytes_per_s=plan.bytes_per_node_max / window,
-        naive_bandwidth_bytes_per_s=naive, naive_explanation=explanation,
-        ops_per_save=plan.operations.total, iops_needed=plan.operations.total / window)
+        naive_bandwidth_bytes_per_s=naive,
+        naive_explanation=explanation,
+        ops_per_save=plan.operations.total,
+        iops_needed=plan.operations.total / window,
+    )

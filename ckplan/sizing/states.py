@@ -17,7 +17,8 @@ Gradients are never saved.
 from __future__ import annotations
 
 import math
-from typing import Iterable, Literal
+from collections.abc import Iterable
+from typing import Literal
 
 from pydantic import Field
 
@@ -86,8 +87,9 @@ def _optimizer_states(optimizer: str, ts: list[Tensor], size: int) -> list[tuple
     raise InputError(f"unknown optimizer {optimizer!r}")
 
 
-def state_breakdown(tensors: list[Tensor], optimizer: str, precision: str,
-                    overrides: dict[str, str] | None = None) -> list[StateBytes]:
+def state_breakdown(
+    tensors: list[Tensor], optimizer: str, precision: str, overrides: dict[str, str] | None = None
+) -> list[StateBytes]:
     """Bytes of every persisted state for these tensors.
 
     `overrides` maps a state kind ('weights', 'master', 'optimizer') or a state
@@ -97,7 +99,10 @@ def state_breakdown(tensors: list[Tensor], optimizer: str, precision: str,
     for key, value in overrides.items():
         if value != "none" and value not in DTYPE_BYTES:
             raise InputError(f"unknown dtype {value!r} for {key} (use {', '.join(DTYPE_BYTES)} or none)")
-    dtypes = {**default_dtypes(precision), **{k: v for k, v in overrides.items() if k in ("weights", "master", "optimizer")}}
+    dtypes = {
+        **default_dtypes(precision),
+        **{k: v for k, v in overrides.items() if k in ("weights", "master", "optimizer")},
+    }
     n = _numel(tensors)
     weights, opt_dtype = dtypes["weights"], dtypes["optimizer"]
     assert weights is not None and opt_dtype is not None  # only the master copy may be absent
@@ -114,5 +119,7 @@ def state_breakdown(tensors: list[Tensor], optimizer: str, precision: str,
     known = {"weights", "master", "optimizer"} | {s.name for s in out}
     unknown = set(overrides) - known
     if unknown:
-        raise InputError(f"‹dtype_overrides› names unknown state(s) {', '.join(sorted(unknown))}; known: {', '.join(sorted(known))}")
+        raise InputError(
+            f"‹dtype_overrides› names unknown state(s) {', '.join(sorted(unknown))}; known: {', '.join(sorted(known))}"
+        )
     return out

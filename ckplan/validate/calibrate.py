@@ -41,6 +41,7 @@ ESTIMATE_S = {"quick": 12.0, "default": 22.0, "thorough": 45.0}
 
 def torch_available() -> bool:
     import importlib.util
+
     return importlib.util.find_spec("torch") is not None
 
 
@@ -50,6 +51,7 @@ def _serializer_worker(sample_bytes: int, tensor_bytes: int, repeats: int, resul
     worker_dies_with_parent()
     try:
         import torch
+
         torch.set_num_threads(1)
         count = max(1, sample_bytes // tensor_bytes)
         tensors = {f"t{i}": torch.empty(tensor_bytes // 4, dtype=torch.float32).normal_(0, 0.02) for i in range(count)}
@@ -65,6 +67,7 @@ def _serializer_worker(sample_bytes: int, tensor_bytes: int, repeats: int, resul
         savers = {"torch.save": torch_save, "dcp": dcp_stream}
         try:
             from safetensors.torch import save_file
+
             savers["safetensors"] = lambda: save_file(tensors, os.devnull)
         except ImportError:
             pass
@@ -92,8 +95,9 @@ def measure_serializers(sample_bytes: int, repeats: int) -> tuple[int, dict[str,
     proc = ctx.Process(target=_serializer_worker, args=(sample_bytes, TENSOR_BYTES, repeats, results))
     proc.start()
     try:
-        [(status, nbytes, payload)] = collect(results, [proc], 1, 600,
-                                              lambda why: MeasurementFailed(f"the serialiser calibration stopped: {why}"))
+        [(status, nbytes, payload)] = collect(
+            results, [proc], 1, 600, lambda why: MeasurementFailed(f"the serialiser calibration stopped: {why}")
+        )
         proc.join()
     finally:
         stop_all([proc])
@@ -120,7 +124,9 @@ def calibrate(preset: str = "default", dcp_ranks: int = 2, progress=None) -> Cal
     if dcp_ranks < 1:
         raise InputError(f"‹ranks› must be ≥ 1, got {dcp_ranks}")
     if not torch_available():
-        raise EnvironmentProblem("calibration needs PyTorch: pip install 'ckplan[torch]' (the CPU build, torch==2.13.0)")
+        raise EnvironmentProblem(
+            "calibration needs PyTorch: pip install 'ckplan[torch]' (the CPU build, torch==2.13.0)"
+        )
     from importlib.metadata import PackageNotFoundError, version
 
     started = time.monotonic()
@@ -135,8 +141,16 @@ def calibrate(preset: str = "default", dcp_ranks: int = 2, progress=None) -> Cal
         st_version: str | None = version("safetensors")
     except PackageNotFoundError:
         st_version = None
-    return Calibration(serialize_bytes_per_s={k: v.median for k, v in rates.items()}, serialize_spread=rates,
-                       sample_bytes=nbytes, tensor_bytes=TENSOR_BYTES, dcp_fixed_seconds=fixed.median,
-                       dcp_fixed_spread=fixed, dcp_ranks=dcp_ranks, torch_version=version("torch"),
-                       safetensors_version=st_version, host=socket.gethostname(),
-                       duration_s=time.monotonic() - started)
+    return Calibration(
+        serialize_bytes_per_s={k: v.median for k, v in rates.items()},
+        serialize_spread=rates,
+        sample_bytes=nbytes,
+        tensor_bytes=TENSOR_BYTES,
+        dcp_fixed_seconds=fixed.median,
+        dcp_fixed_spread=fixed,
+        dcp_ranks=dcp_ranks,
+        torch_version=version("torch"),
+        safetensors_version=st_version,
+        host=socket.gethostname(),
+        duration_s=time.monotonic() - started,
+    )

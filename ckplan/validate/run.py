@@ -12,14 +12,23 @@ from ckplan.sizing.plan import CheckpointPlan
 from ckplan.validate.model import Validation, diagnose, scaled_prediction
 
 
-def validate(path: Path, plan: CheckpointPlan, profile: StorageProfile, *, scale: float = 1.0, repeats: int = 3,
-             mode: str = "sync", max_bytes: int | None = None) -> Validation:
+def validate(
+    path: Path,
+    plan: CheckpointPlan,
+    profile: StorageProfile,
+    *,
+    scale: float = 1.0,
+    repeats: int = 3,
+    mode: str = "sync",
+    max_bytes: int | None = None,
+) -> Validation:
     if repeats < 1:
         raise InputError("‹repeats› must be ≥ 1")
     if not 0 < scale <= 1:
         raise InputError(f"‹scale› must be in (0, 1], got {scale}")
     saver = framework_of(plan.setup.framework).saver
     from ckplan.validate.calibrate import torch_available
+
     if not torch_available():  # the saves import torch in their own processes; this one never needs it
         raise EnvironmentProblem("validate needs PyTorch: pip install 'ckplan[torch]' (the CPU build, torch==2.13.0)")
     path = path.expanduser()
@@ -33,8 +42,10 @@ def validate(path: Path, plan: CheckpointPlan, profile: StorageProfile, *, scale
     free = target.free_bytes(path)
     budget = min(free // 2 if free is not None else total, max_bytes or total)
     if total > budget:
-        raise InputError(f"the save writes {total / 1e9:.2f} GB at ‹scale› {scale:g}; the target allows {budget / 1e9:.2f} GB "
-                         f"(half the free space or --max-bytes): lower ‹scale›")
+        raise InputError(
+            f"the save writes {total / 1e9:.2f} GB at ‹scale› {scale:g}; the target allows {budget / 1e9:.2f} GB "
+            f"(half the free space or --max-bytes): lower ‹scale›"
+        )
     with target.ScratchDir(path) as scratch:
         # one unrecorded warm-up save first, as the probe's replay has: the first save of a process pays
         # first-touch costs (host memory faulted back in, page-cache growth) that later saves do not
@@ -47,23 +58,45 @@ def validate(path: Path, plan: CheckpointPlan, profile: StorageProfile, *, scale
     if mode == "async":
         from ckplan.planning.policy import Policy
         from ckplan.planning.scenario import snapshot_seconds
+
         stall_pred = snapshot_seconds(plan, Policy()) * scale
         if blocking:
             stall_error = (stall_pred - Spread.of(blocking).median) / Spread.of(blocking).median * 100
-        how = ("async_save's staging copy in host memory and its planning" if plan.coordinated_save
-               else "a copy of the state in host memory, before a background thread saves it")
-        notes.append(f"async on CPU tensors: the blocking part measured here is {how}; the model's stall is the "
-                     "device→host snapshot at the default snapshot bandwidth (--snapshot-bandwidth), which cannot be "
-                     "checked without a GPU. The persist (measured save) is "
-                     "compared with the model's save time.")
+        how = (
+            "async_save's staging copy in host memory and its planning"
+            if plan.coordinated_save
+            else "a copy of the state in host memory, before a background thread saves it"
+        )
+        notes.append(
+            f"async on CPU tensors: the blocking part measured here is {how}; the model's stall is the "
+            "device→host snapshot at the default snapshot bandwidth (--snapshot-bandwidth), which cannot be "
+            "checked without a GPU. The persist (measured save) is "
+            "compared with the model's save time."
+        )
     error = (prediction.seconds - measured.median) / measured.median * 100
     return Validation(
-        target=str(path), storage=profile.name, framework=plan.setup.framework, saver=saver.how,
-        mode=mode, node=node, writers=len(by_rank), files=len(scaled), bytes=total, scale=scale, repeats=repeats,
-        predicted_seconds=prediction.seconds, predicted_stall_seconds=stall_pred, prediction=prediction,
-        measured_seconds=measured.median, measured=measured,
-        measured_stall_seconds=Spread.of(blocking).median if blocking else None, error_percent=error,
+        target=str(path),
+        storage=profile.name,
+        framework=plan.setup.framework,
+        saver=saver.how,
+        mode=mode,
+        node=node,
+        writers=len(by_rank),
+        files=len(scaled),
+        bytes=total,
+        scale=scale,
+        repeats=repeats,
+        predicted_seconds=prediction.seconds,
+        predicted_stall_seconds=stall_pred,
+        prediction=prediction,
+        measured_seconds=measured.median,
+        measured=measured,
+        measured_stall_seconds=Spread.of(blocking).median if blocking else None,
+        error_percent=error,
         measured_range_percent=measured.relative_range * 100,
-        within_measured_range=measured.contains(prediction.seconds), stall_error_percent=stall_error,
-        effective_bytes_per_s=total / measured.median, diagnosis=diagnose(prediction, measured, total, len(scaled)),
-        notes=notes)
+        within_measured_range=measured.contains(prediction.seconds),
+        stall_error_percent=stall_error,
+        effective_bytes_per_s=total / measured.median,
+        diagnosis=diagnose(prediction, measured, total, len(scaled)),
+        notes=notes,
+    )

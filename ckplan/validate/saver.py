@@ -33,6 +33,7 @@ def files_by_rank(files, scale: float = 1.0) -> dict[int, list[dict]]:
 
 def _dtype(kind: str):
     import torch
+
     return torch.bfloat16 if kind == "weights" else torch.float32 if kind in ("optimizer", "mixed") else torch.uint8
 
 
@@ -76,6 +77,7 @@ def save_files(root: Path, state: dict[str, dict], saver: str) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         if saver == "safetensors" and rel.endswith(".safetensors"):
             from safetensors.torch import save_file
+
             save_file(tensors, str(path))
         else:
             torch.save(tensors, path)
@@ -100,8 +102,18 @@ def _failure(exc: BaseException, root: str) -> tuple[int | None, str]:
     return (errno.ENOSPC if full else None), f"{type(exc).__name__}: {lines[0] if lines else ''}"
 
 
-def worker(rank: int, world: int, files: list[dict], saver: str, root: str, repeats: int, mode: str,
-           port: int, barrier, results) -> None:
+def worker(
+    rank: int,
+    world: int,
+    files: list[dict],
+    saver: str,
+    root: str,
+    repeats: int,
+    mode: str,
+    port: int,
+    barrier,
+    results,
+) -> None:
     from ckplan.children import worker_dies_with_parent
 
     worker_dies_with_parent()
@@ -109,14 +121,25 @@ def worker(rank: int, world: int, files: list[dict], saver: str, root: str, repe
         _save_repeats(rank, world, files, saver, root, repeats, mode, port, barrier, results)
     except BaseException as exc:  # reported to the parent, which stops the other ranks
         import threading
+
         if not isinstance(exc, threading.BrokenBarrierError):  # another rank failed first and reports it
             results.put(("error", rank, *_failure(exc, root)))
             barrier.abort()  # ranks waiting at the barrier stop waiting for this one
-        raise SystemExit(1)
+        raise SystemExit(1) from None
 
 
-def _save_repeats(rank: int, world: int, files: list[dict], saver: str, root: str, repeats: int, mode: str,
-                  port: int, barrier, results) -> None:
+def _save_repeats(
+    rank: int,
+    world: int,
+    files: list[dict],
+    saver: str,
+    root: str,
+    repeats: int,
+    mode: str,
+    port: int,
+    barrier,
+    results,
+) -> None:
     import torch
 
     torch.set_num_threads(1)
@@ -125,6 +148,7 @@ def _save_repeats(rank: int, world: int, files: list[dict], saver: str, root: st
     if use_dcp:
         import torch.distributed as dist
         import torch.distributed.checkpoint as dcp
+
         os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
         dist.init_process_group("gloo", rank=rank, world_size=world)
         # one flat state dict per rank; keys are unique per rank, so DCP writes each rank's own bytes
@@ -139,13 +163,14 @@ def _save_repeats(rank: int, world: int, files: list[dict], saver: str, root: st
             if mode == "async":
                 future = dcp.async_save(flat, storage_writer=writer)
                 blocking = time.perf_counter() - start
-                future.result()
+                future.result()  # type: ignore[union-attr]  # torch 2.13's async_save returns a Future here
             else:
                 dcp.save(flat, storage_writer=writer)
         elif mode == "async":
             # where the framework has no async_save: snapshot the state (a copy in host memory, which is the
             # blocking part), then torch.save the snapshot from a background thread
             import threading
+
             snapshot = {path: {k: t.clone() for k, t in tensors.items()} for path, tensors in state.items()}
             blocking = time.perf_counter() - start
             persist = threading.Thread(target=save_files, args=(directory, snapshot, saver))
@@ -162,8 +187,9 @@ def _save_repeats(rank: int, world: int, files: list[dict], saver: str, root: st
         dist.destroy_process_group()
 
 
-def run_saves(root: Path, files_by_rank: dict[int, list[dict]], framework: str, repeats: int, mode: str,
-              what: str = "the saves") -> tuple[list[float], list[float]]:
+def run_saves(
+    root: Path, files_by_rank: dict[int, list[dict]], framework: str, repeats: int, mode: str, what: str = "the saves"
+) -> tuple[list[float], list[float]]:
     """Run `framework`'s saver `repeats` times; return wall times (first start to last end) and async blocking times.
     A save process that fails or dies raises MeasurementFailed naming `what`, and the others are stopped."""
     import multiprocessing as mp
@@ -179,8 +205,11 @@ def run_saves(root: Path, files_by_rank: dict[int, list[dict]], framework: str, 
     def check(item) -> None:
         if item[0] == "error":
             _, rank, code, line = item
-            raise MeasurementFailed(describe_errno(code, what, failed=f"rank {rank}'s save failed") if code
-                                    else f"rank {rank}'s save failed during {what}: {line}")
+            raise MeasurementFailed(
+                describe_errno(code, what, failed=f"rank {rank}'s save failed")
+                if code
+                else f"rank {rank}'s save failed during {what}: {line}"
+            )
 
     ctx = mp.get_context("spawn")
     world = len(files_by_rank)
@@ -188,13 +217,21 @@ def run_saves(root: Path, files_by_rank: dict[int, list[dict]], framework: str, 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    procs = [ctx.Process(target=worker, args=(i, world, files, saver, str(root), repeats, mode, port, barrier, results))
-             for i, files in enumerate(files_by_rank.values())]
+    procs = [
+        ctx.Process(target=worker, args=(i, world, files, saver, str(root), repeats, mode, port, barrier, results))
+        for i, files in enumerate(files_by_rank.values())
+    ]
     for p in procs:
         p.start()
     try:
-        rows = collect(results, procs, world * repeats, 3600,
-                       lambda why: MeasurementFailed(f"a save process stopped during {what}: {why}"), check)
+        rows = collect(
+            results,
+            procs,
+            world * repeats,
+            3600,
+            lambda why: MeasurementFailed(f"a save process stopped during {what}: {why}"),
+            check,
+        )
         for p in procs:
             p.join()
     finally:
@@ -202,7 +239,7 @@ def run_saves(root: Path, files_by_rank: dict[int, list[dict]], framework: str, 
     if any(p.exitcode for p in procs):
         raise MeasurementFailed(f"a save process failed during {what} (exit codes {[p.exitcode for p in procs]})")
     by_repeat = defaultdict(list)
-    for _, rank, r, start, end, blocking in rows:
+    for _, _rank, r, start, end, blocking in rows:
         by_repeat[r].append((start, end, blocking))
     walls = [max(e for _, e, _ in v) - min(s for s, _, _ in v) for _, v in sorted(by_repeat.items())]
     blocking = [max(b for _, _, b in v) for _, v in sorted(by_repeat.items()) if all(b is not None for _, _, b in v)]

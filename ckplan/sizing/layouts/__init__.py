@@ -10,5 +10,7 @@ from ckplan.sizing.layouts.hf import HfLayout
 from ckplan.sizing.layouts.lightning import LightningLayout
 from ckplan.sizing.layouts.megatron import MegatronLayout
 
-LAYOUTS: dict[str, Layout] = {layout.name: layout for layout in (
-    DeepSpeedLayout(), DcpLayout(), MegatronLayout(), HfLayout(), LightningLayout(), DlioLayout())}
+LAYOUTS: dict[str, Layout] = {
+    layout.name: layout
+    for layout in (DeepSpeedLayout(), DcpLayout(), MegatronLayout(), HfLayout(), LightningLayout(), DlioLayout())
+}

@@ -114,7 +114,7 @@ class LayoutInput:
 
     par: Parallelism
     tensors: list[Tensor]
-    states: "StatesFn"
+    states: StatesFn
     scale: float  # bytes multiplier when the model is known only by its parameter count
     step: int
     options: dict[str, str]

@@ -13,7 +13,7 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from ckplan.sizing.layouts.base import (
     DCP_METADATA_PER_CHUNK_BYTES,
@@ -29,8 +29,9 @@ from ckplan.sizing.layouts.base import (
 from ckplan.sizing.states import StateBytes
 
 
-def distcp_files(inp: LayoutInput, directory: str,
-                 states_of: Callable[[list[StateBytes]], list[StateBytes]]) -> list[ManifestFile]:
+def distcp_files(
+    inp: LayoutInput, directory: str, states_of: Callable[[list[StateBytes]], list[StateBytes]]
+) -> list[ManifestFile]:
     """One `.distcp` per rank holding an even share of its pipeline stage, plus `.metadata`.
 
     Under expert parallelism a rank holds the stage's dense tensors and only its EP rank's experts: it writes
@@ -53,12 +54,23 @@ def distcp_files(inp: LayoutInput, directory: str,
             dense_shares = split_even(inp.scaled(total(states_of(inp.states(dense)))), len(ranks))
             per_ep_rank = split_even(inp.scaled(total(states_of(inp.states(experts)))), par.ep)
             expert_shares = [split_even(b, par.edp * par.tp) for b in per_ep_rank]
-            shares = [dense_shares[dp * par.tp + tp] + expert_shares[dp % par.ep][dp // par.ep * par.tp + tp]
-                      for dp in range(par.dp) for tp in range(par.tp)]
-        for rank, share in zip(ranks, shares):
-            out.append(ManifestFile(path=f"{directory}/__{rank}_0.distcp", bytes=share, rank=rank, node=par.node(rank), kind="mixed"))
+            shares = [
+                dense_shares[dp * par.tp + tp] + expert_shares[dp % par.ep][dp // par.ep * par.tp + tp]
+                for dp in range(par.dp)
+                for tp in range(par.tp)
+            ]
+        for rank, share in zip(ranks, shares, strict=False):
+            out.append(
+                ManifestFile(
+                    path=f"{directory}/__{rank}_0.distcp", bytes=share, rank=rank, node=par.node(rank), kind="mixed"
+                )
+            )
     out.sort(key=lambda f: f.rank)
-    out.append(ManifestFile(path=f"{directory}/.metadata", bytes=DCP_METADATA_PER_CHUNK_BYTES * chunks, rank=0, node=0, kind="small"))
+    out.append(
+        ManifestFile(
+            path=f"{directory}/.metadata", bytes=DCP_METADATA_PER_CHUNK_BYTES * chunks, rank=0, node=0, kind="small"
+        )
+    )
     return out
 
 
@@ -76,9 +88,11 @@ class DcpLayout(BufferedWriter):
     def notes(self, par: Parallelism, options: dict[str, str]) -> list[str]:
         if par.ep == 1:
             return []
-        return [f"DCP under expert parallelism (torchtitan): expert weights are sharded over the ep {par.ep} mesh "
-                f"and FSDP-sharded over its {par.edp} expert-data-parallel ranks, dense ones over all {par.dp}; "
-                "every rank saves its own shards, so each still writes ~1/N"]
+        return [
+            f"DCP under expert parallelism (torchtitan): expert weights are sharded over the ep {par.ep} mesh "
+            f"and FSDP-sharded over its {par.edp} expert-data-parallel ranks, dense ones over all {par.dp}; "
+            "every rank saves its own shards, so each still writes ~1/N"
+        ]
 
     def persisted(self, states: list[StateBytes], zero: int, options: dict[str, str] | None = None) -> list[StateBytes]:
         return fp32_copy_only(states)

@@ -66,17 +66,21 @@ class DeepSpeedLayout:
         if par.zero == 3 and par.pp > 1:
             raise InputError("DeepSpeed does not combine ZeRO stage 3 with pipeline parallelism (‹pp› > 1)")
         if par.ep > 1 and par.zero == 3:
-            raise InputError("DeepSpeed-MoE (‹ep› > 1) does not run under ZeRO stage 3 (engine: \"Native DeepSpeed MoE "
-                             "is not supported with ZeRO Stage 3\"): use ‹zero› 1 or 2")
+            raise InputError(
+                'DeepSpeed-MoE (‹ep› > 1) does not run under ZeRO stage 3 (engine: "Native DeepSpeed MoE '
+                'is not supported with ZeRO Stage 3"): use ‹zero› 1 or 2'
+            )
         if par.ep > 1 and (par.zero == 0 or par.tp > 1 or par.pp > 1):
             raise InputError("ckplan models DeepSpeed-MoE checkpoints (‹ep› > 1) with ZeRO 1 or 2, ‹tp› 1 and ‹pp› 1")
 
     def notes(self, par: Parallelism, options: dict[str, str]) -> list[str]:
         if par.ep == 1:
             return []
-        return [f"DeepSpeed-MoE: dp ranks 0..{par.ep - 1} (expert-data-parallel rank 0) write one file per MoE layer "
-                f"and expert, 1/{par.ep} of the expert weights each; rank 0's mp_rank_00_model_states.pt keeps the "
-                "dense weights; every rank's ZeRO optimizer file holds 1/dp of all optimizer states"]
+        return [
+            f"DeepSpeed-MoE: dp ranks 0..{par.ep - 1} (expert-data-parallel rank 0) write one file per MoE layer "
+            f"and expert, 1/{par.ep} of the expert weights each; rank 0's mp_rank_00_model_states.pt keeps the "
+            "dense weights; every rank's ZeRO optimizer file holds 1/dp of all optimizer states"
+        ]
 
     def persisted(self, states: list[StateBytes], zero: int, options: dict[str, str] | None = None) -> list[StateBytes]:
         if zero == 3 and any(s.kind == "master" for s in states):
@@ -96,7 +100,11 @@ class DeepSpeedLayout:
         prefix = "bf16_" if bf16 else ""
         out = [ManifestFile(path=f"{root}latest", bytes=LATEST_TAG_BYTES, rank=0, node=0, kind="small")]
         if par.zero > 0:
-            out.append(ManifestFile(path=f"{root}zero_to_fp32.py", bytes=ZERO_TO_FP32_SCRIPT_BYTES, rank=0, node=0, kind="small"))
+            out.append(
+                ManifestFile(
+                    path=f"{root}zero_to_fp32.py", bytes=ZERO_TO_FP32_SCRIPT_BYTES, rank=0, node=0, kind="small"
+                )
+            )
         for stage, stage_tensors in enumerate(inp.stage_tensors()):
             states = self.persisted(inp.states(stage_tensors), par.zero)
             weights = total(states, ("weights",)) / par.tp
@@ -115,22 +123,39 @@ class DeepSpeedLayout:
                     payload = 0.0 if par.pp > 1 else weights
                     if par.zero == 0:
                         payload += optim
-                    out.append(ManifestFile(
-                        path=f"{tag}/mp_rank_{mp:02d}_model_states.pt", rank=writer, node=par.node(writer),
-                        bytes=inp.scaled(payload) + int(torch_save_bytes(0, per_tp_tensors * (par.pp == 1))),
-                        kind="mixed" if par.zero == 0 else ("small" if par.pp > 1 else "weights")))
+                    out.append(
+                        ManifestFile(
+                            path=f"{tag}/mp_rank_{mp:02d}_model_states.pt",
+                            rank=writer,
+                            node=par.node(writer),
+                            bytes=inp.scaled(payload) + int(torch_save_bytes(0, per_tp_tensors * (par.pp == 1))),
+                            kind="mixed" if par.zero == 0 else ("small" if par.pp > 1 else "weights"),
+                        )
+                    )
                 if par.pp > 1:
                     out += self._layer_files(inp, tag, stage, tp, stage_tensors, layers, writer)
                 if par.zero > 0:
                     for dp, share in enumerate(split_even(inp.scaled(optim), par.dp)):
                         rank = par.rank(stage, dp, tp)
-                        out.append(ManifestFile(
-                            path=f"{tag}/{prefix}zero_pp_rank_{dp}_mp_rank_{mp:02d}_optim_states.pt",
-                            bytes=share + int(torch_save_bytes(0, len(states))), rank=rank, node=par.node(rank), kind="optimizer"))
+                        out.append(
+                            ManifestFile(
+                                path=f"{tag}/{prefix}zero_pp_rank_{dp}_mp_rank_{mp:02d}_optim_states.pt",
+                                bytes=share + int(torch_save_bytes(0, len(states))),
+                                rank=rank,
+                                node=par.node(rank),
+                                kind="optimizer",
+                            )
+                        )
                         if par.zero == 3:
-                            out.append(ManifestFile(
-                                path=f"{tag}/zero_pp_rank_{dp}_mp_rank_{mp:02d}_model_states.pt",
-                                bytes=int(torch_save_bytes(0, per_tp_tensors)), rank=rank, node=par.node(rank), kind="small"))
+                            out.append(
+                                ManifestFile(
+                                    path=f"{tag}/zero_pp_rank_{dp}_mp_rank_{mp:02d}_model_states.pt",
+                                    bytes=int(torch_save_bytes(0, per_tp_tensors)),
+                                    rank=rank,
+                                    node=par.node(rank),
+                                    kind="small",
+                                )
+                            )
         return out
 
     def _expert_files(self, inp: LayoutInput, tag: str, stage_tensors: list[Tensor]) -> list[ManifestFile]:
@@ -144,13 +169,27 @@ class DeepSpeedLayout:
                 ts = [t for t, te, tl in experts if tl == layer and te == e]
                 writer = par.rank(0, e // local, 0)
                 weights = total(self.persisted(inp.states(ts), par.zero), ("weights",))
-                out.append(ManifestFile(
-                    path=f"{tag}/layer_{moe_layer}_expert_{e}_mp_rank_00_model_states.pt", rank=writer,
-                    node=par.node(writer), bytes=inp.scaled(weights) + int(torch_save_bytes(0, len(ts))), kind="weights"))
+                out.append(
+                    ManifestFile(
+                        path=f"{tag}/layer_{moe_layer}_expert_{e}_mp_rank_00_model_states.pt",
+                        rank=writer,
+                        node=par.node(writer),
+                        bytes=inp.scaled(weights) + int(torch_save_bytes(0, len(ts))),
+                        kind="weights",
+                    )
+                )
         return out
 
-    def _layer_files(self, inp: LayoutInput, tag: str, stage: int, tp: int, stage_tensors: list[Tensor], layers: list[int],
-                     writer: int) -> list[ManifestFile]:
+    def _layer_files(
+        self,
+        inp: LayoutInput,
+        tag: str,
+        stage: int,
+        tp: int,
+        stage_tensors: list[Tensor],
+        layers: list[int],
+        writer: int,
+    ) -> list[ManifestFile]:
         """Per-layer weight files; indices follow the PipelineModule's layer list."""
         par = inp.par
         first_block = 1  # index 0 is the embedding layer
@@ -168,7 +207,13 @@ class DeepSpeedLayout:
         out = []
         for idx, ts in groups:
             weights = total(self.persisted(inp.states(ts), par.zero), ("weights",)) / par.tp
-            out.append(ManifestFile(
-                path=f"{tag}/layer_{idx:02d}-model_{tp:02d}-model_states.pt", rank=writer, node=par.node(writer),
-                bytes=inp.scaled(weights) + int(torch_save_bytes(0, len(ts))), kind="weights"))
+            out.append(
+                ManifestFile(
+                    path=f"{tag}/layer_{idx:02d}-model_{tp:02d}-model_states.pt",
+                    rank=writer,
+                    node=par.node(writer),
+                    bytes=inp.scaled(weights) + int(torch_save_bytes(0, len(ts))),
+                    kind="weights",
+                )
+            )
         return out

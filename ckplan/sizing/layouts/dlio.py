@@ -57,16 +57,20 @@ class DlioLayout(BufferedWriter):
 
     def check(self, par: Parallelism) -> None:
         if par.zero == 3 and par.pp > 1:
-            raise InputError("DLIO's ZeRO-3 checkpoint needs ‹pp› 1 (load_checkpoint asserts pipeline_parallelism == 1)")
+            raise InputError(
+                "DLIO's ZeRO-3 checkpoint needs ‹pp› 1 (load_checkpoint asserts pipeline_parallelism == 1)"
+            )
 
     def persisted(self, states: list[StateBytes], zero: int, options: dict[str, str] | None = None) -> list[StateBytes]:
         return states  # model files hold the weights, optimizer files one group per master/optimizer state
 
     def notes(self, par: Parallelism, options: dict[str, str]) -> list[str]:
-        return ["DLIO writes 2-byte model tensors and three fp32 optimizer groups (mixed-precision Adam): "
-                "--optimizer adam --precision fp16-mixed reproduces MLPerf Storage; other settings are sized "
-                "with one group per optimizer state. DLIO's model files under ZeRO-3 hold the weights "
-                "(DeepSpeed's hold placeholders); MLPerf's \"GB\" are GiB"]
+        return [
+            "DLIO writes 2-byte model tensors and three fp32 optimizer groups (mixed-precision Adam): "
+            "--optimizer adam --precision fp16-mixed reproduces MLPerf Storage; other settings are sized "
+            "with one group per optimizer state. DLIO's model files under ZeRO-3 hold the weights "
+            "(DeepSpeed's hold placeholders); MLPerf's \"GB\" are GiB"
+        ]
 
     def files(self, inp: LayoutInput) -> list[ManifestFile]:
         par = inp.par
@@ -83,7 +87,9 @@ class DlioLayout(BufferedWriter):
         values = sum(t.numel for t in inp.tensors)
         optim_writers = par.gpus if par.zero > 0 else mp
         per_rank_values = values // optim_writers
-        optim_payload = inp.scaled(per_rank_values * optim_bytes) + int(OPTIMIZER_COMPANION_VALUES * hidden * optim_bytes)
+        optim_payload = inp.scaled(per_rank_values * optim_bytes) + int(
+            OPTIMIZER_COMPANION_VALUES * hidden * optim_bytes
+        )
         shard = par.dp if par.zero == 3 else 1
 
         def layer_file_bytes(index: int) -> tuple[int, int]:
@@ -102,15 +108,40 @@ class DlioLayout(BufferedWriter):
             if par.zero in (1, 2) and par.pp > 1 and dp == 0:  # the model layer by layer
                 for i in indices:
                     payload, count = layer_file_bytes(i)
-                    out.append(ManifestFile(path=f"{d}/layer_{i}-model_{mp_rank}_model_states.pt", rank=rank,
-                                            node=node, bytes=int(torch_save_bytes(payload, count)), kind="weights"))
+                    out.append(
+                        ManifestFile(
+                            path=f"{d}/layer_{i}-model_{mp_rank}_model_states.pt",
+                            rank=rank,
+                            node=node,
+                            bytes=int(torch_save_bytes(payload, count)),
+                            kind="weights",
+                        )
+                    )
             elif par.zero in (0, 3) or dp == 0:  # the model in one file: sharded over dp (ZeRO 3) or whole
-                name = f"model_{mp_rank}_model_states.pt" if par.zero in (1, 2) else f"zero_pp_rank_{dp}_mp_rank_{mp_rank}_model_states.pt"
+                name = (
+                    f"model_{mp_rank}_model_states.pt"
+                    if par.zero in (1, 2)
+                    else f"zero_pp_rank_{dp}_mp_rank_{mp_rank}_model_states.pt"
+                )
                 sizes = [layer_file_bytes(i) for i in indices]
-                out.append(ManifestFile(path=f"{d}/{name}", rank=rank, node=node, kind="weights",
-                                        bytes=int(torch_save_bytes(sum(p for p, _ in sizes), sum(c for _, c in sizes)))))
-            out.append(ManifestFile(path=f"{d}/zero_pp_rank_{dp}_mp_rank_{mp_rank}_optim_states.pt", rank=rank, node=node,
-                                    bytes=int(torch_save_bytes(optim_payload, 2 * groups)), kind="optimizer"))
+                out.append(
+                    ManifestFile(
+                        path=f"{d}/{name}",
+                        rank=rank,
+                        node=node,
+                        kind="weights",
+                        bytes=int(torch_save_bytes(sum(p for p, _ in sizes), sum(c for _, c in sizes))),
+                    )
+                )
+            out.append(
+                ManifestFile(
+                    path=f"{d}/zero_pp_rank_{dp}_mp_rank_{mp_rank}_optim_states.pt",
+                    rank=rank,
+                    node=node,
+                    bytes=int(torch_save_bytes(optim_payload, 2 * groups)),
+                    kind="optimizer",
+                )
+            )
         return out
 
 
@@ -171,14 +202,35 @@ class Workload:
 
     def plan_arguments(self) -> dict[str, Any]:
         """build_plan's keyword arguments that reproduce this workload."""
-        return dict(arch=self.arch, model_name=self.arch.name, framework="dlio", optimizer="adam",
-                    precision="fp16-mixed", gpus=self.gpus, tp=self.tp, pp=self.pp, zero=self.zero)
+        return dict(
+            arch=self.arch,
+            model_name=self.arch.name,
+            framework="dlio",
+            optimizer="adam",
+            precision="fp16-mixed",
+            gpus=self.gpus,
+            tp=self.tp,
+            pp=self.pp,
+            zero=self.zero,
+        )
 
 
-def _dlio_arch(name: str, display: str, hidden: int, layers: int, ffn: int, heads: int, kv_heads: int, config: str) -> Architecture:
+def _dlio_arch(
+    name: str, display: str, hidden: int, layers: int, ffn: int, heads: int, kv_heads: int, config: str
+) -> Architecture:
     """DLIO's transformer config as an Architecture: untied head, gated MLP, RMS norms (get_num_parameters)."""
-    arch = Architecture(name=name, display=display, hidden=hidden, layers=layers, ffn=ffn, heads=heads, kv_heads=kv_heads,
-                        vocab=128256, published_parameters=1, source=f"mlcommons/storage configs/dlio/workload/{config}")
+    arch = Architecture(
+        name=name,
+        display=display,
+        hidden=hidden,
+        layers=layers,
+        ffn=ffn,
+        heads=heads,
+        kv_heads=kv_heads,
+        vocab=128256,
+        published_parameters=1,
+        source=f"mlcommons/storage configs/dlio/workload/{config}",
+    )
     return arch.model_copy(update={"published_parameters": parameter_count(arch)})
 
 
@@ -188,13 +240,50 @@ def _dlio_arch(name: str, display: str, hidden: int, layers: int, ffn: int, head
 @lru_cache(maxsize=1)
 def workloads() -> dict[str, Workload]:
     """MLPerf's checkpoint workloads by name; built on first use (each counts its parameters: no work at import)."""
-    return {w.arch.name.removeprefix("mlperf-"): w for w in (
-        Workload(_dlio_arch("mlperf-llama3-8b", "MLPerf Storage llama3-8b", 4096, 32, 14336, 32, 8, "llama3_8b.yaml"),
-                 gpus=8, tp=1, pp=1, zero=3, published_gib=105, source="Table 2: 1×1×8, ZeRO 3, 105 GB"),
-        Workload(_dlio_arch("mlperf-llama3-70b", "MLPerf Storage llama3-70b", 8192, 80, 28672, 128, 8, "llama3_70b.yaml"),
-                 gpus=64, tp=8, pp=1, zero=3, published_gib=912, source="Table 2: 8×1×8, ZeRO 3, 912 GB"),
-        Workload(_dlio_arch("mlperf-llama3-405b", "MLPerf Storage llama3-405b", 16384, 126, 53248, 128, 8, "llama3_405b.yaml"),
-                 gpus=512, tp=8, pp=32, zero=1, published_gib=5290, source="Table 2: 8×32×2, ZeRO 1, 5.29 TB"),
-        Workload(_dlio_arch("mlperf-llama3-1t", "MLPerf Storage llama3-1t", 25872, 128, 98304, 192, 32, "llama3_1t.yaml"),
-                 gpus=1024, tp=8, pp=64, zero=1, published_gib=18000, source="Table 2: 8×64×2, ZeRO 1, 18 TB (an estimate)"),
-    )}
+    return {
+        w.arch.name.removeprefix("mlperf-"): w
+        for w in (
+            Workload(
+                _dlio_arch("mlperf-llama3-8b", "MLPerf Storage llama3-8b", 4096, 32, 14336, 32, 8, "llama3_8b.yaml"),
+                gpus=8,
+                tp=1,
+                pp=1,
+                zero=3,
+                published_gib=105,
+                source="Table 2: 1×1×8, ZeRO 3, 105 GB",
+            ),
+            Workload(
+                _dlio_arch(
+                    "mlperf-llama3-70b", "MLPerf Storage llama3-70b", 8192, 80, 28672, 128, 8, "llama3_70b.yaml"
+                ),
+                gpus=64,
+                tp=8,
+                pp=1,
+                zero=3,
+                published_gib=912,
+                source="Table 2: 8×1×8, ZeRO 3, 912 GB",
+            ),
+            Workload(
+                _dlio_arch(
+                    "mlperf-llama3-405b", "MLPerf Storage llama3-405b", 16384, 126, 53248, 128, 8, "llama3_405b.yaml"
+                ),
+                gpus=512,
+                tp=8,
+                pp=32,
+                zero=1,
+                published_gib=5290,
+                source="Table 2: 8×32×2, ZeRO 1, 5.29 TB",
+            ),
+            Workload(
+                _dlio_arch(
+                    "mlperf-llama3-1t", "MLPerf Storage llama3-1t", 25872, 128, 98304, 192, 32, "llama3_1t.yaml"
+                ),
+                gpus=1024,
+                tp=8,
+                pp=64,
+                zero=1,
+                published_gib=18000,
+                source="Table 2: 8×64×2, ZeRO 1, 18 TB (an estimate)",
+            ),
+        )
+    }

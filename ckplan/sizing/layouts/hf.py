@@ -65,14 +65,18 @@ class HfLayout(BufferedWriter):
 
     def check(self, par: Parallelism) -> None:
         if par.tp > 1 or par.pp > 1:
-            raise InputError("the hf layout models Trainer under DDP (‹zero› 0) or DeepSpeed ZeRO (‹zero› 1-3), data "
-                             "parallel only (‹tp› 1, ‹pp› 1); with Megatron or FSDP use ‹framework› megatron or dcp")
+            raise InputError(
+                "the hf layout models Trainer under DDP (‹zero› 0) or DeepSpeed ZeRO (‹zero› 1-3), data "
+                "parallel only (‹tp› 1, ‹pp› 1); with Megatron or FSDP use ‹framework› megatron or dcp"
+            )
 
     def check_options(self, par: Parallelism, options: dict[str, str]) -> None:
         if "gather_16bit" in options:
             if par.zero != 3:
-                raise InputError("‹options› gather_16bit= is DeepSpeed ZeRO-3's stage3_gather_16bit_weights_on_model_save: "
-                                 f"it needs ‹zero› 3 (ZeRO-{par.zero} always gathers the 16-bit model)")
+                raise InputError(
+                    "‹options› gather_16bit= is DeepSpeed ZeRO-3's stage3_gather_16bit_weights_on_model_save: "
+                    f"it needs ‹zero› 3 (ZeRO-{par.zero} always gathers the 16-bit model)"
+                )
             self._gather(options)
 
     def _gather(self, options: dict[str, str]) -> bool:
@@ -97,13 +101,17 @@ class HfLayout(BufferedWriter):
             return []
         trainer = f"HF Trainer + DeepSpeed ZeRO-{par.zero}: "
         if self._writes_gathered(par.zero, options):
-            return [trainer + "rank 0 writes the model gathered to 16 bits as safetensors shards (Trainer.save_model), "
-                    "then every rank writes DeepSpeed's checkpoint-N/global_stepN/ (engine.save_checkpoint in "
-                    "_save_optimizer_and_scheduler); no optimizer.pt"]
-        return [trainer + "without stage3_gather_16bit_weights_on_model_save (DeepSpeed's default; --option "
-                "gather_16bit=true to change) no model safetensors are written: Trainer.save_model calls "
-                "engine.save_checkpoint instead, and _save_optimizer_and_scheduler calls it again, so the "
-                "global_stepN/ files are written twice per save (transformers issue 34534); the manifest lists them once"]
+            return [
+                trainer + "rank 0 writes the model gathered to 16 bits as safetensors shards (Trainer.save_model), "
+                "then every rank writes DeepSpeed's checkpoint-N/global_stepN/ (engine.save_checkpoint in "
+                "_save_optimizer_and_scheduler); no optimizer.pt"
+            ]
+        return [
+            trainer + "without stage3_gather_16bit_weights_on_model_save (DeepSpeed's default; --option "
+            "gather_16bit=true to change) no model safetensors are written: Trainer.save_model calls "
+            "engine.save_checkpoint instead, and _save_optimizer_and_scheduler calls it again, so the "
+            "global_stepN/ files are written twice per save (transformers issue 34534); the manifest lists them once"
+        ]
 
     def files(self, inp: LayoutInput) -> list[ManifestFile]:
         if inp.par.zero == 0:
@@ -126,7 +134,9 @@ class HfLayout(BufferedWriter):
             name = "model.safetensors" if n == 1 else f"model-{i + 1:05d}-of-{n:05d}.safetensors"
             files.append((name, payload + SAFETENSORS_HEADER_PER_TENSOR_BYTES * count, "weights"))
         if n > 1:
-            files.append(("model.safetensors.index.json", SAFETENSORS_INDEX_PER_TENSOR_BYTES * len(inp.tensors), "small"))
+            files.append(
+                ("model.safetensors.index.json", SAFETENSORS_INDEX_PER_TENSOR_BYTES * len(inp.tensors), "small")
+            )
         return files
 
     def _rng_files(self, inp: LayoutInput, d: str) -> list[ManifestFile]:
@@ -134,7 +144,9 @@ class HfLayout(BufferedWriter):
         out = []
         for rank in range(par.gpus):
             name = "rng_state.pth" if par.gpus == 1 else f"rng_state_{rank}.pth"
-            out.append(ManifestFile(path=f"{d}/{name}", bytes=RNG_STATE_BYTES, rank=rank, node=par.node(rank), kind="small"))
+            out.append(
+                ManifestFile(path=f"{d}/{name}", bytes=RNG_STATE_BYTES, rank=rank, node=par.node(rank), kind="small")
+            )
         return out
 
     def _ddp_files(self, inp: LayoutInput) -> list[ManifestFile]:
@@ -167,5 +179,7 @@ class HfLayout(BufferedWriter):
         out += self.deepspeed.save_checkpoint(inp, d)
         out.append(ManifestFile(path=f"{d}/scheduler.pt", bytes=SCHEDULER_BYTES, rank=0, node=0, kind="small"))
         out += self._rng_files(inp, d)
-        out.append(ManifestFile(path=f"{d}/trainer_state.json", bytes=TRAINER_STATE_BYTES, rank=0, node=0, kind="small"))
+        out.append(
+            ManifestFile(path=f"{d}/trainer_state.json", bytes=TRAINER_STATE_BYTES, rank=0, node=0, kind="small")
+        )
         return out

@@ -31,8 +31,10 @@ class LightningLayout(BufferedWriter):
 
     def check(self, par: Parallelism) -> None:
         if par.zero or par.tp > 1 or par.pp > 1:
-            raise InputError("the lightning layout is one torch.save file (DDP: ‹zero› 0, ‹tp› 1, ‹pp› 1); "
-                             "Lightning's FSDP strategy writes DCP (‹framework› dcp), its DeepSpeed strategy DeepSpeed's layout")
+            raise InputError(
+                "the lightning layout is one torch.save file (DDP: ‹zero› 0, ‹tp› 1, ‹pp› 1); "
+                "Lightning's FSDP strategy writes DCP (‹framework› dcp), its DeepSpeed strategy DeepSpeed's layout"
+            )
 
     def persisted(self, states: list[StateBytes], zero: int, options: dict[str, str] | None = None) -> list[StateBytes]:
         return fp32_copy_only(states)
@@ -41,4 +43,6 @@ class LightningLayout(BufferedWriter):
         states = self.persisted(inp.states(inp.tensors), 0)
         payload = inp.scaled(total(states)) + SCHEDULER_BYTES + RNG_STATE_BYTES
         size = int(torch_save_bytes(payload, len(inp.tensors) * len(states)))
-        return [ManifestFile(path=f"checkpoints/epoch=0-step={inp.step}.ckpt", bytes=size, rank=0, node=0, kind="mixed")]
+        return [
+            ManifestFile(path=f"checkpoints/epoch=0-step={inp.step}.ckpt", bytes=size, rank=0, node=0, kind="mixed")
+        ]

@@ -42,9 +42,11 @@ class MegatronLayout(BufferedWriter):
     def notes(self, par: Parallelism, options: dict[str, str]) -> list[str]:
         if par.ep == 1:
             return []
-        return [f"Megatron-Core expert parallelism: the distributed optimizer shards each EP rank's expert states over "
-                f"its {par.edp} expert-data-parallel ranks (dense states over all {par.dp}), and fully parallel save "
-                "spreads each EP rank's expert weights over the same ranks, so each still writes ~1/N"]
+        return [
+            f"Megatron-Core expert parallelism: the distributed optimizer shards each EP rank's expert states over "
+            f"its {par.edp} expert-data-parallel ranks (dense states over all {par.dp}), and fully parallel save "
+            "spreads each EP rank's expert weights over the same ranks, so each still writes ~1/N"
+        ]
 
     def persisted(self, states: list[StateBytes], zero: int, options: dict[str, str] | None = None) -> list[StateBytes]:
         return states
@@ -53,6 +55,10 @@ class MegatronLayout(BufferedWriter):
         directory = f"iter_{inp.step:07d}"
         out = distcp_files(inp, directory, lambda s: self.persisted(s, inp.par.zero))
         out.append(ManifestFile(path=f"{directory}/common.pt", bytes=COMMON_PT_BYTES, rank=0, node=0, kind="small"))
-        out.append(ManifestFile(path=f"{directory}/metadata.json", bytes=CONFIG_JSON_BYTES // 10, rank=0, node=0, kind="small"))
-        out.append(ManifestFile(path="latest_checkpointed_iteration.txt", bytes=LATEST_TAG_BYTES, rank=0, node=0, kind="small"))
+        out.append(
+            ManifestFile(path=f"{directory}/metadata.json", bytes=CONFIG_JSON_BYTES // 10, rank=0, node=0, kind="small")
+        )
+        out.append(
+            ManifestFile(path="latest_checkpointed_iteration.txt", bytes=LATEST_TAG_BYTES, rank=0, node=0, kind="small")
+        )
         return out
