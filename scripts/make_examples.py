@@ -28,7 +28,7 @@ for label, model in (("Llama-3.1-405B", ["--model", "llama-3.1-405b"]), ("a 1T-p
     for mode in ("sync", "async"):
         EXTRA.append(
             (
-                f"Provisioning {label} from 1,024 to 65,536 GPUs, {mode} saves, 5 failures per 1,000 node-days",
+                f"Provisioning {label} from 1,024 to 65,536 GPUs, {mode} saves, 90% goodput",
                 [
                     "provision",
                     *model,
@@ -40,8 +40,8 @@ for label, model in (("Llama-3.1-405B", ["--model", "llama-3.1-405b"]), ("a 1T-p
                     "16",
                     "--mode",
                     mode,
-                    "--node-failure-rate",
-                    "5",
+                    "--target-goodput",
+                    "90%",
                 ],
             )
         )
