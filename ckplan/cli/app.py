@@ -569,8 +569,8 @@ def main() -> None:
 
     2 bad input, 3 a missing or broken environment, 4 a measurement that failed,
     130 interrupted, 1 anything else (a bug; --debug shows its traceback).
-    Typer's parser errors are matched by shape (format_message, exit_code 2)
-    because typer versions differ in where click's exception classes live.
+    The parser's errors are typer's public exception classes (typer.Exit, typer.Abort and
+    typer.TyperException, the base of the click exceptions typer vendors).
     """
     global _debug
     _debug = os.environ.get("CKPLAN_DEBUG", "") not in ("", "0")
@@ -580,20 +580,17 @@ def main() -> None:
         _fail(exc.render(o.flag_names()) or type(exc).__name__, exc.exit_code)
     except (EnvironmentProblem, MeasurementFailed) as exc:
         _fail(str(exc) or type(exc).__name__, exc.exit_code)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, typer.Abort):
         print("ckplan: interrupted", file=sys.stderr)
         sys.exit(130)
+    except typer.Exit as exc:
+        _exit(exc.exit_code)
+    except typer.TyperException as exc:  # the parser's errors (click's, as typer vendors them)
+        if len(sys.argv) <= 1:  # `ckplan` alone: the help was shown (no_args_is_help), not an error
+            sys.exit(0)
+        _fail(exc.format_message(), exc.exit_code or 2)
     except Exception as exc:
         name = type(exc).__name__
-        if name == "NoArgsIsHelpError":
-            sys.exit(0)
-        if name == "Abort":
-            print("ckplan: interrupted", file=sys.stderr)
-            sys.exit(130)
-        if name == "Exit":
-            _exit(getattr(exc, "exit_code", 0))
-        if hasattr(exc, "format_message") and getattr(exc, "exit_code", None) == 2:
-            _fail(exc.format_message(), 2)
         if _debug:
             raise
         detail = str(exc).strip().splitlines()
