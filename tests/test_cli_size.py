@@ -164,3 +164,13 @@ def test_model_file_is_a_users_own_catalog_entry(tmp_path):
     broken.write_text(own.read_text().replace("hidden = 4096\n", ""))
     assert_one_line_error(run_cli("size", "--model", str(broken)), "hidden")
     assert_one_line_error(run_cli("size", "--model", str(tmp_path / "absent.toml")), "absent.toml")
+
+
+def test_version_and_shell_completion():
+    """`ckplan --version` prints the package's version; `--show-completion bash` prints a bash completion function."""
+    from ckplan import __version__
+
+    proc = run_cli("--version")
+    assert proc.returncode == 0 and proc.stdout.strip() == f"ckplan {__version__}" and not proc.stderr
+    script = run_cli("--show-completion", "bash")
+    assert script.returncode == 0 and "_ckplan_completion()" in script.stdout and "complete " in script.stdout

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from ckplan.planning.policy import Policy
 
 app = typer.Typer(
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion for bash, zsh, fish and PowerShell
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     help="Plan checkpoint intervals and the storage they need.",
@@ -30,10 +30,21 @@ app = typer.Typer(
 _debug = False  # set by --debug or CKPLAN_DEBUG=1: an internal error re-raises with its traceback
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from ckplan import __version__
+
+        print(f"ckplan {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
 def _global_options(
     debug: Annotated[
         bool, typer.Option("--debug", help="On an internal error, show the traceback (also CKPLAN_DEBUG=1).")
+    ] = False,
+    version: Annotated[
+        bool, typer.Option("--version", callback=_print_version, is_eager=True, help="Print ckplan's version and exit.")
     ] = False,
 ) -> None:
     global _debug
