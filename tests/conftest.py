@@ -44,3 +44,12 @@ def assert_one_line_error(proc: subprocess.CompletedProcess, fragment: str = "",
 @pytest.fixture
 def cli():
     return run_cli
+
+
+def sigint_default() -> None:
+    """preexec_fn for a ckplan the test will Ctrl-C: SIGINT back to its default action. A suite started in the
+    background by a non-interactive shell (`cmd &`) inherits SIGINT ignored, and Python then installs no
+    KeyboardInterrupt handler, so the child would never see the test's Ctrl-C."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from ckplan.planning.policy import DEFAULT_SERIALIZE_BYTES_PER_S
-from tests.conftest import assert_one_line_error, ckplan_exe, run_cli, run_json
+from tests.conftest import assert_one_line_error, ckplan_exe, run_cli, run_json, sigint_default
 from tests.mounts import loop_fs, mounted, needs_root, sshfs_loopback
 
 pytestmark = pytest.mark.fio
@@ -315,6 +315,7 @@ def _start_probe(path: Path, *extra: str) -> subprocess.Popen:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=sigint_default,
     )
     deadline = time.monotonic() + 30
     while not scratch_dirs(path):

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from tests.conftest import assert_one_line_error, ckplan_exe, run_cli
+from tests.conftest import assert_one_line_error, ckplan_exe, run_cli, sigint_default
 from tests.s3server import (
     ACCESS_KEY,
     SECRET_KEY,
@@ -188,6 +188,7 @@ def _start(endpoint, tmp_path, name, *extra):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=sigint_default,
         env={**os.environ, **credentials_env(tmp_path)},
     )
     deadline = time.monotonic() + 30
