@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    from ckplan.profile import StorageProfile
     from ckplan.sizing.plan import CheckpointPlan
 
 MiB = 2**20
@@ -135,3 +136,30 @@ class TargetSpec:
     agent_wait_s: float | None = None  # hosts: wait this long for every agent to answer before probing
     notice: Callable[[str], None] | None = None  # where a target says what it found (the hosts Slurm gave)
     s3: S3Options = field(default_factory=S3Options)
+
+
+class PreparedTarget:
+    """What every probe target shares: it prepares its job once, on first need (every check that can fail runs
+    before a byte is written), and runs that job. A target supplies `_prepare` and `_run`, `kind` and `clean`."""
+
+    def __init__(self, spec: TargetSpec):
+        self.spec, self.plan = spec, spec.plan
+        self._job: Any = None
+
+    def _prepare(self) -> Any:
+        raise NotImplementedError
+
+    def _run(self, job: Any, progress: Progress | None) -> StorageProfile:
+        raise NotImplementedError
+
+    def prepare(self) -> Any:
+        if self._job is None:
+            self._job = self._prepare()
+        return self._job
+
+    @property
+    def estimated_seconds(self) -> float:
+        return float(self.prepare().estimated_seconds)
+
+    def run(self, progress: Progress | None = None) -> StorageProfile:
+        return self._run(self.prepare(), progress)

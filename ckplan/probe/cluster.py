@@ -36,7 +36,16 @@ from typing import TYPE_CHECKING
 from ckplan import children
 from ckplan.errors import EnvironmentProblem, InputError, MeasurementFailed
 from ckplan.probe import fio, hostlist, jobfiles
-from ckplan.probe.base import PRESETS, SCRATCH_PREFIX, Preset, Progress, Silent, TargetSpec, noise_notes, writer_counts
+from ckplan.probe.base import (
+    PRESETS,
+    SCRATCH_PREFIX,
+    PreparedTarget,
+    Preset,
+    Progress,
+    Silent,
+    noise_notes,
+    writer_counts,
+)
 from ckplan.profile import BandwidthPoint, Latency, Measurement, Replay, SmallFiles, Spread, StorageProfile
 
 if TYPE_CHECKING:
@@ -654,39 +663,30 @@ def _replay(job, run, timeout, progress, raw) -> Replay:
     )
 
 
-class HostsTarget:
+class HostsTarget(PreparedTarget):
     """A directory as many hosts see it, measured by their fio servers at once (probe/interface.py's ProbeTarget)."""
 
     kind: TargetKind = "hosts"
 
-    def __init__(self, spec: TargetSpec):
-        self.spec, self.plan = spec, spec.plan
-        self._job: ClusterJob | None = None
+    def _prepare(self) -> ClusterJob:
+        s = self.spec
+        hosts = parse_hosts(s.hosts, s.hosts_file, notice=s.notice)
+        job = prepare_cluster_probe(
+            Path(s.path),
+            hosts,
+            preset=s.preset,
+            writers=s.writers,
+            plan=s.plan,
+            scale=s.scale,
+            name=s.name,
+            emit_jobs=s.emit_jobs,
+        )
+        if s.agent_wait_s is not None:
+            wait_for_agents(hosts, s.agent_wait_s)
+        return job
 
-    def prepare(self) -> ClusterJob:
-        if self._job is None:
-            s = self.spec
-            hosts = parse_hosts(s.hosts, s.hosts_file, notice=s.notice)
-            self._job = prepare_cluster_probe(
-                Path(s.path),
-                hosts,
-                preset=s.preset,
-                writers=s.writers,
-                plan=s.plan,
-                scale=s.scale,
-                name=s.name,
-                emit_jobs=s.emit_jobs,
-            )
-            if s.agent_wait_s is not None:
-                wait_for_agents(hosts, s.agent_wait_s)
-        return self._job
-
-    @property
-    def estimated_seconds(self) -> float:
-        return self.prepare().estimated_seconds
-
-    def run(self, progress: Progress | None = None) -> StorageProfile:
-        return run_cluster_probe(self.prepare(), progress)
+    def _run(self, job: ClusterJob, progress: Progress | None) -> StorageProfile:
+        return run_cluster_probe(job, progress)
 
     def clean(self, force: bool = False) -> CleanResult:
         raise InputError(

@@ -20,10 +20,10 @@ from ckplan.probe.base import (
     SCRATCH_PREFIX,
     SHARED_TARGET,
     MiB,
+    PreparedTarget,
     Preset,
     Progress,
     Silent,
-    TargetSpec,
     noise_notes,
     writer_counts,
 )
@@ -695,37 +695,27 @@ def _replay(scratch, plan, files, scale, settings, direct_ok, calibration, progr
     )
 
 
-class FilesystemTarget:
+class FilesystemTarget(PreparedTarget):
     """A directory on a file system, measured with fio from this host (probe/interface.py's ProbeTarget)."""
 
     kind: TargetKind = "filesystem"
 
-    def __init__(self, spec: TargetSpec):
-        self.spec, self.plan = spec, spec.plan
-        self._job: ProbeJob | None = None
+    def _prepare(self) -> ProbeJob:
+        s = self.spec
+        return prepare_probe(
+            Path(s.path),
+            preset=s.preset,
+            writers=s.writers,
+            plan=s.plan,
+            scale=s.scale,
+            max_bytes=s.max_bytes,
+            name=s.name,
+            calibrate=s.calibrate,
+            emit_jobs=s.emit_jobs,
+        )
 
-    def prepare(self) -> ProbeJob:
-        if self._job is None:
-            s = self.spec
-            self._job = prepare_probe(
-                Path(s.path),
-                preset=s.preset,
-                writers=s.writers,
-                plan=s.plan,
-                scale=s.scale,
-                max_bytes=s.max_bytes,
-                name=s.name,
-                calibrate=s.calibrate,
-                emit_jobs=s.emit_jobs,
-            )
-        return self._job
-
-    @property
-    def estimated_seconds(self) -> float:
-        return self.prepare().estimated_seconds
-
-    def run(self, progress: Progress | None = None) -> StorageProfile:
-        return run_probe(self.prepare(), progress)
+    def _run(self, job: ProbeJob, progress: Progress | None) -> StorageProfile:
+        return run_probe(job, progress)
 
     def clean(self, force: bool = False) -> CleanResult:
         from ckplan.probe.clean import clean_target

@@ -41,10 +41,10 @@ from ckplan.probe.base import (
     PRESETS,
     SCRATCH_PREFIX,
     MiB,
+    PreparedTarget,
     Preset,
     Progress,
     Silent,
-    TargetSpec,
     concurrent_note,
     noise_notes,
     writer_counts,
@@ -684,39 +684,29 @@ def clean_s3(
     )
 
 
-class S3Target:
+class S3Target(PreparedTarget):
     """An object-store prefix, measured with ckplan's own client (probe/interface.py's ProbeTarget)."""
 
     kind: TargetKind = "s3"
 
-    def __init__(self, spec: TargetSpec):
-        self.spec, self.plan = spec, spec.plan
-        self._job: S3ProbeJob | None = None
+    def _prepare(self) -> S3ProbeJob:
+        s, o = self.spec, self.spec.s3
+        return prepare_s3_probe(
+            s.path,
+            endpoint_url=o.endpoint_url,
+            region=o.region,
+            profile=o.profile,
+            preset=s.preset,
+            writers=s.writers,
+            plan=s.plan,
+            scale=s.scale,
+            part_bytes=o.part_bytes or DEFAULT_PART_BYTES,
+            timeout_s=o.timeout_s,
+            name=s.name,
+        )
 
-    def prepare(self) -> S3ProbeJob:
-        if self._job is None:
-            s, o = self.spec, self.spec.s3
-            self._job = prepare_s3_probe(
-                s.path,
-                endpoint_url=o.endpoint_url,
-                region=o.region,
-                profile=o.profile,
-                preset=s.preset,
-                writers=s.writers,
-                plan=s.plan,
-                scale=s.scale,
-                part_bytes=o.part_bytes or DEFAULT_PART_BYTES,
-                timeout_s=o.timeout_s,
-                name=s.name,
-            )
-        return self._job
-
-    @property
-    def estimated_seconds(self) -> float:
-        return self.prepare().estimated_seconds
-
-    def run(self, progress: Progress | None = None) -> StorageProfile:
-        return run_s3_probe(self.prepare(), progress)
+    def _run(self, job: S3ProbeJob, progress: Progress | None) -> StorageProfile:
+        return run_s3_probe(job, progress)
 
     def clean(self, force: bool = False) -> CleanResult:
         o = self.spec.s3
