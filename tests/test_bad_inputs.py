@@ -550,6 +550,7 @@ def test_cases_are_distinct_and_cover_every_command():
         (["diagnose", "@devzero"], "log /dev/zero is a character device"),
         (["recommend", "--storage", "@socket"], "is a socket, not a regular file"),
         (["compress-test", "--file", "@dir"], "--file"),
+        (["siez", "--params", "7B"], "No such command 'siez'. Did you mean 'size'?"),
     ],
 )
 def test_message_names_the_flag_or_file(run, inputs, argv, fragment):

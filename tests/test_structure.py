@@ -108,9 +108,13 @@ def test_core_imports_no_edge_and_reads_no_file(name):
     assert not calls & FILE_CALLS, f"{name} calls {sorted(calls & FILE_CALLS)}"
 
 
-def test_cli_holds_no_arithmetic():
-    """cli/app.py parses, calls the library and renders: no arithmetic operator on numbers."""
-    tree = MODULES["ckplan.cli.app"]
+CLI_MODULES = sorted(m for m in MODULES if m == "ckplan.cli.app" or m.startswith("ckplan.cli.commands."))
+
+
+@pytest.mark.parametrize("name", CLI_MODULES)
+def test_cli_holds_no_arithmetic(name):
+    """The CLI's modules parse, call the library and render: no arithmetic operator on numbers."""
+    tree = MODULES[name]
     ops = [
         n
         for n in ast.walk(tree)
@@ -125,7 +129,43 @@ def test_cli_holds_no_arithmetic():
             for side in (n.left, n.right)
         )
     ]
-    assert not numeric, "arithmetic in cli/app.py at lines " + ", ".join(str(n.lineno) for n in numeric)
+    assert not numeric, f"arithmetic in {name} at lines " + ", ".join(str(n.lineno) for n in numeric)
+
+
+def test_command_table_names_every_command():
+    """app.COMMANDS, which `ckplan` resolves commands through, lists each command of ckplan/cli/commands/ once, in the
+    module that defines it: a command added to a module but not to the table would never run."""
+    import importlib
+
+    from typer.main import get_command_name
+
+    from ckplan.cli.app import COMMANDS
+
+    defined = {}
+    for module in sorted({*COMMANDS.values(), *(m.rpartition(".")[2] for m in CLI_MODULES if ".commands." in m)}):
+        for info in importlib.import_module(f"ckplan.cli.commands.{module}").commands.registered_commands:
+            defined[info.name or get_command_name(info.callback.__name__)] = module
+    assert defined == COMMANDS
+
+
+def test_size_builds_only_its_own_command():
+    """`ckplan size` imports its command's module and no other, and not the probe, planning or validation code
+    (the lazy command table is what keeps its start-up near typer's own; scripts/bench_size.py measures it)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.argv = ['ckplan', 'size', '--params', '7e9', '--json']\n"
+        "from ckplan.cli.app import main\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "print(' '.join(m for m in sys.modules if m.startswith('ckplan.')), file=sys.stderr)"
+    )
+    loaded = set(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stderr.split())
+    assert "ckplan.cli.commands.size" in loaded and "ckplan.sizing.plan" in loaded
+    others = sorted(m for m in loaded if m.startswith("ckplan.cli.commands.") and m != "ckplan.cli.commands.size")
+    assert not others
+    heavy = sorted(m for m in loaded if m.startswith(("ckplan.probe", "ckplan.planning.", "ckplan.validate")))
+    assert not heavy
 
 
 def test_scripts_import_nothing_from_tests():

@@ -50,6 +50,17 @@ def load_plan(path: Path) -> CheckpointPlan:
     )
 
 
+def output_file(path: Path | None, flag: str) -> None:
+    """Refuse an output file that is a directory before the work whose result it would hold."""
+    if path is not None and path.is_dir():
+        raise InputError(f"{flag} {path} is a directory; give a file name")
+
+
+def interrupt(signum: int, frame: object) -> None:
+    """A SIGTERM handler: run the same cleanup as Ctrl-C."""
+    raise KeyboardInterrupt
+
+
 @dataclass(frozen=True)
 class Flag:
     """One flag of a group: its parameter name, the flag, its type, help text and the default shown in --help."""

@@ -1,0 +1,84 @@
+"""A running job: `diagnose` its logs, `watch` its device."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ckplan.cli import options as o
+from ckplan.errors import InputError
+from ckplan.render import emit
+
+commands = typer.Typer()
+
+
+@commands.command()
+def diagnose(
+    logs: Annotated[list[Path], typer.Argument(help="Training logs to read (any size; streamed).")],
+    pattern: Annotated[
+        str | None,
+        typer.Option(help="A regex with (?P<duration>…) seconds, or (?P<start>…) and (?P<end>…) timestamps."),
+    ] = None,
+    by: Annotated[str, typer.Option(help="Fit against 'save' number or wall 'time'.")] = "save",
+    interval: Annotated[str | None, typer.Option(help="The save interval, if the log has no timestamps.")] = None,
+    plan_file: Annotated[
+        Path | None, typer.Option("--plan", help="A plan, to compare with ckplan's prediction.")
+    ] = None,
+    storage: Annotated[str | None, typer.Option("--storage", help="The target's profile, with --plan.")] = None,
+    json: o.Json = False,
+) -> None:
+    """Is storage the bottleneck? Save times from training logs, their trend, and a verdict."""
+    from ckplan import profile_store
+    from ckplan.diagnose import diagnose_logs
+    from ckplan.units import parse_duration
+
+    if by not in ("save", "time"):
+        raise InputError(f"--by must be save or time, got {by!r}")
+    if (plan_file is None) != (storage is None):
+        raise InputError("--plan and --storage go together")
+    plan = o.load_plan(plan_file) if plan_file is not None else None
+    profile = profile_store.resolve(storage) if storage is not None else None
+    emit(
+        diagnose_logs(
+            logs,
+            pattern,
+            "wall time" if by == "time" else "save number",
+            parse_duration(interval, "--interval") if interval else None,
+            plan,
+            profile,
+        ),
+        json,
+    )
+
+
+@commands.command()
+def watch(
+    target: Annotated[
+        str, typer.Argument(help="A path (its block device is watched) or a device such as /dev/nvme0n1.")
+    ] = ".",
+    interval: Annotated[str, typer.Option(help="Sampling interval.")] = "1s",
+    duration: Annotated[str | None, typer.Option(help="Stop after this long (default: until Ctrl-C).")] = None,
+    record: Annotated[Path | None, typer.Option(help="Save the timeline as CSV (.csv) or JSON.")] = None,
+    json: o.Json = False,
+) -> None:
+    """A live iostat-like view of the device behind a path: write MB/s, IOPS, %util, w_await, GPU utilisation."""
+    from ckplan.diagnose import device
+    from ckplan.units import parse_duration
+
+    o.output_file(record, "--record")
+    on_sample = None
+    if not json:
+        from ckplan.render.watch import print_sample
+
+        on_sample = print_sample
+    result = device.watch(
+        target,
+        parse_duration(interval, "--interval"),
+        parse_duration(duration, "--duration") if duration else None,
+        on_sample,
+    )
+    if record:
+        device.record(result, record)
+    emit(result, json)

@@ -1,0 +1,277 @@
+"""Measuring a target: `probe`, `calibrate`, `clean`, `profiles`, and `agent` for multi-host probes."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ckplan.cli import options as o
+from ckplan.errors import InputError
+from ckplan.render import emit
+
+commands = typer.Typer()
+
+
+EndpointUrl = Annotated[
+    str | None, typer.Option("--endpoint-url", help="S3: endpoint of an S3-compatible store.", rich_help_panel="S3")
+]
+Region = Annotated[str | None, typer.Option(help="S3: region.", rich_help_panel="S3")]
+AwsProfile = Annotated[
+    str | None, typer.Option("--profile", help="S3: AWS profile from ~/.aws/config.", rich_help_panel="S3")
+]
+S3Timeout = Annotated[str, typer.Option(help="S3: connect and read timeout per request.", rich_help_panel="S3")]
+
+
+@commands.command()
+def probe(
+    path: Annotated[str, typer.Argument(help="A directory on the filesystem to measure, or s3://bucket/prefix.")],
+    quick: Annotated[bool, typer.Option("--quick", help="About 15 s: one run per point.")] = False,
+    thorough: Annotated[bool, typer.Option("--thorough", help="Longer runs, 5 repeats.")] = False,
+    writers: Annotated[
+        int | None,
+        typer.Option(help="Most writers to test (default: the plan's writers per node, else the CPU count)."),
+    ] = None,
+    plan_file: o.PlanFile = None,
+    scale: Annotated[
+        float, typer.Option(help="Shrink every replayed file by this factor to fit a small machine.")
+    ] = 1.0,
+    max_bytes: Annotated[
+        str | None, typer.Option("--max-bytes", help="Most bytes the probe may write at once, e.g. 10GB.")
+    ] = None,
+    save: Annotated[
+        str | None, typer.Option(help="Save the profile under this name in the user config directory.")
+    ] = None,
+    out: Annotated[Path | None, typer.Option(help="Write the profile to this file.")] = None,
+    endpoint_url: EndpointUrl = None,
+    region: Region = None,
+    profile: AwsProfile = None,
+    part_size: Annotated[
+        str, typer.Option("--part-size", help="S3: multipart part size.", rich_help_panel="S3")
+    ] = "8MiB",
+    timeout: S3Timeout = "30s",
+    hosts: Annotated[
+        str | None,
+        typer.Option(
+            help="Probe from many hosts at once, each running `ckplan agent`: host[:port],…, "
+            "Slurm host lists such as gpu[001-016]:8766, or slurm (the job's nodes).",
+            rich_help_panel="Multi-host",
+        ),
+    ] = None,
+    hosts_file: Annotated[
+        Path | None,
+        typer.Option("--hosts-file", help="One host[:port] or host list per line.", rich_help_panel="Multi-host"),
+    ] = None,
+    agent_wait: Annotated[
+        str | None,
+        typer.Option(
+            "--agent-wait",
+            help="Wait up to this long for every host's agent to answer (agents srun started a moment ago), e.g. 2m.",
+            rich_help_panel="Multi-host",
+        ),
+    ] = None,
+    no_calibrate: Annotated[
+        bool, typer.Option("--no-calibrate", help="Skip measuring this machine's serialisers (`ckplan calibrate`).")
+    ] = False,
+    emit_jobs: Annotated[
+        Path | None,
+        typer.Option(
+            "--emit-jobs",
+            metavar="DIR",
+            help="Write every fio run's job file, numbered in the order they ran, and run.sh to rerun them, "
+            "into this new or empty directory.",
+        ),
+    ] = None,
+    json: o.Json = False,
+) -> None:
+    """Measure what a target sustains: buffered and direct bandwidth against writers, small files, fsync latency,
+    this machine's serialisers, and a replay of a plan."""
+    import signal
+
+    from ckplan import profile_store
+    from ckplan.units import MAX_GPUS, check_range, parse_bytes
+
+    # every flag that can be refused is checked before the probe writes a byte
+    if not path.strip():  # Path("") is the current directory
+        raise InputError("probe needs a directory or s3://bucket/prefix, got an empty path")
+    if save is not None:
+        profile_store.check_name(save)
+    if hosts is not None and not hosts.strip(" ,"):
+        raise InputError("--hosts names no hosts: give host[:port],…")
+    if agent_wait is not None and not (hosts or hosts_file):
+        raise InputError("--agent-wait applies to a multi-host probe (--hosts or --hosts-file)")
+    if writers is not None:
+        check_range(writers, "--writers", 1, MAX_GPUS, limit=f"{MAX_GPUS:,}")
+    o.output_file(out, "--out")
+    if emit_jobs is not None and path.startswith("s3:"):
+        raise InputError("--emit-jobs writes fio job files; the S3 probe runs ckplan's own client, not fio")
+    if quick and thorough:
+        raise InputError("give --quick or --thorough, not both")
+    if not 0 < scale <= 1:
+        raise InputError(f"--scale must be in (0, 1], got {scale}")
+    from ckplan.probe.base import S3Options, TargetSpec
+    from ckplan.probe.interface import open_target
+    from ckplan.units import parse_duration
+
+    target = open_target(
+        TargetSpec(
+            path,
+            preset="quick" if quick else "thorough" if thorough else "default",
+            writers=writers,
+            plan=o.load_plan(plan_file) if plan_file else None,
+            scale=scale,
+            max_bytes=parse_bytes(max_bytes, "--max-bytes") if max_bytes else None,
+            name=save,
+            calibrate=not no_calibrate,
+            emit_jobs=emit_jobs,
+            hosts=hosts,
+            hosts_file=hosts_file,
+            agent_wait_s=parse_duration(agent_wait, "--agent-wait") if agent_wait is not None else None,
+            notice=lambda line: print(f"ckplan: {line}", file=sys.stderr, flush=True),
+            s3=S3Options(
+                endpoint_url=endpoint_url,
+                region=region,
+                profile=profile,
+                part_bytes=parse_bytes(part_size, "--part-size"),
+                timeout_s=parse_duration(timeout, "--timeout"),
+            ),
+        )
+    )
+    estimate = target.estimated_seconds  # prepares: every check that can fail comes before a byte is written
+    signal.signal(signal.SIGTERM, o.interrupt)  # run the same cleanup as Ctrl-C
+    from ckplan.render.profile import live_progress
+
+    with live_progress(estimate) as live:
+        result = target.run(live)
+    from ckplan.probe.base import shared_target_warnings
+
+    for warning in shared_target_warnings(result.notes):  # in the profile too, but shared figures must not pass unseen
+        print(f"ckplan: warning: {warning}", file=sys.stderr)
+    if save:
+        where = profile_store.save(result, save)
+        print(f"saved profile {save!r} to {where}", file=sys.stderr)
+    if out:
+        profile_store.write(result, out)
+    emit(result, json)
+
+
+@commands.command()
+def calibrate(
+    quick: Annotated[bool, typer.Option("--quick", help="A smaller sample, 3 repeats.")] = False,
+    thorough: Annotated[bool, typer.Option("--thorough", help="A larger sample, 9 repeats.")] = False,
+    ranks: Annotated[
+        int, typer.Option(help="Processes in the DCP save whose fixed cost is measured (the writers per node).")
+    ] = 2,
+    out: Annotated[Path | None, typer.Option(help="Write the calibration to this file (JSON).")] = None,
+    json: o.Json = False,
+) -> None:
+    """Measure this machine's serialisers (torch.save, safetensors, DCP) per writer, and DCP's fixed cost per save."""
+    from ckplan.validate.calibrate import calibrate as run
+
+    if quick and thorough:
+        raise InputError("give --quick or --thorough, not both")
+    o.output_file(out, "--out")
+    from ckplan.render.profile import live_progress
+    from ckplan.validate.calibrate import ESTIMATE_S
+
+    preset = "quick" if quick else "thorough" if thorough else "default"
+    with live_progress(ESTIMATE_S[preset]) as live:
+        result = run(preset, ranks, live)
+    if out:
+        try:
+            out.write_text(result.model_dump_json(indent=2))
+        except OSError as exc:
+            raise InputError(f"cannot write {out}: {exc.strerror}") from None
+    emit(result, json)
+
+
+@commands.command()
+def clean(
+    path: Annotated[str, typer.Argument(help="The directory (or s3://bucket/prefix) a killed probe wrote under.")],
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="Also remove what probes that may still run wrote: other hosts' scratch directories, live S3 probes' prefixes.",
+        ),
+    ] = False,
+    endpoint_url: EndpointUrl = None,
+    region: Region = None,
+    profile: AwsProfile = None,
+    timeout: S3Timeout = "30s",
+    json: o.Json = False,
+) -> None:
+    """Remove what a probe killed with -9 left behind: scratch directories, or objects and multipart uploads."""
+    if not path.strip():  # Path("") is the current directory: an empty argument must not clean it
+        raise InputError("clean needs a directory or s3://bucket/prefix, got an empty path")
+    from ckplan.probe.base import S3Options, TargetSpec
+    from ckplan.probe.interface import open_target
+    from ckplan.units import parse_duration
+
+    result = open_target(
+        TargetSpec(
+            path,
+            s3=S3Options(
+                endpoint_url=endpoint_url,
+                region=region,
+                profile=profile,
+                timeout_s=parse_duration(timeout, "--timeout"),
+            ),
+        )
+    ).clean(force)
+    emit(result, json)
+
+
+@commands.command()
+def profiles(json: o.Json = False) -> None:
+    """List saved storage profiles and the built-in storage classes."""
+    from ckplan.profile_store import ProfileList
+
+    emit(ProfileList.collect(), json)
+
+
+@commands.command()
+def agent(
+    bind: Annotated[
+        str | None,
+        typer.Option(
+            help="Address or host name the fio server listens on; slurm: this node's "
+            "Slurm name (SLURMD_NODENAME). Bind to a trusted network only. "
+            "Default: $CKPLAN_AGENT_BIND, else 127.0.0.1.",
+            show_default=False,
+        ),
+    ] = None,
+    port: Annotated[
+        str | None, typer.Option(help="Port. Default: $CKPLAN_AGENT_PORT, else 8765 (fio's).", show_default=False)
+    ] = None,
+    idle_timeout: Annotated[
+        str | None,
+        typer.Option(
+            "--idle-timeout",
+            help="Exit after this long with no probe "
+            "connected, e.g. 10m. Default: $CKPLAN_AGENT_IDLE_TIMEOUT, else never.",
+            show_default=False,
+        ),
+    ] = None,
+) -> None:
+    """Run a fio server on this host for `ckplan probe PATH --hosts …` (fio's protocol has no authentication).
+    It stops on SIGTERM (a Slurm job's end), and every fio process with it; safe under `srun --ntasks-per-node=1`."""
+    import shlex
+
+    from ckplan.probe.agent import agent_settings, check_port_free, run_agent
+    from ckplan.probe.cluster import agent_command, is_loopback
+
+    settings = agent_settings(bind, port, idle_timeout)
+    check_port_free(settings.address, settings.port)
+    cmd = agent_command(settings.address, settings.port)
+    where = f"{settings.address}:{settings.port}" + (f" ({settings.bind})" if settings.bind else "")
+    if not is_loopback(settings.address):
+        print(
+            f"ckplan: warning: fio's server protocol has no authentication; anyone who reaches {where} "
+            "can run jobs as this user. Bind to a trusted network only.",
+            file=sys.stderr,
+        )
+    print(f"running: {shlex.join(cmd)}", file=sys.stderr, flush=True)
+    raise typer.Exit(run_agent(settings, lambda line: print(f"ckplan agent: {line}", file=sys.stderr, flush=True)))

@@ -1,0 +1,50 @@
+"""`ckplan size` and `ckplan models`: what one save writes, and the model catalog."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from ckplan.cli import options as o
+from ckplan.render import emit
+
+commands = typer.Typer()
+
+
+@commands.command()
+@o.plan_options(plan_file=False)
+def size(
+    spec: o.PlanSpec,
+    interval: Annotated[
+        str | None, typer.Option(help="Save interval, e.g. 5m: adds the bandwidth and IOPS it needs.")
+    ] = None,
+    max_overhead: Annotated[
+        str, typer.Option("--max-overhead", help="Share of the interval a save may block, e.g. 5%.")
+    ] = "5%",
+    full_manifest: Annotated[bool, typer.Option("--full-manifest", help="List every file.")] = False,
+    json: o.Json = False,
+) -> None:
+    """What one checkpoint save writes: bytes, files, writers, and the bandwidth an interval needs."""
+    from ckplan.sizing.plan import TYPICAL_INTERVALS_S, interval_demand
+    from ckplan.units import parse_duration, parse_fraction
+
+    interval_s = parse_duration(interval, "--interval") if interval is not None else None
+    overhead = parse_fraction(max_overhead, "--max-overhead")
+    plan = spec.plan()
+    if interval_s is not None:
+        plan = plan.model_copy(update={"interval": interval_demand(plan, interval_s, overhead)})
+    else:
+        plan = plan.model_copy(
+            update={"typical_demand": [interval_demand(plan, t, overhead) for t in TYPICAL_INTERVALS_S]}
+        )
+    emit(plan, json, full_manifest=full_manifest)
+
+
+@commands.command()
+def models(json: o.Json = False) -> None:
+    """List the model catalog with derived and published parameter counts."""
+    from ckplan.catalog import ModelCatalog
+    from ckplan.catalog import models as load
+
+    emit(ModelCatalog.from_catalog(load()), json)

@@ -1,0 +1,51 @@
+"""`ckplan validate`: real PyTorch saves against the prediction."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ckplan.cli import options as o
+from ckplan.errors import InputError
+from ckplan.render import emit
+
+commands = typer.Typer()
+
+
+@commands.command()
+def validate(
+    path: Annotated[str, typer.Argument(help="A directory on the target to save into.")],
+    plan_file: Annotated[Path, typer.Option("--plan", help="A plan from `ckplan size --json`.")],
+    storage: Annotated[
+        str, typer.Option("--storage", help="The target's profile (from `ckplan probe`), a saved name or a file.")
+    ],
+    scale: Annotated[float, typer.Option(help="Shrink every file by this factor to fit the machine.")] = 1.0,
+    repeats: Annotated[int, typer.Option(help="Saves to time; the median is reported.")] = 3,
+    mode: Annotated[
+        str, typer.Option(help="sync, or async (DCP async_save: blocking part and persist apart).")
+    ] = "sync",
+    max_bytes: Annotated[str | None, typer.Option("--max-bytes", help="Most bytes one save may write.")] = None,
+    json: o.Json = False,
+) -> None:
+    """Save one node's share of a plan with real PyTorch calls and compare the time with the prediction."""
+    from ckplan import profile_store
+    from ckplan.units import parse_bytes
+    from ckplan.validate.run import validate as run
+
+    if mode not in ("sync", "async"):
+        raise InputError(f"--mode must be sync or async, got {mode!r}")
+    import signal
+
+    signal.signal(signal.SIGTERM, o.interrupt)  # the save processes and scratch directory go, as on Ctrl-C
+    result = run(
+        Path(path),
+        o.load_plan(plan_file),
+        profile_store.resolve(storage),
+        scale=scale,
+        repeats=repeats,
+        mode=mode,
+        max_bytes=parse_bytes(max_bytes, "--max-bytes") if max_bytes else None,
+    )
+    emit(result, json)
