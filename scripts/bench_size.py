@@ -3,9 +3,17 @@
 
 Targets: `ckplan size --params 7e9 --optimizer adam` at most 1.6× the time of
 `python -c "import typer, rich, pydantic"` (issue 17), measured as a ratio in alternating runs on
-this noisy VM (each pair: the baseline, then ckplan, then the order swapped), median and min…max of
-the per-pair ratios; and sizing a 1T-parameter model on 1,024 GPUs with its full manifest under 1 s
-(issue 2). Prints one line per figure; exits 1 if a target is missed.
+this noisy VM (each round runs the three programs, the order reversed every other round), median and
+min…max of the per-round ratios; and sizing a 1T-parameter model on 1,024 GPUs with its full manifest
+under 1 s (issue 2). Prints one line per figure; exits 1 if a target is missed.
+
+Beside them it times a floor: a typer app with as many options as `ckplan size` that prints one rich table
+and does nothing else. typer 0.29 builds a pydantic TypeAdapter for each parameter of the command it runs,
+which imports pydantic's schema machinery that a bare `import pydantic` never loads, so the floor shows how
+much of ckplan's ratio any typer CLI of that size pays, and ckplan ÷ floor what is ckplan's own.
+
+Python runs with its bytecode cache, as after `pip install` (which compiles every module): this shell sets
+PYTHONDONTWRITEBYTECODE, under which every run would recompile ckplan's sources but not site-packages'.
 """
 
 from __future__ import annotations
@@ -18,6 +26,33 @@ import sys
 import time
 
 RUNS = 15
+FLOOR_APP = """
+import inspect
+import sys
+from typing import Annotated, Optional
+import typer
+OPTIONS = int(sys.argv.pop(1))  # python -c FLOOR_APP OPTIONS size --o0 …
+app = typer.Typer()
+@app.callback()
+def main() -> None:
+    pass
+def command(**options: Optional[str]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+    table = Table(title="floor")
+    for column in ("option", "value"):
+        table.add_column(column)
+    for name, value in options.items():
+        table.add_row(name, str(value))
+    Console().print(table)
+command.__signature__ = inspect.Signature([
+    inspect.Parameter(f"o{i}", inspect.Parameter.KEYWORD_ONLY, default=None,
+                      annotation=Annotated[Optional[str], typer.Option(f"--o{i}")])
+    for i in range(OPTIONS)
+])
+app.command("size")(command)
+app()
+"""
 LARGE = (
     "import time, resource; t = time.perf_counter(); "
     "from ckplan import catalog; from ckplan.sizing.plan import build_plan, nearest_shape; "
@@ -31,28 +66,47 @@ def main() -> int:
     exe = shutil.which("ckplan", path=os.path.dirname(sys.executable)) or shutil.which("ckplan")
     cmd = [exe, "size", "--params", "7e9", "--optimizer", "adam"]
     base = [sys.executable, "-c", "import typer, rich, pydantic"]
-    env = {**os.environ, "NO_COLOR": "1"}
+    import typer.main
+
+    from ckplan.cli.app import app as ckplan_app
+
+    options = len(typer.main.get_command(ckplan_app).commands["size"].params)  # --help is not among them
+    floor = [sys.executable, "-c", FLOOR_APP, str(options), "size", "--o0", "7e9", "--o1", "adam"]
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"} | {"NO_COLOR": "1"}
+    programs = {"baseline": base, "ckplan": cmd, "floor": floor}
 
     def timed(argv: list[str]) -> float:
         t = time.perf_counter()
         subprocess.run(argv, capture_output=True, check=True, env=env)
         return time.perf_counter() - t
 
-    timed(cmd), timed(base)  # warm the page cache and .pyc files
-    ours, theirs, ratios = [], [], []
+    for argv in programs.values():  # warm the page cache and write the .pyc files
+        timed(argv)
+    times: dict[str, list[float]] = {name: [] for name in programs}
     for i in range(RUNS):
-        first, second = (base, cmd) if i % 2 == 0 else (cmd, base)
-        a, b = timed(first), timed(second)
-        t_base, t_cmd = (a, b) if first is base else (b, a)
-        ours.append(t_cmd)
-        theirs.append(t_base)
-        ratios.append(t_cmd / t_base)
-    median = statistics.median(ratios)
+        for name in list(programs) if i % 2 == 0 else list(programs)[::-1]:
+            times[name].append(timed(programs[name]))
+
+    def ratio(num: str, den: str) -> tuple[float, float, float]:
+        r = [a / b for a, b in zip(times[num], times[den], strict=True)]
+        return statistics.median(r), min(r), max(r)
+
+    def seconds(name: str) -> str:
+        t = times[name]
+        return f"{statistics.median(t):.3f} s ({min(t):.3f}…{max(t):.3f})"
+
+    median, low, high = ratio("ckplan", "baseline")
     print(
-        f"ckplan size --params 7e9 --optimizer adam: {statistics.median(ours):.3f} s median "
-        f"({min(ours):.3f}…{max(ours):.3f}); python -c 'import typer, rich, pydantic': {statistics.median(theirs):.3f} s "
-        f"({min(theirs):.3f}…{max(theirs):.3f}); ratio {median:.2f}× median ({min(ratios):.2f}…{max(ratios):.2f}) "
-        f"over {RUNS} alternating pairs; target ≤ 1.60×"
+        f"ckplan size --params 7e9 --optimizer adam: {seconds('ckplan')}; "
+        f"python -c 'import typer, rich, pydantic': {seconds('baseline')}; "
+        f"ratio {median:.2f}× median ({low:.2f}…{high:.2f}) over {RUNS} alternating rounds; target ≤ 1.60×"
+    )
+    f_median, f_low, f_high = ratio("floor", "baseline")
+    o_median, o_low, o_high = ratio("ckplan", "floor")
+    print(
+        f"floor, a typer app with {options} options printing one rich table: {seconds('floor')}; "
+        f"floor ÷ baseline {f_median:.2f}× ({f_low:.2f}…{f_high:.2f}); "
+        f"ckplan ÷ floor {o_median:.2f}× ({o_low:.2f}…{o_high:.2f})"
     )
     elapsed, peak, files, size = subprocess.run(
         [sys.executable, "-c", LARGE], capture_output=True, text=True, check=True
