@@ -7,10 +7,15 @@ this noisy VM (each round runs the three programs, the order reversed every othe
 min…max of the per-round ratios; and sizing a 1T-parameter model on 1,024 GPUs with its full manifest
 under 1 s (issue 2). Prints one line per figure; exits 1 if a target is missed.
 
-Beside them it times a floor: a typer app with as many options as `ckplan size` that prints one rich table
-and does nothing else. typer 0.29 builds a pydantic TypeAdapter for each parameter of the command it runs,
-which imports pydantic's schema machinery that a bare `import pydantic` never loads, so the floor shows how
-much of ckplan's ratio any typer CLI of that size pays, and ckplan ÷ floor what is ckplan's own.
+Beside them it times two floors, programs that do a sliver of `size`'s work with the same libraries:
+- the CLI floor, a typer app with as many options as `ckplan size` that prints one rich table and does
+  nothing else. typer 0.29 builds a pydantic TypeAdapter for each parameter of the command it runs, which
+  imports pydantic's schema machinery that a bare `import pydantic` never loads;
+- the model floor, no command line at all: one three-field pydantic model validated and printed as one rich
+  table. Every ckplan result is a pydantic model (`--json` prints the model the table shows), and the first
+  model validated in a process imports and runs that same machinery.
+They show how much of ckplan's ratio any program built this way pays, and ckplan ÷ CLI floor what is ckplan's
+own.
 
 Python runs with its bytecode cache, as after `pip install` (which compiles every module): this shell sets
 PYTHONDONTWRITEBYTECODE, under which every run would recompile ckplan's sources but not site-packages'.
@@ -26,6 +31,23 @@ import sys
 import time
 
 RUNS = 15
+MODEL_FLOOR = """
+import typer, rich, pydantic
+from pydantic import BaseModel
+from rich.console import Console
+from rich.table import Table
+class Result(BaseModel):
+    parameters: int
+    optimizer: str
+    bytes_per_state: list[float] = []
+result = Result(parameters=7_000_000_000, optimizer="adam", bytes_per_state=[2.0, 4.0, 4.0, 4.0])
+table = Table(title="floor")
+for column in ("field", "value"):
+    table.add_column(column)
+for name, value in result:
+    table.add_row(name, str(value))
+Console().print(table)
+"""
 FLOOR_APP = """
 import inspect
 import sys
@@ -73,7 +95,7 @@ def main() -> int:
     options = len(typer.main.get_command(ckplan_app).commands["size"].params)  # --help is not among them
     floor = [sys.executable, "-c", FLOOR_APP, str(options), "size", "--o0", "7e9", "--o1", "adam"]
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"} | {"NO_COLOR": "1"}
-    programs = {"baseline": base, "ckplan": cmd, "floor": floor}
+    programs = {"baseline": base, "ckplan": cmd, "floor": floor, "model floor": [sys.executable, "-c", MODEL_FLOOR]}
 
     def timed(argv: list[str]) -> float:
         t = time.perf_counter()
@@ -104,9 +126,14 @@ def main() -> int:
     f_median, f_low, f_high = ratio("floor", "baseline")
     o_median, o_low, o_high = ratio("ckplan", "floor")
     print(
-        f"floor, a typer app with {options} options printing one rich table: {seconds('floor')}; "
+        f"CLI floor, a typer app with {options} options printing one rich table: {seconds('floor')}; "
         f"floor ÷ baseline {f_median:.2f}× ({f_low:.2f}…{f_high:.2f}); "
         f"ckplan ÷ floor {o_median:.2f}× ({o_low:.2f}…{o_high:.2f})"
+    )
+    m_median, m_low, m_high = ratio("model floor", "baseline")
+    print(
+        f"model floor, one pydantic model validated and printed as one rich table, no command line: "
+        f"{seconds('model floor')}; ÷ baseline {m_median:.2f}× ({m_low:.2f}…{m_high:.2f})"
     )
     elapsed, peak, files, size = subprocess.run(
         [sys.executable, "-c", LARGE], capture_output=True, text=True, check=True
