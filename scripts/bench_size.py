@@ -109,31 +109,26 @@ def main() -> int:
         for name in list(programs) if i % 2 == 0 else list(programs)[::-1]:
             times[name].append(timed(programs[name]))
 
-    def ratio(num: str, den: str) -> tuple[float, float, float]:
-        r = [a / b for a, b in zip(times[num], times[den], strict=True)]
-        return statistics.median(r), min(r), max(r)
+    def ratios(num: str, den: str) -> list[float]:
+        return [a / b for a, b in zip(times[num], times[den], strict=True)]
 
-    def seconds(name: str) -> str:
-        t = times[name]
-        return f"{statistics.median(t):.3f} s ({min(t):.3f}…{max(t):.3f})"
+    def spread(values: list[float], unit: str, digits: int) -> str:
+        return f"{statistics.median(values):.{digits}f}{unit} ({min(values):.{digits}f}…{max(values):.{digits}f})"
 
-    median, low, high = ratio("ckplan", "baseline")
+    median = statistics.median(ratios("ckplan", "baseline"))
     print(
-        f"ckplan size --params 7e9 --optimizer adam: {seconds('ckplan')}; "
-        f"python -c 'import typer, rich, pydantic': {seconds('baseline')}; "
-        f"ratio {median:.2f}× median ({low:.2f}…{high:.2f}) over {RUNS} alternating rounds; target ≤ 1.60×"
+        f"ckplan size --params 7e9 --optimizer adam: {spread(times['ckplan'], ' s', 3)}; "
+        f"python -c 'import typer, rich, pydantic': {spread(times['baseline'], ' s', 3)}; "
+        f"ratio {spread(ratios('ckplan', 'baseline'), '×', 2)} over {RUNS} alternating rounds; target ≤ 1.60×"
     )
-    f_median, f_low, f_high = ratio("floor", "baseline")
-    o_median, o_low, o_high = ratio("ckplan", "floor")
     print(
-        f"CLI floor, a typer app with {options} options printing one rich table: {seconds('floor')}; "
-        f"floor ÷ baseline {f_median:.2f}× ({f_low:.2f}…{f_high:.2f}); "
-        f"ckplan ÷ floor {o_median:.2f}× ({o_low:.2f}…{o_high:.2f})"
+        f"CLI floor, a typer app with {options} options printing one rich table: {spread(times['floor'], ' s', 3)}; "
+        f"floor ÷ baseline {spread(ratios('floor', 'baseline'), '×', 2)}; "
+        f"ckplan ÷ floor {spread(ratios('ckplan', 'floor'), '×', 2)}"
     )
-    m_median, m_low, m_high = ratio("model floor", "baseline")
     print(
-        f"model floor, one pydantic model validated and printed as one rich table, no command line: "
-        f"{seconds('model floor')}; ÷ baseline {m_median:.2f}× ({m_low:.2f}…{m_high:.2f})"
+        "model floor, one pydantic model validated and printed as one rich table, no command line: "
+        f"{spread(times['model floor'], ' s', 3)}; ÷ baseline {spread(ratios('model floor', 'baseline'), '×', 2)}"
     )
     elapsed, peak, files, size = subprocess.run(
         [sys.executable, "-c", LARGE], capture_output=True, text=True, check=True

@@ -174,3 +174,11 @@ def test_version_and_shell_completion():
     assert proc.returncode == 0 and proc.stdout.strip() == f"ckplan {__version__}" and not proc.stderr
     script = run_cli("--show-completion", "bash")
     assert script.returncode == 0 and "_ckplan_completion()" in script.stdout and "complete " in script.stdout
+    # what that function asks ckplan: commands and options complete through the lazily built command table
+    for words, cword, expected in (
+        ("ckplan pro", "1", ["probe", "profiles", "provision"]),
+        ("ckplan size --opt", "2", ["--optimizer", "--option"]),
+    ):
+        env = {"_CKPLAN_COMPLETE": "complete_bash", "COMP_WORDS": words, "COMP_CWORD": cword}
+        done = run_cli(env=env)
+        assert done.returncode == 0 and done.stdout.split() == expected, (words, done.stdout, done.stderr)

@@ -160,7 +160,9 @@ def test_size_builds_only_its_own_command():
         "try:\n    main()\nexcept SystemExit:\n    pass\n"
         "print(' '.join(m for m in sys.modules if m.startswith('ckplan.')), file=sys.stderr)"
     )
-    loaded = set(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stderr.split())
+    loaded = set(
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stderr.split()
+    )
     assert "ckplan.cli.commands.size" in loaded and "ckplan.sizing.plan" in loaded
     others = sorted(m for m in loaded if m.startswith("ckplan.cli.commands.") and m != "ckplan.cli.commands.size")
     assert not others
