@@ -33,7 +33,12 @@ SAVE_SIBLINGS = ("latest", "zero_to_fp32.py", "latest_checkpointed_iteration.txt
 
 
 def scan_plan(
-    directory: Path, *, gpus_per_node: int | None = None, gpus: int | None = None, parameters: int | None = None
+    directory: Path,
+    *,
+    gpus_per_node: int | None = None,
+    gpus: int | None = None,
+    parameters: int | None = None,
+    ep: int | None = None,
 ) -> CheckpointPlan:
     """The plan of the checkpoint saved in `directory`, measured from its files' names and sizes."""
     files, notes = scan(directory)
@@ -43,6 +48,7 @@ def scan_plan(
         gpus_per_node=gpus_per_node,
         gpus=gpus,
         parameters=parameters,
+        ep=ep,
         notes=notes,
     )
 

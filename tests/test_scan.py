@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -324,6 +325,7 @@ CASES = [  # the layouts' own plans, as a directory of their files would show th
     dict(framework="dcp", gpus=16, zero=3),
     dict(framework="megatron", gpus=32, tp=4, pp=2),
     dict(framework="hf", gpus=16, zero=0),
+    dict(framework="deepspeed", gpus=16, zero=1, ep=4, model="mixtral-8x7b"),  # --from … --ep 4
 ]
 
 
@@ -336,12 +338,15 @@ def test_the_layouts_files_read_back(case):
     from ckplan.sizing.measured import measured_plan
     from ckplan.sizing.plan import build_plan
 
-    planned = build_plan(arch=catalog.model("llama-3.1-8b"), gpus_per_node=8, **case)
+    case = dict(case)
+    planned = build_plan(arch=catalog.model(case.pop("model", "llama-3.1-8b")), gpus_per_node=8, **case)
     names_say = None if case["framework"] != "deepspeed" or case["zero"] else case["gpus"]  # ZeRO-0: dp unnamed
-    measured = measured_plan([(f.path, f.bytes) for f in planned.manifest], source="x", gpus_per_node=8, gpus=names_say)
+    measured = measured_plan(
+        [(f.path, f.bytes) for f in planned.manifest], source="x", gpus_per_node=8, gpus=names_say, ep=case.get("ep")
+    )
     want = {f.path: (f.rank, f.node, f.kind) for f in planned.manifest}
     got = {f.path: (f.rank, f.node, f.kind) for f in measured.manifest}
-    layers = {p for p in want if "/layer_" in p}
+    layers = {p for p in want if re.search(r"/layer_\d+-model_", p)}  # pipeline layer files, not MoE expert files
     assert {p: got[p] for p in want if p not in layers} == {p: want[p] for p in want if p not in layers}
     assert measured.total_bytes == planned.total_bytes and measured.file_count == planned.file_count
     assert measured.setup.gpus == case["gpus"]
@@ -354,6 +359,34 @@ def test_the_layouts_files_read_back(case):
             stage_of[idx] = (got[p][0] - tp) // (s.dp * s.tp)
         stages = [stage_of[i] for i in sorted(stage_of)]
         assert stages == sorted(stages) and set(stages) == set(range(s.pp))
+
+
+def test_moe_expert_files_without_ep_stay_on_rank_zero_and_dlio_is_refused():
+    """Without --ep a DeepSpeed-MoE save's expert files (their writer's expert-parallel rank is not in the name) go
+    to rank 0, as weights, and the plan says so; a wrong --ep and a DLIO save are refused with the reason."""
+    from ckplan import catalog
+    from ckplan.errors import InputError
+    from ckplan.sizing.measured import measured_plan
+    from ckplan.sizing.plan import build_plan
+
+    moe = build_plan(arch=catalog.model("mixtral-8x7b"), framework="deepspeed", gpus=16, zero=1, ep=4)
+    files = [(f.path, f.bytes) for f in moe.manifest]
+    experts = [f for f in moe.manifest if "_expert_" in f.path]
+    assert len(experts) == 32 * 8 and {f.rank for f in experts} == {0, 1, 2, 3}  # 32 MoE layers × 8 experts
+    measured = measured_plan(files, source="x")
+    got = {f.path: (f.rank, f.kind) for f in measured.manifest if "_expert_" in f.path}
+    assert set(got.values()) == {(0, "weights")} and len(got) == 256
+    assert any("expert-parallel size is not in the names" in a for a in measured.assumptions)
+    for ep, fragment in ((3, "must divide the checkpoint's 8 experts"), (16, "at most its 16 data-parallel")):
+        with pytest.raises(InputError, match=fragment):
+            measured_plan(files, source="x", ep=ep)
+    dense = build_plan(arch=catalog.model("llama-3.1-8b"), framework="deepspeed", gpus=16, zero=1)
+    with pytest.raises(InputError, match="applies to a DeepSpeed-MoE checkpoint"):
+        measured_plan([(f.path, f.bytes) for f in dense.manifest], source="x", ep=4)
+    for tp, pp, zero in ((2, 2, 1), (1, 1, 3), (1, 1, 0)):
+        dlio = build_plan(arch=catalog.model("llama-3.1-8b"), framework="dlio", gpus=8, tp=tp, pp=pp, zero=zero)
+        with pytest.raises(InputError, match="DLIO benchmark checkpoint .*--framework dlio"):
+            measured_plan([(f.path, f.bytes) for f in dlio.manifest], source="x")
 
 
 @pytest.mark.parametrize(

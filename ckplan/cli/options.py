@@ -205,17 +205,17 @@ class PlanSpec(Model):
         from ckplan.scan import scan_plan
         from ckplan.units import parse_count
 
-        others = [f for f in self.given_flags() if f not in ("--from", "--gpus-per-node", "--gpus", "--params")]
+        others = [f for f in self.given_flags() if f not in ("--from", "--gpus-per-node", "--gpus", "--params", "--ep")]
         if others:
             raise InputError(
                 f"--from measures the plan from the checkpoint's files: drop {', '.join(others)} "
-                "(--gpus-per-node, --gpus and --params go with it)"
+                "(--gpus-per-node, --gpus, --params and --ep go with it)"
             )
         if gpus is not None:
             raise InputError("--from measures one checkpoint: it cannot be resized to other GPU counts")
         params = int(parse_count(self.params, "--params")) if self.params is not None else None
         assert self.from_dir is not None
-        return scan_plan(self.from_dir, gpus_per_node=self.gpus_per_node, gpus=self.gpus, parameters=params)
+        return scan_plan(self.from_dir, gpus_per_node=self.gpus_per_node, gpus=self.gpus, parameters=params, ep=self.ep)
 
 
 PLAN_FLAG_NAMES = {

@@ -7,6 +7,9 @@ reads no file. Which rank writes which file is what the layouts know (sizing/lay
   data-parallel rank 0 of model-parallel rank mp (stage × tp + tensor rank). A layer file's stage is not in
   its name: the layers go to the stages in contiguous runs balanced by bytes, as PipelineModule's default
   partition_method='parameters' balances them by parameter count.
+- DeepSpeed-MoE (layouts/deepspeed.py, --ep): `layer_{moe_layer}_expert_{e}_mp_rank_{mp:02d}_model_states.pt`
+  by the expert-parallel rank holding expert e, data-parallel ranks 0..ep-1. The expert-parallel size is not in
+  the names: --ep gives it, else the files are counted on rank 0.
 - DCP (layouts/dcp.py): `__{rank}_{k}.distcp` by that rank; `.metadata` by the coordinator, rank 0.
 - Megatron-Core torch_dist (layouts/megatron.py): DCP's files in `iter_{N:07d}/`, plus `common.pt` and
   `metadata.json` (rank 0).
@@ -18,6 +21,8 @@ reads no file. Which rank writes which file is what the layouts know (sizing/lay
 - HF Trainer (layouts/hf.py): `rng_state_{rank}.pth` by each process (`rng_state.pth` for one); the rest by
   the main process; with DeepSpeed a `global_stepN/` inside, with FSDP (accelerate) DCP directories inside.
 Files whose writer no name encodes (`.metadata`, `trainer_state.json`, `latest`, …) go to rank 0.
+DLIO's emulated checkpoints (layouts/dlio.py: `global_epoch1_stepN/`, `layer_{i}-model_{mp}_model_states.pt`) are
+refused: their names do not tell tensor from pipeline ranks, and `size --framework dlio` sizes them.
 """
 
 from __future__ import annotations
@@ -44,6 +49,8 @@ from ckplan.units import MAX_GPUS, MAX_PARAMETERS, check_range, fmt_bytes
 DS_ZERO = re.compile(r"(bf16_)?zero_pp_rank_(\d+)_mp_rank_(\d+)_(optim|model)_states\.pt")
 DS_MP = re.compile(r"mp_rank_(\d+)_model_states\.pt")
 DS_LAYER = re.compile(r"layer_(\d+)-model_(\d+)-model_states\.pt")
+DS_EXPERT = re.compile(r"layer_(\d+)_expert_(\d+)_mp_rank_(\d+)_model_states\.pt")
+DLIO_NAME = re.compile(r"(layer_\d+-)?model_\d+_model_states\.pt|global_epoch\d+_step\d+")
 DISTCP = re.compile(r"__(\d+)_(\d+)\.distcp")
 MEGATRON_DIR = re.compile(r"mp_rank_(\d+)(?:_(\d+))?(?:_(\d+))?")
 MEGATRON_FILES = ("model_optim_rng.pt", "distrib_optim.pt")
@@ -68,7 +75,7 @@ class _Seen:
 
     path: str
     bytes: int
-    rule: str  # ds_zero, ds_mp, ds_layer, distcp, megatron, rng, other
+    rule: str  # ds_zero, ds_mp, ds_layer, ds_expert, distcp, megatron, rng, other
     ids: tuple[int, ...] = ()
     rank: int = 0
 
@@ -80,12 +87,14 @@ def measured_plan(
     gpus_per_node: int | None = None,
     gpus: int | None = None,
     parameters: int | None = None,
+    ep: int | None = None,
     notes: list[str] | None = None,
 ) -> CheckpointPlan:
     """The plan of the save that wrote `files` (paths relative to the scanned directory, bytes on disk).
 
     `gpus` gives the world size where the names leave it open (DeepSpeed ZeRO-0 and Megatron's legacy format
-    name only the model-parallel writers); `parameters` states the count, which no file name gives."""
+    name only the model-parallel writers); `parameters` states the count, which no file name gives; `ep` the
+    expert-parallel size of a DeepSpeed-MoE save, which no name gives either."""
     if not files:
         raise InputError(f"‹from_dir› {source} holds no files")
     for value, name in ((gpus_per_node, "‹gpus_per_node›"), (gpus, "‹gpus›")):
@@ -93,10 +102,12 @@ def measured_plan(
             check_range(value, name, 1, MAX_GPUS, limit=f"{MAX_GPUS:,} GPUs")
     if parameters is not None:
         check_range(parameters, "‹params›", 1, MAX_PARAMETERS, limit=f"{MAX_PARAMETERS:,}")
+    if ep is not None:
+        check_range(ep, "‹ep›", 1, MAX_GPUS, limit=f"{MAX_GPUS:,}")
     seen = [_read_name(path, size) for path, size in files]
     framework = _framework(seen, source)
     _one_save(seen, source)
-    world = _World.infer(seen, gpus)
+    world = _World.infer(seen, gpus, ep)
     gpn = min(gpus_per_node or DEFAULT_GPUS_PER_NODE, world.gpus)
     par = Parallelism(gpus=world.gpus, gpus_per_node=gpn, tp=world.tp, pp=world.pp, zero=world.zero)
     stage_of_layer = _layer_stages(seen, par.pp)
@@ -201,6 +212,8 @@ def _read_name(path: str, size: int) -> _Seen:
         return _Seen(path, size, "ds_mp", (int(m[1]),))
     if m := DS_LAYER.fullmatch(name):
         return _Seen(path, size, "ds_layer", (int(m[1]), int(m[2])))
+    if m := DS_EXPERT.fullmatch(name):
+        return _Seen(path, size, "ds_expert", (int(m[1]), int(m[2]), int(m[3])))
     if m := DISTCP.fullmatch(name):
         return _Seen(path, size, "distcp", (int(m[1]),))
     if name in MEGATRON_FILES and (m := MEGATRON_DIR.fullmatch(parent)):
@@ -222,6 +235,11 @@ def _is_hf(f: _Seen) -> bool:
 
 def _framework(seen: list[_Seen], source: str) -> str:
     rules = {f.rule for f in seen}
+    if dlio := next((f.path for f in seen for part in PurePosixPath(f.path).parts if DLIO_NAME.fullmatch(part)), None):
+        raise InputError(
+            f"‹from_dir› {source} holds a DLIO benchmark checkpoint ({dlio}): its names do not tell tensor from "
+            "pipeline ranks; size it with --framework dlio"
+        )
     if any(_is_hf(f) for f in seen):
         return "hf"  # Trainer's checkpoint-N/, holding DeepSpeed's or DCP's files when it runs under them
     names = {PurePosixPath(f.path).name for f in seen}
@@ -230,7 +248,7 @@ def _framework(seen: list[_Seen], source: str) -> str:
         "distcp" in rules and (in_iter or names & {"common.pt", "latest_checkpointed_iteration.txt"})
     ):
         return "megatron"
-    if rules & {"ds_zero", "ds_mp", "ds_layer"}:
+    if rules & {"ds_zero", "ds_mp", "ds_layer", "ds_expert"}:
         return "deepspeed"
     if "distcp" in rules:
         return "dcp"
@@ -245,7 +263,7 @@ def _one_save(seen: list[_Seen], source: str) -> None:
     """Refuse two files that one writer writes once per save: the directory holds more than one save."""
     where: dict[str, str] = {}
     for f in seen:
-        if f.rule in ("ds_zero", "ds_mp", "ds_layer", "megatron"):
+        if f.rule in ("ds_zero", "ds_mp", "ds_layer", "ds_expert", "megatron"):
             p = PurePosixPath(f.path)
             key = f"{p.parent.name}/{p.name}" if f.rule == "megatron" else p.name
             other = where.setdefault(key, f.path)
@@ -263,10 +281,11 @@ class _World:
     pp: int
     zero: int
     ds_tp: int  # DeepSpeed's tensor-parallel size, which splits mp_rank into stage and tensor rank
+    experts_per_writer: int  # DeepSpeed-MoE: expert e's file is written by data-parallel rank e // this
     notes: list[str]
 
     @classmethod
-    def infer(cls, seen: list[_Seen], gpus: int | None) -> _World:
+    def infer(cls, seen: list[_Seen], gpus: int | None, ep: int | None = None) -> _World:
         """The world size and its split from the names: `known` where every rank writes a named file, else the
         model-parallel writers only, with `gpus` (or one data-parallel rank) for the rest."""
         notes: list[str] = []
@@ -277,11 +296,8 @@ class _World:
         lower = 1
         ds = [f for f in seen if f.rule.startswith("ds_")]
         if ds:
-            mps = (
-                1 + max(f.ids[1] if f.rule == "ds_zero" else f.ids[0] for f in ds if f.rule != "ds_layer")
-                if any(f.rule != "ds_layer" for f in ds)
-                else 1
-            )
+            named = [f for f in ds if f.rule in ("ds_zero", "ds_mp")]  # the files that name their mp_rank first
+            mps = 1 + max(f.ids[1] if f.rule == "ds_zero" else f.ids[0] for f in named) if named else 1
             layer_tps = {f.ids[1] for f in ds if f.rule == "ds_layer"}
             ds_tp = 1 + max(layer_tps) if layer_tps else mps
             mps = max(mps, ds_tp)
@@ -361,7 +377,31 @@ class _World:
         if world % (tp * pp):
             notes.append(f"world {world} is not a multiple of tp {tp} × pp {pp}: taken as tp 1, pp 1")
             tp = pp = 1
-        return cls(gpus=world, tp=tp, pp=pp, zero=zero, ds_tp=ds_tp, notes=notes)
+        experts = [f.ids[1] for f in seen if f.rule == "ds_expert"]
+        per_layer = 1 + max(experts, default=0)
+        if not experts:
+            if ep is not None and ep > 1:
+                raise InputError(
+                    f"‹ep› {ep} applies to a DeepSpeed-MoE checkpoint (layer_L_expert_E_mp_rank_MM_model_states.pt "
+                    "files); this one has none"
+                )
+        elif ep is None:
+            notes.append(
+                f"DeepSpeed-MoE: {len(experts):,} expert file(s), {per_layer} experts per MoE layer; the "
+                "expert-parallel size is not in the names, so they are counted on rank 0 (--ep to spread them)"
+            )
+        elif per_layer % ep or ep > world // (tp * pp):
+            raise InputError(
+                f"‹ep› {ep} must divide the checkpoint's {per_layer} experts per MoE layer and be at most its "
+                f"{world // (tp * pp)} data-parallel ranks"
+            )
+        else:
+            notes.append(
+                f"DeepSpeed-MoE: {per_layer} experts per MoE layer over ep {ep} (--ep): expert e's file written by "
+                f"data-parallel rank e // {per_layer // ep}, expert-data-parallel rank 0"
+            )
+        experts_per_writer = per_layer // ep if experts and ep else per_layer
+        return cls(gpus=world, tp=tp, pp=pp, zero=zero, ds_tp=ds_tp, experts_per_writer=experts_per_writer, notes=notes)
 
 
 def _layer_stages(seen: list[_Seen], pp: int) -> dict[int, int]:
@@ -406,6 +446,8 @@ def _rank(f: _Seen, par: Parallelism, world: _World, stage_of_layer: dict[int, i
         return par.rank(stage, 0, tp)
     if f.rule == "ds_layer":
         return par.rank(stage_of_layer[f.ids[0]], 0, f.ids[1])
+    if f.rule == "ds_expert":
+        return par.rank(0, f.ids[1] // world.experts_per_writer, 0)
     if f.rule == "megatron":
         tp, pp, ep = f.ids
         return par.rank(max(pp, 0), max(ep, 0), tp)
@@ -421,7 +463,7 @@ def _kind(f: _Seen, par: Parallelism) -> FileKind:
         return "small" if f.ids[2] else "optimizer"  # ZeRO-3's model_states hold placeholders only
     if f.rule == "ds_mp":
         return "mixed" if par.zero == 0 else "small" if par.pp > 1 else "weights"
-    if f.rule == "ds_layer":
+    if f.rule in ("ds_layer", "ds_expert"):
         return "weights"
     if f.rule == "megatron":
         return "optimizer" if name == "distrib_optim.pt" else "mixed"
