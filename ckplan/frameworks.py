@@ -2,7 +2,8 @@
 
 A `Framework` joins its layout (sizing/layouts/<name>.py: the files a save writes, and the capabilities the
 planner reads there), its saver (how `validate` and the probe's replay save those files, validate/saver.py),
-its log extractor (what `diagnose` reads its save times with, diagnose/extractors.py) and its capabilities.
+its log extractor (what `diagnose` reads its save times with, diagnose/extractors.py). Its capabilities
+(coordinated save, ZeRO stages shown, expert parallelism) are the layout's, read there by the planner.
 Code outside a framework's own modules asks its record (`framework_of(name)`) and never compares a framework's
 name (tests/test_structure.py checks it).
 
@@ -19,8 +20,7 @@ from typing import Literal
 from ckplan.diagnose.extractors import DeepSpeed, Extractor, HfTrainer, Lightning, Megatron, Torchtitan
 from ckplan.errors import InputError, did_you_mean
 from ckplan.sizing.layouts import LAYOUTS
-from ckplan.sizing.layouts.base import Layout, ZeroShown
-from ckplan.sizing.plan import DEFAULT_ZERO
+from ckplan.sizing.layouts.base import Layout
 
 # torch.save: one torch.save per file; dcp: torch.distributed.checkpoint.save with every rank in a gloo group;
 # safetensors: safetensors.torch.save_file for the .safetensors files and torch.save for the others
@@ -49,28 +49,6 @@ class Framework:
     @property
     def name(self) -> str:
         return self.layout.name
-
-    # Capabilities. The planner (sizing/) reads them on the layout, as it may not import this module; the
-    # record reads them there too, so that each is stated once, in the framework's layout module.
-    @property
-    def shows_zero_stage(self) -> ZeroShown:
-        return self.layout.shows_zero_stage
-
-    @property
-    def coordinated_save(self) -> bool:
-        return self.layout.coordinated_save
-
-    @property
-    def supports_ep(self) -> bool:
-        return bool(getattr(self.layout, "supports_ep", False))
-
-    @property
-    def default_zero(self) -> int:
-        return int(getattr(self.layout, "default_zero", DEFAULT_ZERO))
-
-    @property
-    def options(self) -> tuple[str, ...]:
-        return tuple(getattr(self.layout, "options", ()))
 
 
 _DCP = Saver("dcp", "torch.distributed.checkpoint.save (gloo)")

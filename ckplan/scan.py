@@ -16,20 +16,17 @@ made from the (path, bytes) pairs by sizing.measured, which knows each framework
 from __future__ import annotations
 
 import os
-import re
 import stat
 from pathlib import Path
 
 from ckplan.errors import InputError
-from ckplan.sizing.measured import measured_plan
+from ckplan.sizing.measured import SAVE_SIBLINGS, STEP_DIR, measured_plan
 from ckplan.sizing.plan import CheckpointPlan
 
 # A plan lists each file in ~200 bytes and ckplan reads plans up to 256 MiB (readers.MAX_PLAN_BYTES); a
 # million files is a save of more than 100,000 ranks, and a directory holding more is not one checkpoint.
 MAX_SCAN_FILES = 1_000_000
 MAX_SCAN_DEPTH = 16  # a checkpoint nests 3 or 4 levels (checkpoint-N/global_stepN/…, iter_N/mp_rank_XX/…)
-CHECKPOINT_DIR = re.compile(r"(global_step|checkpoint-|iter_|step-|step_)(\d+)")
-SAVE_SIBLINGS = ("latest", "zero_to_fp32.py", "latest_checkpointed_iteration.txt")  # written beside the checkpoint
 
 
 def scan_plan(
@@ -68,21 +65,23 @@ def scan(directory: Path) -> tuple[list[tuple[str, int]], list[str]]:
     if not top:
         raise InputError(f"‹from_dir› {path} is empty")
     name = Path(os.path.abspath(path)).name
-    if CHECKPOINT_DIR.fullmatch(name):
-        walk.tree(path, name, 1)
+    if STEP_DIR.fullmatch(name):
+        for entry in top:  # DIR is one checkpoint: its entries, already read, under its own name
+            walk.entry(entry, name, 1)
         return walk.done()
-    candidates = [e for e in top if CHECKPOINT_DIR.fullmatch(e.name) and e.is_dir(follow_symlinks=False)]
+    steps = {e: m for e in top if (m := STEP_DIR.fullmatch(e.name)) and e.is_dir(follow_symlinks=False)}
+    candidates = list(steps)
     if not candidates:
         for entry in top:
             walk.entry(entry, "", 1)
         return walk.done()
-    kinds = sorted({CHECKPOINT_DIR.fullmatch(e.name)[1] for e in candidates})  # type: ignore[index]
+    kinds = sorted({m[1] for m in steps.values()})
     if len(kinds) > 1:
         raise InputError(
             f"‹from_dir› {path} holds checkpoints of more than one kind ({', '.join(k + 'N' for k in kinds)}): "
             "give the directory of one checkpoint"
         )
-    chosen = max(candidates, key=lambda e: int(CHECKPOINT_DIR.fullmatch(e.name)[2]))  # type: ignore[index]
+    chosen = max(candidates, key=lambda e: int(steps[e][2]))
     walk.tree(Path(chosen.path), chosen.name, 1)
     siblings = [e for e in top if e.name in SAVE_SIBLINGS and e.is_file(follow_symlinks=False)]
     for entry in siblings:

@@ -280,7 +280,7 @@ def test_every_framework_has_a_layout_a_saver_and_an_extractor():
             assert fw.no_extractor is None
         else:
             assert fw.no_extractor, f"{name} has no log extractor and says not why"
-        assert fw.shows_zero_stage in ("always", "nonzero", "never")
+        assert fw.layout.shows_zero_stage in ("always", "nonzero", "never")
         assert framework_of(name) is fw
     # diagnose feeds a log's lines to the extractors in the registry's order; this is the order it always had
     assert [cls.name for cls in LOG_EXTRACTORS] == ["torchtitan", "megatron", "deepspeed", "hf", "lightning"]

@@ -19,6 +19,7 @@ from pydantic import ValidationError
 
 from ckplan.errors import InputError, did_you_mean
 from ckplan.sizing.architecture import Architecture, LatentAttention, parameter_count
+from ckplan.units import MAX_PARAMETERS
 
 # Bounds that keep the tensor list (one entry per tensor, experts × layers × 3 for a mixture of experts) small;
 # the largest published models are far inside them (Llama 3.1 405B: 126 layers; DeepSeek-V3: 61 × 256 experts).
@@ -26,7 +27,6 @@ MAX_DIMENSION = 2**24
 MAX_LAYERS = 1024
 MAX_EXPERTS = 4096
 MAX_EXPERT_BLOCKS = 131_072  # layers × experts
-MAX_PARAMETERS = 10**15  # as --params
 
 _REQUIRED = object()
 

@@ -55,12 +55,11 @@ DISTCP = re.compile(r"__(\d+)_(\d+)\.distcp")
 MEGATRON_DIR = re.compile(r"mp_rank_(\d+)(?:_(\d+))?(?:_(\d+))?")
 MEGATRON_FILES = ("model_optim_rng.pt", "distrib_optim.pt")
 RNG_STATE = re.compile(r"rng_state(?:_(\d+))?\.pth")
-STEP_DIR = re.compile(r"(?:global_step|checkpoint-|iter_|step-|step_)(\d+)")
+STEP_DIR = re.compile(r"(global_step|checkpoint-|iter_|step-|step_)(\d+)")  # a checkpoint's directory: kind, step
 HF_FILES = ("trainer_state.json", "optimizer.pt", "scheduler.pt", "training_args.bin")
+SAVE_SIBLINGS = ("latest", "zero_to_fp32.py", "latest_checkpointed_iteration.txt")  # written beside the checkpoint
 SMALL_NAMES = (
-    "latest",
-    "zero_to_fp32.py",
-    "latest_checkpointed_iteration.txt",
+    *SAVE_SIBLINGS,
     "common.pt",
     "scheduler.pt",
     "training_args.bin",
@@ -135,7 +134,7 @@ def measured_plan(
     state_bytes = sum(s.bytes for s in breakdown)
     renames = sum(1 for f in seen if PurePosixPath(f.path).name == ".metadata")  # DCP: .metadata.tmp -> .metadata
     per_rank, nodes, ops = manifest_totals(manifest, renames)
-    steps = [int(s[1]) for f in seen for part in PurePosixPath(f.path).parts[:-1] if (s := STEP_DIR.fullmatch(part))]
+    steps = [int(s[2]) for f in seen for part in PurePosixPath(f.path).parts[:-1] if (s := STEP_DIR.fullmatch(part))]
     setup = TrainingSetup(
         model=None,
         parameters=parameters,
