@@ -41,7 +41,7 @@ from ckplan.sizing.plan import (
     WRITE_CALL_BYTES,
     CheckpointPlan,
     TrainingSetup,
-    manifest_totals,
+    manifest_fields,
 )
 from ckplan.sizing.states import StateBytes
 from ckplan.units import MAX_GPUS, MAX_PARAMETERS, check_range, fmt_bytes
@@ -117,7 +117,9 @@ def measured_plan(
     ]
     manifest.sort(key=lambda m: (m.rank, m.path))
 
-    total_bytes = sum(m.bytes for m in manifest)
+    renames = sum(1 for f in seen if PurePosixPath(f.path).name == ".metadata")  # DCP: .metadata.tmp -> .metadata
+    from_files = manifest_fields(manifest, renames)
+    total_bytes = from_files["total_bytes"]
     by_kind: Counter[str] = Counter()
     for m in manifest:
         by_kind[m.kind] += m.bytes
@@ -132,8 +134,6 @@ def measured_plan(
         if by_kind[key]
     ]
     state_bytes = sum(s.bytes for s in breakdown)
-    renames = sum(1 for f in seen if PurePosixPath(f.path).name == ".metadata")  # DCP: .metadata.tmp -> .metadata
-    per_rank, nodes, ops = manifest_totals(manifest, renames)
     steps = [int(s[2]) for f in seen for part in PurePosixPath(f.path).parts[:-1] if (s := STEP_DIR.fullmatch(part))]
     setup = TrainingSetup(
         model=None,
@@ -184,18 +184,9 @@ def measured_plan(
         bytes_per_parameter=state_bytes / parameters if parameters else None,
         state_bytes=state_bytes,
         small_file_bytes=total_bytes - state_bytes,
-        total_bytes=total_bytes,
         breakdown=breakdown,
         not_saved=[],
-        file_count=len(manifest),
-        writers=len(per_rank),
-        nodes_writing=len(nodes),
-        max_writers_per_node=max(n.writers for n in nodes),
-        bytes_per_rank_max=max(per_rank.values()),
-        bytes_per_node_max=max(n.bytes for n in nodes),
-        nodes=nodes,
-        operations=ops,
-        manifest=manifest,
+        **from_files,
         write_path="buffered",
         coordinated_save=any(f.rule == "distcp" for f in seen),
         assumptions=assumptions,

@@ -256,8 +256,7 @@ def build_plan(
     )
 
     state_bytes = sum(s.bytes for s in breakdown)
-    total_bytes = sum(f.bytes for f in manifest)
-    per_rank, nodes, ops = manifest_totals(manifest, getattr(layout, "renames_per_save", 0))
+    files = manifest_fields(manifest, getattr(layout, "renames_per_save", 0))
     assumptions = _assumptions(arch, model_name, params, derived, layout, par, held, saved, options or {})
     return CheckpointPlan(
         setup=TrainingSetup(
@@ -282,19 +281,10 @@ def build_plan(
         parameters=params,
         bytes_per_parameter=state_bytes / params,
         state_bytes=state_bytes,
-        small_file_bytes=total_bytes - state_bytes,
-        total_bytes=total_bytes,
+        small_file_bytes=files["total_bytes"] - state_bytes,
         breakdown=breakdown,
         not_saved=not_saved,
-        file_count=len(manifest),
-        writers=len(per_rank),
-        nodes_writing=len(nodes),
-        max_writers_per_node=max(n.writers for n in nodes),
-        bytes_per_rank_max=max(per_rank.values()),
-        bytes_per_node_max=max(n.bytes for n in nodes),
-        nodes=nodes,
-        operations=ops,
-        manifest=manifest,
+        **files,
         write_path=write_path,
         coordinated_save=layout.coordinated_save,
         assumptions=assumptions,
@@ -408,9 +398,10 @@ def _assumptions(
     return out
 
 
-def manifest_totals(manifest: list[ManifestFile], renames: int) -> tuple[dict[int, int], list[NodeLoad], Operations]:
-    """Bytes per rank, each node's load, and the operations of one save of these files (one create and one fsync
-    per file, one write() per WRITE_CALL_BYTES, and the framework's renames)."""
+def manifest_fields(manifest: list[ManifestFile], renames: int) -> dict[str, Any]:
+    """The CheckpointPlan fields that follow from a save's files: totals, each node's load, the busiest rank and
+    node, and the operations (one create and one fsync per file, one write() per WRITE_CALL_BYTES, and the
+    framework's renames). A sized plan and a plan measured from disk both take them from here."""
     per_rank: dict[int, int] = defaultdict(int)
     per_node: dict[int, tuple[list[int], set[int]]] = defaultdict(lambda: ([0, 0], set()))
     for f in manifest:
@@ -428,7 +419,18 @@ def manifest_totals(manifest: list[ManifestFile], renames: int) -> tuple[dict[in
         renames=renames,
         total=2 * len(manifest) + writes + renames,
     )
-    return dict(per_rank), nodes, ops
+    return dict(
+        total_bytes=sum(f.bytes for f in manifest),
+        file_count=len(manifest),
+        writers=len(per_rank),
+        nodes_writing=len(nodes),
+        max_writers_per_node=max(n.writers for n in nodes),
+        bytes_per_rank_max=max(per_rank.values()),
+        bytes_per_node_max=max(n.bytes for n in nodes),
+        nodes=nodes,
+        operations=ops,
+        manifest=manifest,
+    )
 
 
 TYPICAL_INTERVALS_S = (300.0, 900.0, 1800.0, 3600.0)  # the demand `size` shows when no interval is given
