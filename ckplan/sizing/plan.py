@@ -185,9 +185,6 @@ def nearest_shape(parameters: float, catalog: dict[str, Architecture]) -> Archit
     return min(dense, key=lambda a: abs(math.log(a.published_parameters / parameters)))
 
 
-DEFAULT_ZERO = 1  # ZeRO stage of a layout that names no default_zero of its own
-
-
 def build_plan(
     *,
     arch: Architecture,
@@ -220,23 +217,21 @@ def build_plan(
     if framework not in LAYOUTS:
         raise InputError(f"unknown framework {framework!r}{did_you_mean(framework, sorted(LAYOUTS))}")
     if zero is None:
-        zero = getattr(LAYOUTS[framework], "default_zero", DEFAULT_ZERO)
+        zero = LAYOUTS[framework].default_zero
     par = _parallelism(
         arch, gpus, gpus_per_node, tp, pp, zero, ep, borrowed=parameters is not None and model_name is None
     )
     layout = LAYOUTS[framework]
-    if ep > 1 and not getattr(layout, "supports_ep", False):
-        takes = ", ".join(name for name, other in sorted(LAYOUTS.items()) if getattr(other, "supports_ep", False))
+    if ep > 1 and not layout.supports_ep:
+        takes = ", ".join(name for name, other in sorted(LAYOUTS.items()) if other.supports_ep)
         raise InputError(f"‹ep› {ep}: the {framework} layout has no expert parallelism (the layouts with it: {takes})")
     layout.check(par)
-    known = getattr(layout, "options", ())  # the --option names a layout reads; most read none
+    known = layout.options  # the --option names a layout reads; most read none
     for name in options or {}:
         if name not in known:
             takes = f"takes {', '.join(known)}" if known else "takes no --option"
             raise InputError(f"unknown ‹options› {name!r}: the {framework} layout {takes}")
-    check_options = getattr(layout, "check_options", None)
-    if check_options is not None:
-        check_options(par, options or {})
+    layout.check_options(par, options or {})
     write_path = layout.write_path(options or {})
     overrides = dict(dtype_overrides or {})
     ts = model_tensors(arch)
@@ -256,7 +251,7 @@ def build_plan(
     )
 
     state_bytes = sum(s.bytes for s in breakdown)
-    files = manifest_fields(manifest, getattr(layout, "renames_per_save", 0))
+    files = manifest_fields(manifest, layout.renames_per_save)
     assumptions = _assumptions(arch, model_name, params, derived, layout, par, held, saved, options or {})
     return CheckpointPlan(
         setup=TrainingSetup(
@@ -373,7 +368,7 @@ def _assumptions(
     )
     out.append(
         f"parallelism: {par.gpus} GPUs = tp {par.tp} × pp {par.pp} × dp {par.dp}, ZeRO stage {par.zero}, "
-        f"{par.gpus_per_node} GPUs per node; rank order {getattr(layout, 'rank_order', 'tp, dp, pp')}"
+        f"{par.gpus_per_node} GPUs per node; rank order {layout.rank_order}"
     )
     if par.ep > 1:
         local = arch.experts // par.ep
@@ -383,9 +378,7 @@ def _assumptions(
             f"rank = dp rank div {par.ep}); {local} expert(s) per EP rank in contiguous blocks (expert e on EP "
             f"rank e div {local}): each EP rank holds 1/{par.ep} of the expert weights and their optimizer states"
         )
-    notes = getattr(layout, "notes", None)
-    if notes is not None:
-        out += notes(par, options)
+    out += layout.notes(par, options)
     dropped = _dropped(held, saved)
     if dropped:
         out.append(

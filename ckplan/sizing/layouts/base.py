@@ -164,19 +164,39 @@ class Layout(Protocol):
     def files(self, inp: LayoutInput) -> list[ManifestFile]:
         """Every file of one save, with the rank that writes it."""
 
-    # Optional, read with getattr by build_plan:
-    #   options: tuple[str, ...]                       the --option names the layout reads
-    #   check_options(par, options) -> None            raise InputError for options this parallelism cannot take
-    #   notes(par, options) -> list[str]               framework facts for the plan's assumptions
-    #   rank_order: str                                 when the framework numbers ranks otherwise than tp, dp, pp
-    #   supports_ep: bool                               the framework shards experts over --ep ranks (default False)
-    #   default_zero: int                               the ZeRO stage when none is given (default plan.DEFAULT_ZERO)
+    # what most frameworks do, in LayoutDefaults; a layout states only where it differs
+    options: tuple[str, ...]  # the --option names the layout reads
+    rank_order: str  # how the framework numbers its ranks
+    supports_ep: bool  # the framework shards experts over --ep ranks
+    default_zero: int  # the ZeRO stage when none is given
+    renames_per_save: int  # renames one save does (DCP: .metadata.tmp -> .metadata)
+
+    def check_options(self, par: Parallelism, options: dict[str, str]) -> None:
+        """Raise InputError for options this parallelism cannot take."""
+
+    def notes(self, par: Parallelism, options: dict[str, str]) -> list[str]:
+        """Framework facts for the plan's assumptions."""
 
 
-class BufferedWriter:
-    """For layouts whose writer is torch.save, DCP's FileSystemWriter or safetensors: the page cache, fsync at the end."""
+class LayoutDefaults:
+    """What a layout does unless it says otherwise: the base of every layout."""
 
     coordinated_save = False
+    options: tuple[str, ...] = ()
+    rank_order = "tp, dp, pp"
+    supports_ep = False
+    default_zero = 1
+    renames_per_save = 0
+
+    def check_options(self, par: Parallelism, options: dict[str, str]) -> None:
+        return None
+
+    def notes(self, par: Parallelism, options: dict[str, str]) -> list[str]:
+        return []
+
+
+class BufferedWriter(LayoutDefaults):
+    """For layouts whose writer is torch.save, DCP's FileSystemWriter or safetensors: the page cache, fsync at the end."""
 
     def write_path(self, options: dict[str, str]) -> WritePath:
         return "buffered"

@@ -33,6 +33,7 @@ from ckplan.sizing.architecture import Tensor
 from ckplan.sizing.layouts.base import (
     LATEST_TAG_BYTES,
     ZERO_TO_FP32_SCRIPT_BYTES,
+    LayoutDefaults,
     LayoutInput,
     ManifestFile,
     Parallelism,
@@ -45,11 +46,11 @@ from ckplan.sizing.layouts.base import (
 from ckplan.sizing.states import StateBytes
 
 
-class DeepSpeedLayout:
+class DeepSpeedLayout(LayoutDefaults):
     name = "deepspeed"
     description = "DeepSpeed engine.save_checkpoint (global_stepN/, per-rank ZeRO optimizer shards)"
     coordinated_save = False
-    options = ("writer",)
+    options: tuple[str, ...] = ("writer",)
     shows_zero_stage: ZeroShown = "always"
     # checkpoint.writer.type: torch.save through the page cache, or FastPersist with O_DIRECT
     writer_paths: dict[str, WritePath] = {"torch": "buffered", "fast": "direct"}

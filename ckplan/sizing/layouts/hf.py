@@ -60,7 +60,7 @@ class HfLayout(BufferedWriter):
     shows_zero_stage: ZeroShown = "nonzero"
     description = "Hugging Face Trainer (safetensors shards, optimizer.pt, rng_state_i.pth)"
     # --option hf_shard_size=50GB: Trainer's max_shard_size; gather_16bit: ZeRO-3's stage3_gather_16bit_weights_on_model_save
-    options = ("hf_shard_size", "gather_16bit")
+    options: tuple[str, ...] = ("hf_shard_size", "gather_16bit")
     deepspeed = DeepSpeedLayout()
 
     def check(self, par: Parallelism) -> None:
