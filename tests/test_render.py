@@ -342,31 +342,37 @@ def test_render_validation(screen):
 def test_render_watch_and_samples(screen):
     from ckplan.render.watch import print_sample, render_watch
 
-    samples = [
-        Sample(t=1.0, write_bytes_per_s=250e6, write_iops=1200, util_percent=99, w_await_ms=3.5, gpu_util_percent=80)
-    ]
-    print_sample(samples[0])
-    fig = lambda v: Figure(peak=v, p99=v, median=v)  # noqa: E731
+    sample = Sample(
+        t=1.0, write_bytes_per_s=250e6, write_iops=1200, util_percent=99, w_await_ms=3.5, gpu_util_percent=80
+    )
+    print_sample(sample)
+    out = screen(clear=True)
+    assert "write     250.0 MB/s" in out and "1200 IOPS" in out and "util 99%" in out and "GPU 80%" in out
     render_watch(
         WatchResult(
             device="/dev/vda",
             target="/data",
             interval_s=1,
-            duration_s=1.0,
-            samples=samples,
-            write_bytes_per_s=fig(250e6),
-            write_iops=fig(1200),
-            util_percent=fig(99),
-            w_await_ms=fig(3.5),
-            gpu_util_percent=fig(80),
+            duration_s=3.0,
+            samples=[sample] * 3,
+            write_bytes_per_s=Figure(peak=312.5e6, p99=250e6, median=187.5e6),
+            write_iops=Figure(peak=1500, p99=1200, median=900),
+            util_percent=Figure(peak=99, p99=95, median=60),
+            w_await_ms=Figure(peak=12.5, p99=3.5, median=1.5),
+            gpu_util_percent=Figure(peak=90, p99=80, median=70),
             saturated_s=1.0,
             slow_await_s=0.0,
         )
     )
-    out = screen()
-    assert "write     250.0 MB/s" in out and "GPU 80%" in out
-    assert "/dev/vda behind /data: 1 samples over 1.0" in out and "250.0" in out and "1,200" in out
-    assert "saturated (%util ≥" in out and "for 1.0 s" in out
+    out = screen(clear=True)
+    assert "/dev/vda behind /data: 3 samples over 3.0 s\n" in out  # the title on one line, not wrapped
+    # each metric's peak, p99 and median, in that order
+    assert re.search(r"│ write MB/s +│ +312\.5 │ +250\.0 │ +187\.5 │", out), out
+    assert re.search(r"│ write IOPS +│ +1,500 │ +1,200 │ +900 │", out), out
+    assert re.search(r"│ %util +│ +99% │ +95% │ +60% │", out), out
+    assert re.search(r"│ w_await +│ +12\.5 ms │ +3\.5 ms │ +1\.5 ms │", out), out
+    assert re.search(r"│ GPU util +│ +90% │ +80% │ +70% │", out), out
+    assert "saturated (%util ≥ 90%) for 1.0 s; w_await ≥ 300 ms for 0.0 s" in out
 
 
 def _png(width: int, height: int) -> bytes:
