@@ -473,26 +473,25 @@ def test_two_probes_at_once_warn(endpoint, tmp_path):
     assert_clean(endpoint)
 
 
-QUICK_PROBE_S = 11.0  # about how long `probe --quick --writers 2` runs against moto here, start-up included
-
-
 def test_kill_9_at_random_times_then_clean_leaves_nothing(endpoint, tmp_path):
     """The issue's bar: 10 runs out of 10, each killed at a random moment of its run, then one `clean`, leave
-    0 objects and 0 multipart uploads, as listed by a client of the test's own. CKPLAN_KILL_SEED replays a failure."""
+    0 objects and 0 multipart uploads, as listed by a client of the test's own. CKPLAN_KILL_SEED replays a failure.
+
+    The moments are drawn within this machine's own probe length, timed by one whole run first, and at least 7 of the
+    10 runs must really die by the kill (a run that ends before it proves nothing about cleaning up after one)."""
     import random
 
     seed = int(os.environ.get("CKPLAN_KILL_SEED") or random.SystemRandom().randrange(2**32))
     print(f"kill -9 delays: CKPLAN_KILL_SEED={seed}")
     rng = random.Random(seed)
     env = {**os.environ, **credentials_env(tmp_path)}
-    for run in range(10):
-        delay = rng.uniform(0, QUICK_PROBE_S)
-        where = f"seed {seed}, run {run}, kill after {delay:.2f} s"
-        proc = subprocess.Popen(
+
+    def probe(prefix: str) -> subprocess.Popen:
+        return subprocess.Popen(
             ckplan_exe()
             + [
                 "probe",
-                f"s3://{BUCKET}/kill{run}",
+                f"s3://{BUCKET}/{prefix}",
                 "--endpoint-url",
                 endpoint,
                 "--quick",
@@ -506,15 +505,33 @@ def test_kill_9_at_random_times_then_clean_leaves_nothing(endpoint, tmp_path):
             text=True,
             env=env,
         )
-        time.sleep(delay)
-        proc.kill()
-        _, err = proc.communicate(timeout=30)
-        assert proc.returncode in (-signal.SIGKILL, 0), (where, err)
+
+    def clean_and_check(prefix: str, where: str) -> None:
         clean = run_cli(
-            "clean", f"s3://{BUCKET}/kill{run}", "--endpoint-url", endpoint, "--json", env=credentials_env(tmp_path)
+            "clean", f"s3://{BUCKET}/{prefix}", "--endpoint-url", endpoint, "--json", env=credentials_env(tmp_path)
         )
         assert clean.returncode == 0, (where, clean.stderr)
         s3 = s3_client(endpoint)  # independent of ckplan's code: every object and every upload in the bucket
         objects = [o["Key"] for o in s3.list_objects_v2(Bucket=BUCKET).get("Contents", [])]
         uploads = [u["Key"] for u in s3.list_multipart_uploads(Bucket=BUCKET).get("Uploads", [])]
         assert (objects, uploads) == ([], []), where
+
+    start = time.monotonic()
+    whole = probe("timed")
+    _, err = whole.communicate(timeout=120)
+    probe_s = time.monotonic() - start
+    assert whole.returncode == 0, err
+    clean_and_check("timed", "the timed whole run")
+    killed = []
+    for run in range(10):
+        delay = rng.uniform(0, 0.9 * probe_s)
+        where = f"seed {seed}, run {run}, kill after {delay:.2f} s of a {probe_s:.1f} s probe"
+        proc = probe(f"kill{run}")
+        time.sleep(delay)
+        proc.kill()
+        _, err = proc.communicate(timeout=30)
+        assert proc.returncode in (-signal.SIGKILL, 0), (where, err)
+        if proc.returncode == -signal.SIGKILL:
+            killed.append(run)
+        clean_and_check(f"kill{run}", where)
+    assert len(killed) >= 7, f"seed {seed}: only runs {killed} of 10 died by the kill in a {probe_s:.1f} s probe"

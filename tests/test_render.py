@@ -12,6 +12,7 @@ import base64
 import importlib
 import io
 import pkgutil
+import re
 import struct
 import zlib
 
@@ -50,8 +51,9 @@ def screen(monkeypatch):
         if hasattr(module, "console"):
             monkeypatch.setattr(module, "console", lambda: rec)
 
-    def text() -> str:
-        return rec.export_text(clear=False)
+    def text(clear: bool = False) -> str:
+        """Everything printed so far; with clear=True, also forget it, so the next call shows only what follows."""
+        return rec.export_text(clear=clear)
 
     return text
 
@@ -164,7 +166,7 @@ def test_render_profile_filesystem_s3_hosts_and_calibration(screen):
     )
     fs.buffered_bandwidth[1].spread = Spread.of([2.4e9, 2.5e9, 2.7e9])
     render_profile(fs)
-    out = screen()
+    out = screen(clear=True)
     assert "1.50 GB/s" in out and "2.50 GB/s" in out and "2.40 GB/s … 2.70 GB/s (n=3, range 12.0%)" in out
     assert "1,399 files/s" in out and "4.0 ms" in out  # fsync p99 4 ms
     assert "at full size ≈ 3.3 min" in out and "torch.save 1.20 GB/s" in out and "20.0 ms (2 ranks)" in out
@@ -179,6 +181,8 @@ def test_render_profile_filesystem_s3_hosts_and_calibration(screen):
         }
     )
     render_profile(s3)
+    out = screen(clear=True)
+    assert "endpoint http://127.0.0.1:9, region us-east-1" in out and "small-object PUT" in out
     hosts = fs.model_copy(
         update={
             "target_kind": "hosts",
@@ -187,14 +191,16 @@ def test_render_profile_filesystem_s3_hosts_and_calibration(screen):
             "replay": None,
             "aggregate_bandwidth": [
                 BandwidthPoint(writers=2, hosts=1, bytes_per_s=2e9),
-                BandwidthPoint(writers=2, hosts=4, bytes_per_s=6e9),
+                BandwidthPoint(writers=2, hosts=4, bytes_per_s=7e9),
             ],
         }
     )
     render_profile(hosts)
-    out = screen()
-    assert "endpoint http://127.0.0.1:9, region us-east-1" in out and "small-object PUT" in out
-    assert "4 hosts (a,b,c,d)" in out and "6.00 GB/s" in out and "1.50 GB/s" in out  # 6 GB/s over 4 hosts: 1.5 per host
+    out = screen(clear=True)
+    assert "4 hosts (a,b,c,d)" in out
+    # rows: hosts, all clients, per host; 7 GB/s over 4 hosts is 1.75 GB/s each, 2 GB/s on one host is 2 per host
+    assert re.search(r"│ +4 │ +7\.00 GB/s │ +1\.75 GB/s │", out), out
+    assert re.search(r"│ +1 │ +2\.00 GB/s │ +2\.00 GB/s │", out), out
     render_calibration(hand_calibration({"torch.save": 1.2e9, "dcp": 0.9e9}, dcp_fixed_s=0.02))
     out = screen()
     assert "900.0 MB/s" in out and "DCP fixed cost per save (2 ranks" in out
@@ -238,11 +244,22 @@ def test_render_recommendation_and_comparison(screen):
     out = screen()
     # a 100 s window with a 5% budget allows a save of 100 × 0.05 / 1.05 = 4.76 s
     assert "INFEASIBLE" in out and "needed: save_seconds" in out and "4.8 s" in out
+    screen(clear=True)  # the comparison alone below: its figures also appear in the recommendations above
     render_comparison(compare(PLAN, POLICY, [TARGET, DATA.storage_classes["fast"]]))
-    out = screen()
-    assert "Recommendation by storage class" in out and "fast" in out and "3.6 s" in out  # fast: 3.6 s save
+    out = screen(clear=True)
+    # storage, save, stall, shortest safe τ (save ÷ 5% budget), binds, Daly τ (MTBF 1 h, with Daly's higher-order
+    # terms: 12 s -> 286 s, 3.6 s -> 158 s), recommended τ, overhead (save ÷ τ: 12/286 = 4.20%, 3.6/158 = 2.27%)
+    assert "Recommendation by storage class" in out
+    row = r"│ {} +│ +{} │ +{} │ +{} │ overhead budget │ +{} │ +{} │ +{} │"
+    assert re.search(
+        row.format("target", r"12\.0 s", r"12\.0 s", r"4\.0 min", r"4\.8 min", r"4\.8 min", r"4\.20%"), out
+    )
+    assert re.search(row.format("fast", r"3\.6 s", r"3\.6 s", r"72\.0 s", r"2\.6 min", r"2\.6 min", r"2\.27%"), out)
     render_comparison(compare(PLAN, POLICY.model_copy(update={"save_time_s": 300.0}), [TARGET]))
-    assert "Save time given (--save-time)" in screen() and "5.0 min" in screen()
+    out = screen(clear=True)
+    # the given 300 s save on every column that is the save, and 300 s ÷ 5% = 100 min as the shortest safe τ
+    assert "Save time given (--save-time)" in out
+    assert re.search(r"│ measured \(--save-time\) │ +5\.0 min │ +5\.0 min │ +100\.0 min │", out), out
 
 
 def test_render_report_files(screen):
@@ -325,31 +342,37 @@ def test_render_validation(screen):
 def test_render_watch_and_samples(screen):
     from ckplan.render.watch import print_sample, render_watch
 
-    samples = [
-        Sample(t=1.0, write_bytes_per_s=250e6, write_iops=1200, util_percent=99, w_await_ms=3.5, gpu_util_percent=80)
-    ]
-    print_sample(samples[0])
-    fig = lambda v: Figure(peak=v, p99=v, median=v)  # noqa: E731
+    sample = Sample(
+        t=1.0, write_bytes_per_s=250e6, write_iops=1200, util_percent=99, w_await_ms=3.5, gpu_util_percent=80
+    )
+    print_sample(sample)
+    out = screen(clear=True)
+    assert "write     250.0 MB/s" in out and "1200 IOPS" in out and "util 99%" in out and "GPU 80%" in out
     render_watch(
         WatchResult(
             device="/dev/vda",
             target="/data",
             interval_s=1,
-            duration_s=1.0,
-            samples=samples,
-            write_bytes_per_s=fig(250e6),
-            write_iops=fig(1200),
-            util_percent=fig(99),
-            w_await_ms=fig(3.5),
-            gpu_util_percent=fig(80),
+            duration_s=3.0,
+            samples=[sample] * 3,
+            write_bytes_per_s=Figure(peak=312.5e6, p99=250e6, median=187.5e6),
+            write_iops=Figure(peak=1500, p99=1200, median=900),
+            util_percent=Figure(peak=99, p99=95, median=60),
+            w_await_ms=Figure(peak=12.5, p99=3.5, median=1.5),
+            gpu_util_percent=Figure(peak=90, p99=80, median=70),
             saturated_s=1.0,
             slow_await_s=0.0,
         )
     )
-    out = screen()
-    assert "write     250.0 MB/s" in out and "GPU 80%" in out
-    assert "/dev/vda behind /data: 1 samples over 1.0" in out and "250.0" in out and "1,200" in out
-    assert "saturated (%util ≥" in out and "for 1.0 s" in out
+    out = screen(clear=True)
+    assert "/dev/vda behind /data: 3 samples over 3.0 s\n" in out  # the title on one line, not wrapped
+    # each metric's peak, p99 and median, in that order
+    assert re.search(r"│ write MB/s +│ +312\.5 │ +250\.0 │ +187\.5 │", out), out
+    assert re.search(r"│ write IOPS +│ +1,500 │ +1,200 │ +900 │", out), out
+    assert re.search(r"│ %util +│ +99% │ +95% │ +60% │", out), out
+    assert re.search(r"│ w_await +│ +12\.5 ms │ +3\.5 ms │ +1\.5 ms │", out), out
+    assert re.search(r"│ GPU util +│ +90% │ +80% │ +70% │", out), out
+    assert "saturated (%util ≥ 90%) for 1.0 s; w_await ≥ 300 ms for 0.0 s" in out
 
 
 def _png(width: int, height: int) -> bytes:

@@ -24,7 +24,7 @@ from ckplan.render.document import VERDICT_COLOURS
 from tests.conftest import run_json
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-pytestmark = pytest.mark.skipif(
+needs_chromium = pytest.mark.skipif(
     not CHROMIUM, reason="chromium is not installed (scripts/setup --test-tools installs Debian's chromium package)"
 )
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -149,6 +149,7 @@ def test_html_is_self_contained(report):
     assert "![waste against interval](waste.png)" in page.with_name("report.md").read_text(encoding="utf-8")
 
 
+@needs_chromium
 def test_rendered_dom_has_the_decision_and_both_charts(report):
     page, charts, rec = report
     dom = parse(chromium("--dump-dom", page.as_uri()).stdout)
@@ -220,6 +221,7 @@ def check_rendering(page: Path, charts: list[bytes], verdict: str, width: int) -
     assert xs.max() - xs.min() > (0.8 * min(width, 1100) - 100), "the decision box does not span the column"
 
 
+@needs_chromium
 @pytest.mark.parametrize("width", [1280, 390])
 def test_renders_in_chromium(report, width):
     page, charts, rec = report
@@ -236,6 +238,7 @@ def _decision_last(text: str) -> str:
     return text.replace(box, "").replace("</body>", box + "</body>")
 
 
+@needs_chromium
 @pytest.mark.parametrize(
     "name, mutate, message",
     [

@@ -25,9 +25,9 @@ def print_sample(s: Sample) -> None:
 
 
 def render_watch(r: WatchResult) -> None:
-    table = Table(
-        title=f"{r.device} behind {r.target}: {len(r.samples)} samples over {r.duration_s:.1f} s", title_justify="left"
-    )
+    title = f"{r.device} behind {r.target}: {len(r.samples)} samples over {r.duration_s:.1f} s"
+    # rich wraps a title to the table's width, and these four short columns are narrower than the title
+    table = Table(title=title, title_justify="left", min_width=len(title))
     for col in ("metric", "peak", "p99", "median"):
         table.add_column(col, justify="left" if col == "metric" else "right")
     table.add_row("write MB/s", *(f"{getattr(r.write_bytes_per_s, k) / 1e6:,.1f}" for k in ("peak", "p99", "median")))
