@@ -122,18 +122,20 @@ def client(loc: S3Location, timeout_s: float, pool: int):
         raise missing_extra("S3 probing", "boto3", "s3") from None
     try:
         session = boto3.session.Session(profile_name=loc.profile, region_name=loc.region)
+        if session.get_credentials() is None:
+            raise InputError("no AWS credentials found (environment variables, ~/.aws/credentials or --profile)")
+        config = botocore.config.Config(
+            connect_timeout=timeout_s,
+            read_timeout=timeout_s,
+            max_pool_connections=pool,
+            retries={"max_attempts": 2, "mode": "standard"},
+            region_name=loc.region or session.region_name or "us-east-1",
+        )
+        return session.client("s3", endpoint_url=loc.endpoint_url, config=config)
     except botocore.exceptions.ProfileNotFound:
         raise InputError(f"AWS profile {loc.profile!r} is not configured") from None
-    if session.get_credentials() is None:
-        raise InputError("no AWS credentials found (environment variables, ~/.aws/credentials or --profile)")
-    config = botocore.config.Config(
-        connect_timeout=timeout_s,
-        read_timeout=timeout_s,
-        max_pool_connections=pool,
-        retries={"max_attempts": 2, "mode": "standard"},
-        region_name=loc.region or session.region_name or "us-east-1",
-    )
-    return session.client("s3", endpoint_url=loc.endpoint_url, config=config)
+    except botocore.exceptions.BotoCoreError as exc:  # a bad region name, half a key pair, an unreadable config
+        raise describe(exc, loc, "the S3 client's set-up") from None
 
 
 def describe(exc: BaseException, loc: S3Location, what: str, measuring: bool = False) -> Exception:
@@ -146,6 +148,20 @@ def describe(exc: BaseException, loc: S3Location, what: str, measuring: bool = F
 
     if isinstance(exc, be.NoCredentialsError):
         return InputError("no AWS credentials found (environment variables, ~/.aws/credentials or --profile)")
+    if isinstance(exc, be.InvalidRegionError):
+        region = exc.kwargs.get("region_name", loc.region)
+        if loc.region is not None:
+            return InputError(f"‹region› {region!r} is not a valid AWS region name (such as us-east-1)")
+        return EnvironmentProblem(
+            f"the AWS region {region!r} set in the environment or the AWS config is not a valid region name"
+        )
+    if isinstance(exc, be.PartialCredentialsError):
+        return EnvironmentProblem(
+            f"incomplete AWS credentials in {exc.kwargs.get('provider', 'the environment')}: "
+            f"{exc.kwargs.get('cred_var', 'a part')} is missing"
+        )
+    if isinstance(exc, (be.CredentialRetrievalError, be.ConfigParseError, be.InvalidConfigError)):
+        return EnvironmentProblem(f"cannot read the AWS credentials or config ({type(exc).__name__}) during {what}")
     if isinstance(exc, be.EndpointConnectionError):
         return EnvironmentProblem(
             f"cannot connect to the S3 endpoint {loc.safe_endpoint} during {what}: connection refused or unreachable"
