@@ -518,3 +518,48 @@ def test_kill_9_at_random_times_then_clean_leaves_nothing(endpoint, tmp_path):
         objects = [o["Key"] for o in s3.list_objects_v2(Bucket=BUCKET).get("Contents", [])]
         uploads = [u["Key"] for u in s3.list_multipart_uploads(Bucket=BUCKET).get("Uploads", [])]
         assert (objects, uploads) == ([], []), where
+
+
+# --- describe(): what each S3 failure becomes ------------------------------------------------------------------
+
+
+def _client_error(code: str, status: int):
+    from botocore.exceptions import ClientError
+
+    return ClientError({"Error": {"Code": code, "Message": "x"}, "ResponseMetadata": {"HTTPStatusCode": status}}, "Put")
+
+
+@pytest.mark.parametrize(
+    "code,status",
+    [("SlowDown", 503), ("InternalError", 500), ("ServiceUnavailable", 503), ("RequestTimeout", 400), ("Odd", 502)],
+)
+def test_a_busy_or_failing_endpoint_is_a_failed_measurement_never_bad_input(code, status):
+    from ckplan.errors import EnvironmentProblem, MeasurementFailed
+    from ckplan.probe.s3 import describe, parse_url
+
+    loc = parse_url("s3://bucket/p", "http://127.0.0.1:9")
+    measuring = describe(_client_error(code, status), loc, "the bandwidth phase", measuring=True)
+    assert isinstance(measuring, MeasurementFailed) and code in str(measuring), measuring
+    assert type(describe(_client_error(code, status), loc, "the bucket check")) is EnvironmentProblem
+
+
+def test_a_broken_response_stream_is_a_failed_measurement():
+    from botocore.exceptions import IncompleteReadError, ResponseStreamingError
+
+    from ckplan.errors import EnvironmentProblem, MeasurementFailed
+    from ckplan.probe.s3 import describe, parse_url
+
+    loc = parse_url("s3://bucket/p", "http://127.0.0.1:9")
+    for exc in (IncompleteReadError(actual_bytes=1, expected_bytes=2), ResponseStreamingError(error="reset")):
+        assert isinstance(describe(exc, loc, "the replay", measuring=True), MeasurementFailed)
+        assert isinstance(describe(exc, loc, "the clean-up"), EnvironmentProblem)
+
+
+def test_refusals_stay_bad_input_and_bugs_are_not_dressed_up():
+    from ckplan.errors import InputError
+    from ckplan.probe.s3 import describe, parse_url
+
+    loc = parse_url("s3://bucket/p", "http://127.0.0.1:9")
+    assert isinstance(describe(_client_error("AccessDenied", 403), loc, "x", measuring=True), InputError)
+    bug = KeyError("part")
+    assert describe(bug, loc, "the bandwidth phase", measuring=True) is bug

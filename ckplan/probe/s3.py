@@ -138,13 +138,33 @@ def client(loc: S3Location, timeout_s: float, pool: int):
         raise describe(exc, loc, "the S3 client's set-up") from None
 
 
-def describe(exc: BaseException, loc: S3Location, what: str, measuring: bool = False) -> Exception:
+# the endpoint is busy or failing, not refusing the request: retrying later may succeed
+BUSY_CODES = {
+    "SlowDown",
+    "InternalError",
+    "ServiceUnavailable",
+    "RequestTimeout",
+    "Throttling",
+    "ThrottlingException",
+    "RequestLimitExceeded",
+    "TooManyRequestsException",
+    "BandwidthLimitExceeded",
+    "RequestThrottled",
+    "ServerBusy",
+}
+
+
+def describe(exc: Exception, loc: S3Location, what: str, measuring: bool = False) -> Exception:
     """One line from an S3 failure, built from its code: never the raw message, which could echo request details.
 
-    An endpoint that cannot be reached is an environment problem (exit 3); one that drops the connection
-    while it is being measured is a failed measurement (exit 4); the rest are bad input (exit 2).
+    An endpoint that cannot be reached is an environment problem (exit 3); one that drops the connection, breaks
+    a response stream, throttles or fails with a server error while it is being measured is a failed measurement
+    (exit 4), an environment problem otherwise; a request the endpoint refuses is bad input (exit 2). Anything
+    that is neither botocore's nor a connection's comes back as it is: a bug in ckplan, not the endpoint's doing.
     """
     import botocore.exceptions as be
+
+    failed = MeasurementFailed if measuring else EnvironmentProblem
 
     if isinstance(exc, be.NoCredentialsError):
         return InputError("no AWS credentials found (environment variables, ~/.aws/credentials or --profile)")
@@ -169,10 +189,20 @@ def describe(exc: BaseException, loc: S3Location, what: str, measuring: bool = F
     if isinstance(exc, (be.ConnectTimeoutError, be.ReadTimeoutError)):
         return EnvironmentProblem(f"the S3 endpoint {loc.safe_endpoint} did not answer in time during {what}")
     if isinstance(exc, (be.ConnectionClosedError, be.ConnectionError, ConnectionError)):
-        failed = MeasurementFailed if measuring else EnvironmentProblem
         return failed(f"the S3 endpoint {loc.safe_endpoint} dropped the connection during {what}")
+    if isinstance(exc, (be.HTTPClientError, be.IncompleteReadError, be.ChecksumError, be.FlexibleChecksumError)):
+        return failed(
+            f"a response from the S3 endpoint {loc.safe_endpoint} broke off ({type(exc).__name__}) during {what}"
+        )
     if isinstance(exc, be.ClientError):
         code = str(exc.response.get("Error", {}).get("Code", "unknown"))
+        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        if code in BUSY_CODES or (isinstance(status, int) and (status >= 500 or status == 429)):
+            return failed(
+                f"the S3 endpoint {loc.safe_endpoint} is busy or failing ({code}"
+                + (f", HTTP {status}" if status else "")
+                + f") during {what}: try again later"
+            )
         if code in ("NoSuchBucket", "404", "NotFound"):
             return InputError(f"bucket {loc.bucket!r} does not exist at {loc.safe_endpoint}")
         if code in ("InvalidAccessKeyId", "SignatureDoesNotMatch", "InvalidToken", "ExpiredToken"):
@@ -184,7 +214,7 @@ def describe(exc: BaseException, loc: S3Location, what: str, measuring: bool = F
         return InputError(f"S3 error {code} during {what}")
     if isinstance(exc, be.BotoCoreError):
         return InputError(f"S3 client error ({type(exc).__name__}) during {what}")
-    return InputError(f"{what} failed: {type(exc).__name__}")
+    return exc
 
 
 @dataclass(frozen=True)
