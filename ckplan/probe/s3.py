@@ -371,11 +371,41 @@ def remove_prefix(s3, bucket: str, prefix: str) -> int:
                     raise
             removed += 1
     for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
-        keys = [{"Key": o["Key"]} for o in page.get("Contents", [])]
+        keys = [o["Key"] for o in page.get("Contents", [])]
         for i in range(0, len(keys), 1000):
-            s3.delete_objects(Bucket=bucket, Delete={"Objects": keys[i : i + 1000], "Quiet": True})
-        removed += len(keys)
+            removed += _delete_keys(s3, bucket, prefix, keys[i : i + 1000])
     return removed
+
+
+DELETE_ATTEMPTS = 4
+DELETE_RETRY_S = 0.25  # doubled after each failed attempt
+
+
+def _delete_keys(s3, bucket: str, prefix: str, keys: list[str]) -> int:
+    """Delete `keys` (at most 1000), retrying those the endpoint reports as not deleted; the count deleted.
+
+    DeleteObjects answers HTTP 200 and lists each key it did not delete under Errors; a key that is already
+    gone (NoSuchKey) is deleted as far as the caller cares.
+    """
+    pending, codes = list(keys), set()
+    for attempt in range(DELETE_ATTEMPTS):
+        if attempt:
+            time.sleep(DELETE_RETRY_S * 2 ** (attempt - 1))
+        resp = s3.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": k} for k in pending], "Quiet": True})
+        errors = [e for e in resp.get("Errors", []) if e.get("Code") != "NoSuchKey"]
+        codes = {str(e.get("Code", "unknown")) for e in errors}
+        failed = {e.get("Key") for e in errors}
+        pending = [k for k in pending if k in failed]
+        if not pending:
+            return len(keys)
+    at = prefix.find(SCRATCH_PREFIX)
+    base = prefix[:at].rstrip("/") if at >= 0 else prefix.rstrip("/")
+    target_url = f"s3://{bucket}/{base}".rstrip("/")  # where `ckplan clean` finds this scratch prefix
+    raise EnvironmentProblem(
+        f"the S3 endpoint did not delete {len(pending)} object(s) under s3://{bucket}/{prefix} "
+        f"({', '.join(sorted(codes))}) after {DELETE_ATTEMPTS} attempts: remove them with "
+        f"`ckplan clean {target_url}`"
+    )
 
 
 class Writer:
