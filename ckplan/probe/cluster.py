@@ -386,8 +386,7 @@ def prepare_cluster_probe(
     fio.check_job_path(path)
     w = writers or (plan.max_writers_per_node if plan else 1)
     if emit_jobs is not None:
-        emit_jobs = jobfiles.check_dir(emit_jobs)
-        jobfiles.make_dir(emit_jobs)
+        emit_jobs = jobfiles.check_dir(emit_jobs)  # JobWriter creates it when it writes the first job file
     # many hosts write to one target at once: a quarter of the single-host size per writer keeps the
     # space the probe takes on shared storage bounded; the runtime cap still ends most points first
     return ClusterJob(
