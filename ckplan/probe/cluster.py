@@ -285,7 +285,7 @@ def run_clients(
     for line in (err + out).splitlines():
         m = re.search(r"failed to resolve <(.*?)>", line)
         if m:
-            raise InputError(f"host {m.group(1)!r} does not resolve to an address: check --hosts or --hosts-file")
+            raise InputError(f"host {m.group(1)!r} does not resolve to an address: check ‹hosts› or ‹hosts_file›")
         m = re.search(r"failed to connect to (\S+?):(\d+)", line)
         if m:
             raise EnvironmentProblem(
