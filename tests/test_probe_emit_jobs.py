@@ -327,3 +327,16 @@ def test_multi_host_client_jobs_are_emitted_and_rerun(tmp_path):
         assert all(c["write"]["bw_bytes"] > 10e6 for c in doc["client_stats"] if c["jobname"] == "bw")
     assert list(target.iterdir()) == []
     assert list(server_cwd.iterdir()) == []
+
+
+def test_a_multi_host_job_file_is_named_after_its_first_measuring_job(tmp_path):
+    from ckplan.probe import cluster, fio, jobfiles
+
+    run = cluster.ClusterRun([cluster.Host("10.0.0.2")], Path("/shared"), "drv-1-abc")
+    text = run.jobfile(run.hosts[0], [fio.FioJob("small", {"rw": "write"}), fio.FioJob("fsync", {"rw": "write"})])
+    sections = [line[1:-1] for line in text.splitlines() if line.startswith("[")]
+    assert sections == ["global", "ckplan-marker", "small", "fsync", "ckplan-cleanup"]
+    writer = jobfiles.JobWriter(tmp_path / "jobs", about="a test", fio_version="fio-3")
+    note = jobfiles.Note("small files", "writes small files", "small_files.files_per_s", "client_stats[]")
+    writer.record(["fio", "--client=ip:10.0.0.2,8765", "/tmp/host0.fio"], {"/tmp/host0.fio": text}, note)
+    assert writer.jobs[0].files == ["001-small.host0.fio"] and (tmp_path / "jobs" / "001-small.host0.fio").exists()

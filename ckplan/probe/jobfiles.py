@@ -235,7 +235,8 @@ class JobWriter:
 
 def _first_job(text: str) -> str:
     sections = [line.strip()[1:-1] for line in text.splitlines() if line.strip().startswith("[")]
-    return next((s for s in sections if s != "global"), "job")
+    # not the global section, nor a multi-host run's own housekeeping (ckplan-marker, ckplan-cleanup)
+    return next((s for s in sections if s != "global" and not s.startswith("ckplan-")), "job")
 
 
 _CURRENT: contextvars.ContextVar[JobWriter | None] = contextvars.ContextVar("ckplan_job_writer", default=None)
