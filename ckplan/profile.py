@@ -80,7 +80,7 @@ class Replay(Model):
     files: int
     writers: int
     scale: float  # 1.0 = full size
-    plan_fingerprint: str  # identifies the plan (see ckplan.probe.replay.fingerprint)
+    plan_fingerprint: str  # identifies the plan (ckplan.sizing.plan.CheckpointPlan.fingerprint)
     # fixed per-save cost (DCP coordination) + the rest × bytes(full)/bytes(scaled): bandwidth-bound extrapolation,
     # plus, for raw bytes, the busiest writer's serialisation at full size
     full_scale_seconds: float

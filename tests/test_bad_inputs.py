@@ -655,6 +655,28 @@ def test_unreachable_s3_endpoint_is_an_environment_problem(run, tmp_path, monkey
     assert "cannot connect to the S3 endpoint" in line, line
 
 
+@pytest.mark.parametrize("command", ["probe", "clean"])
+@pytest.mark.parametrize(
+    "region_flag,env,code,fragment",
+    [
+        (["--region", "us east"], {}, 2, "--region 'us east' is not a valid AWS region name"),
+        ([], {"AWS_DEFAULT_REGION": "us east"}, 3, "the AWS region 'us east' set in the environment"),
+        ([], {"AWS_SECRET_ACCESS_KEY": None}, 3, "incomplete AWS credentials in env: AWS_SECRET_ACCESS_KEY is missing"),
+    ],
+    ids=["bad-region-flag", "bad-region-env", "half-a-key-pair"],
+)
+def test_s3_client_set_up_failures_are_one_line(run, tmp_path, monkeypatch, command, region_flag, env, code, fragment):
+    from tests.s3server import credentials_env
+
+    for key, value in {**credentials_env(tmp_path / "aws"), **env}.items():
+        if value is None:
+            monkeypatch.delenv(key, raising=False)
+        else:
+            monkeypatch.setenv(key, value)
+    argv = [command, "s3://bucket/prefix", "--endpoint-url", "http://127.0.0.1:1", *region_flag, "--json"]
+    assert fragment in _check(*run(*argv), code)
+
+
 # The last line of defence: anything else is one line and exit 1, and --debug shows the traceback.
 class _Bug(Exception):
     pass

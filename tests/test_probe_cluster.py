@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import assert_one_line_error, ckplan_exe, run_cli
+from tests.conftest import assert_one_line_error, ckplan_exe, run_cli, run_json
 from tests.netns import fio_hosts, kill_servers, server_processes
 
 pytestmark = pytest.mark.fio
@@ -492,3 +492,58 @@ def test_a_second_agent_on_a_taken_port_is_refused(tmp_path):
         first.terminate()
         first.communicate(timeout=15)
         _stop(first, "127.0.0.1", port, tmp_path)
+
+
+# --- a running multi-host probe's scratch directories are marked as its own -------------------------------------
+
+
+def test_a_running_multi_host_probes_scratch_is_kept_by_clean_and_seen_by_other_probes(tmp_path):
+    import threading
+
+    from ckplan.probe import cluster, fio, target
+    from ckplan.probe.filesystem import _OtherProbes
+
+    port = _free_port()
+    server_cwd, path = tmp_path / "server", tmp_path / "target"
+    server_cwd.mkdir()
+    path.mkdir()
+    agent = _agent(["--port", str(port)], server_cwd)
+    try:
+        _wait_listening("127.0.0.1", port, agent)
+        host = cluster.Host("127.0.0.1", port)
+        run = cluster.ClusterRun([host], path, f"{socket.gethostname()}-{os.getpid()}-abc123")
+        hold = fio.FioJob("hold", {"stonewall": 1, "ioengine": "null", "size": "1G", "time_based": 1, "runtime": 4})
+        done: list = []
+        driver = threading.Thread(target=lambda: done.append(cluster.run_clients(run, {host: [hold]}, "a test", 60)))
+        driver.start()
+        marker = Path(run.scratch(host)) / target.MARKER
+        deadline = time.monotonic() + 20
+        while not (marker.exists() and marker.read_text()):
+            assert driver.is_alive() and time.monotonic() < deadline, "the marker never appeared"
+            time.sleep(0.05)
+        [found] = target.scratch_dirs(path)
+        assert (found.host, found.pid, found.live) == (socket.gethostname(), os.getpid(), True)
+        cleaned = run_json("clean", str(path))  # no --force: the running probe's directory stays
+        assert cleaned["removed"] == [] and found.path.exists()
+        others = _OtherProbes(path, path / "mine")  # a filesystem probe of the same target names it
+        assert list(others.pids) == [os.getpid()]
+        driver.join(60)
+        assert done and not driver.is_alive()
+    finally:
+        _stop(agent, "127.0.0.1", port, server_cwd)
+    assert os.listdir(path) == [] and os.listdir(server_cwd) == []  # the marker's prerun output file too
+
+
+def test_clean_keeps_another_hosts_multi_host_scratch_unless_forced(tmp_path):
+    from ckplan.probe import cluster
+
+    # laid out as a run driven from node07 lays it out: the fio server wrote the driver's marker
+    run = cluster.ClusterRun([cluster.Host("10.0.0.2")], tmp_path, "node07-4242-abc123", marker="")
+    scratch_dir = Path(run.scratch(run.hosts[0]))
+    scratch_dir.mkdir()
+    (scratch_dir / "ckplan-probe.json").write_text(json.dumps({"host": "node07", "pid": 4242, "started": 1.0}))
+    (scratch_dir / "bw.0.0").write_bytes(b"x" * 4096)
+    kept = run_json("clean", str(tmp_path))
+    assert kept["removed"] == [] and kept["kept"] == [str(scratch_dir)] and scratch_dir.exists()
+    forced = run_json("clean", str(tmp_path), "--force")
+    assert forced["removed"] == [str(scratch_dir)] and not scratch_dir.exists()

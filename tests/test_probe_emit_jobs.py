@@ -247,6 +247,30 @@ def test_a_bad_emit_directory_is_refused_before_fio_runs(tmp_path, fio_log, kind
     assert list(target.iterdir()) == []
 
 
+def test_an_emit_directory_that_cannot_be_created_is_refused_before_fio_runs(tmp_path, fio_log):
+    log, env = fio_log
+    target, blocker = tmp_path / "target", tmp_path / "a-file"
+    target.mkdir()
+    blocker.write_text("not a directory\n")
+    proc = run_cli("probe", str(target), "--quick", "--no-calibrate", "--emit-jobs", str(blocker / "jobs"), env=env)
+    assert_one_line_error(proc, "cannot create the --emit-jobs directory")
+    assert not log.exists() and list(target.iterdir()) == []
+
+
+def test_a_refused_multi_host_probe_leaves_no_emit_directory(tmp_path):
+    import socket
+
+    with socket.socket() as s:  # a port on this machine with no agent behind it
+        s.bind(("127.0.0.1", 0))
+        dead = f"127.0.0.1:{s.getsockname()[1]}"
+    target, jobs = tmp_path / "shared", tmp_path / "out" / "jobs"
+    target.mkdir()
+    args = ["--hosts", dead, "--quick", "--emit-jobs", str(jobs), "--agent-wait", "1s"]
+    proc = run_cli("probe", str(target), *args, timeout=60)  # no agent answers: refused before fio runs
+    assert_one_line_error(proc, "127.0.0.1", code=3)
+    assert not (tmp_path / "out").exists() and list(target.iterdir()) == []
+
+
 def test_s3_refuses_emit_jobs(tmp_path, fio_log):
     log, env = fio_log
     # an endpoint nobody listens on: had the probe started, it would fail there with exit code 3, not 2
@@ -303,3 +327,16 @@ def test_multi_host_client_jobs_are_emitted_and_rerun(tmp_path):
         assert all(c["write"]["bw_bytes"] > 10e6 for c in doc["client_stats"] if c["jobname"] == "bw")
     assert list(target.iterdir()) == []
     assert list(server_cwd.iterdir()) == []
+
+
+def test_a_multi_host_job_file_is_named_after_its_first_measuring_job(tmp_path):
+    from ckplan.probe import cluster, fio, jobfiles
+
+    run = cluster.ClusterRun([cluster.Host("10.0.0.2")], Path("/shared"), "drv-1-abc")
+    text = run.jobfile(run.hosts[0], [fio.FioJob("small", {"rw": "write"}), fio.FioJob("fsync", {"rw": "write"})])
+    sections = [line[1:-1] for line in text.splitlines() if line.startswith("[")]
+    assert sections == ["global", "ckplan-marker", "small", "fsync", "ckplan-cleanup"]
+    writer = jobfiles.JobWriter(tmp_path / "jobs", about="a test", fio_version="fio-3")
+    note = jobfiles.Note("small files", "writes small files", "small_files.files_per_s", "client_stats[]")
+    writer.record(["fio", "--client=ip:10.0.0.2,8765", "/tmp/host0.fio"], {"/tmp/host0.fio": text}, note)
+    assert writer.jobs[0].files == ["001-small.host0.fio"] and (tmp_path / "jobs" / "001-small.host0.fio").exists()

@@ -231,6 +231,15 @@ def test_a_probe_alone_gives_no_such_warning(tmp_path):
     assert not [n for n in notes if "another ckplan probe" in n] and [n for n in notes if "ckplan clean" in n]
 
 
+@pytest.mark.parametrize("marker", ["[1, 2]", '"text"', "null", "{not json"])
+def test_clean_removes_a_scratch_directory_whose_marker_is_no_object(tmp_path, marker):
+    # valid JSON that is not an object names no owner: such a directory is a leftover, as one without a marker
+    odd = tmp_path / f"{SCRATCH}{os.uname().nodename}-999999999-odd"
+    odd.mkdir()
+    (odd / "ckplan-probe.json").write_text(marker)
+    assert run_json("clean", str(tmp_path))["removed"] == [str(odd)] and not odd.exists()
+
+
 # --- failed measurements: exit 4, one line, nothing left ---------------------------------------------------
 
 

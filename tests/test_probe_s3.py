@@ -535,3 +535,102 @@ def test_kill_9_at_random_times_then_clean_leaves_nothing(endpoint, tmp_path):
             killed.append(run)
         clean_and_check(f"kill{run}", where)
     assert len(killed) >= 7, f"seed {seed}: only runs {killed} of 10 died by the kill in a {probe_s:.1f} s probe"
+
+
+# --- describe(): what each S3 failure becomes ------------------------------------------------------------------
+
+
+def _client_error(code: str, status: int):
+    from botocore.exceptions import ClientError
+
+    return ClientError({"Error": {"Code": code, "Message": "x"}, "ResponseMetadata": {"HTTPStatusCode": status}}, "Put")
+
+
+@pytest.mark.parametrize(
+    "code,status",
+    [("SlowDown", 503), ("InternalError", 500), ("ServiceUnavailable", 503), ("RequestTimeout", 400), ("Odd", 502)],
+)
+def test_a_busy_or_failing_endpoint_is_a_failed_measurement_never_bad_input(code, status):
+    from ckplan.errors import EnvironmentProblem, MeasurementFailed
+    from ckplan.probe.s3 import describe, parse_url
+
+    loc = parse_url("s3://bucket/p", "http://127.0.0.1:9")
+    measuring = describe(_client_error(code, status), loc, "the bandwidth phase", measuring=True)
+    assert isinstance(measuring, MeasurementFailed) and code in str(measuring), measuring
+    assert type(describe(_client_error(code, status), loc, "the bucket check")) is EnvironmentProblem
+
+
+def test_a_broken_response_stream_is_a_failed_measurement():
+    from botocore.exceptions import IncompleteReadError, ResponseStreamingError
+
+    from ckplan.errors import EnvironmentProblem, MeasurementFailed
+    from ckplan.probe.s3 import describe, parse_url
+
+    loc = parse_url("s3://bucket/p", "http://127.0.0.1:9")
+    for exc in (IncompleteReadError(actual_bytes=1, expected_bytes=2), ResponseStreamingError(error="reset")):
+        assert isinstance(describe(exc, loc, "the replay", measuring=True), MeasurementFailed)
+        assert isinstance(describe(exc, loc, "the clean-up"), EnvironmentProblem)
+
+
+def test_refusals_stay_bad_input_and_bugs_are_not_dressed_up():
+    from ckplan.errors import InputError
+    from ckplan.probe.s3 import describe, parse_url
+
+    loc = parse_url("s3://bucket/p", "http://127.0.0.1:9")
+    assert isinstance(describe(_client_error("AccessDenied", 403), loc, "x", measuring=True), InputError)
+    bug = KeyError("part")
+    assert describe(bug, loc, "the bandwidth phase", measuring=True) is bug
+
+
+# --- remove_prefix: keys DeleteObjects reports as not deleted (HTTP 200, under Errors) ------------------------
+
+
+class _StuckDeletes:
+    """The real endpoint's client, except that DeleteObjects reports `stuck` keys as not deleted `times` times
+    (as S3 does under load: HTTP 200, each key under Errors with its code), and leaves them in place."""
+
+    def __init__(self, s3, stuck: set[str], times: int):
+        self.s3, self.stuck, self.left = s3, stuck, {k: times for k in stuck}
+
+    def __getattr__(self, name):
+        return getattr(self.s3, name)
+
+    def delete_objects(self, Bucket, Delete):  # noqa: N803 — boto3's own argument names
+        failing = [o for o in Delete["Objects"] if self.left.get(o["Key"], 0) > 0]
+        for o in failing:
+            self.left[o["Key"]] -= 1
+        rest = [o for o in Delete["Objects"] if o not in failing]
+        resp = self.s3.delete_objects(Bucket=Bucket, Delete={**Delete, "Objects": rest}) if rest else {}
+        return {**resp, "Errors": [{"Key": o["Key"], "Code": "SlowDown", "Message": "x"} for o in failing]}
+
+
+def test_remove_prefix_retries_keys_the_endpoint_did_not_delete(endpoint, monkeypatch):
+    from ckplan.probe import s3 as s3mod
+
+    monkeypatch.setattr(s3mod, "DELETE_RETRY_S", 0.01)
+    real = s3_client(endpoint)
+    prefix = "retry/.ckplan-probe-h-1-aa/"
+    keys = [f"{prefix}obj{i}" for i in range(5)]
+    for k in keys:
+        real.put_object(Bucket=BUCKET, Key=k, Body=b"x")
+    assert s3mod.remove_prefix(_StuckDeletes(real, set(keys[:2]), 2), BUCKET, prefix) == 5
+    assert real.list_objects_v2(Bucket=BUCKET, Prefix=prefix).get("KeyCount") == 0
+
+
+def test_remove_prefix_names_clean_for_keys_that_stay(endpoint, monkeypatch):
+    from ckplan.errors import EnvironmentProblem
+    from ckplan.probe import s3 as s3mod
+
+    monkeypatch.setattr(s3mod, "DELETE_RETRY_S", 0.01)
+    real = s3_client(endpoint)
+    prefix = "stays/.ckplan-probe-h-1-bb/"
+    keys = [f"{prefix}obj{i}" for i in range(3)]
+    for k in keys:
+        real.put_object(Bucket=BUCKET, Key=k, Body=b"x")
+    with pytest.raises(EnvironmentProblem) as err:
+        s3mod.remove_prefix(_StuckDeletes(real, {keys[0]}, 99), BUCKET, prefix)
+    assert "did not delete 1 object(s)" in str(err.value) and "(SlowDown)" in str(err.value)
+    assert str(err.value).endswith(f"`ckplan clean s3://{BUCKET}/stays`"), err.value
+    left = [o["Key"] for o in real.list_objects_v2(Bucket=BUCKET, Prefix=prefix).get("Contents", [])]
+    assert left == [keys[0]]  # the others were deleted; the stuck one is what clean will remove
+    real.delete_object(Bucket=BUCKET, Key=keys[0])

@@ -558,5 +558,6 @@ def flag_names() -> dict[str, str]:
         idle_timeout="--idle-timeout",
         agent_wait="--agent-wait",
         emit_jobs="--emit-jobs",
+        region="--region",
     )
     return names

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import shutil
 import socket
 from pathlib import Path
@@ -23,14 +22,12 @@ def clean_target(path: Path, force: bool = False) -> CleanResult:
     if not path.is_dir():
         raise InputError(f"{path} is not a directory")
     removed, kept = [], []
-    for entry in target.leftovers(path):
-        try:
-            host = json.loads((entry / target.MARKER).read_text()).get("host")
-        except (OSError, ValueError):
-            host = None
-        if host not in (None, socket.gethostname()) and not force:
-            kept.append(str(entry))
+    for found in target.scratch_dirs(path):
+        if found.live:
             continue
-        shutil.rmtree(entry, ignore_errors=True)
-        removed.append(str(entry))
+        if found.host not in (None, socket.gethostname()) and not force:
+            kept.append(str(found.path))
+            continue
+        shutil.rmtree(found.path, ignore_errors=True)
+        removed.append(str(found.path))
     return CleanResult(target=str(path), removed=removed, kept=kept)

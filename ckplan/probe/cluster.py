@@ -29,13 +29,13 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ckplan import children
 from ckplan.errors import EnvironmentProblem, InputError, MeasurementFailed
-from ckplan.probe import fio, hostlist, jobfiles
+from ckplan.probe import fio, hostlist, jobfiles, target
 from ckplan.probe.base import (
     PRESETS,
     SCRATCH_PREFIX,
@@ -198,6 +198,7 @@ class ClusterRun:
     hosts: list[Host]
     path: Path
     run_id: str
+    marker: str = field(default_factory=target.marker_text)  # this process owns every host's scratch directory
 
     def scratch(self, host: Host) -> str:
         label = re.sub(r"[^A-Za-z0-9.-]", "_", str(host))
@@ -208,22 +209,44 @@ class ClusterRun:
         head = fio.FioJob(
             "global", {"filename_format": f"{fio.escape_path(scratch)}/$jobname.$jobnum.$filenum", "fallocate": "none"}
         )
-        return head.render() + "".join(job.render() for job in jobs) + cleanup_job(scratch).render()
+        return (
+            head.render()
+            + marker_job(scratch, self.marker).render()
+            + "".join(job.render() for job in jobs)
+            + cleanup_job(scratch).render()
+        )
 
 
 CLEANUP_JOB = "ckplan-cleanup"
+MARKER_JOB = "ckplan-marker"
+NOT_MEASURED = ("All clients", CLEANUP_JOB, MARKER_JOB)  # client_stats entries that are no host's measurement
+
+
+def marker_job(scratch: str, marker: str) -> fio.FioJob:
+    """Writes the owner marker of probe/target.py into the scratch directory, as a filesystem probe does, so that
+    `ckplan clean` keeps a running multi-host probe's directory and other probes see it. In a subshell: fio
+    appends `> MARKER_JOB.prerun.txt 2>&1` to the command, which would otherwise take echo's output."""
+    quoted = shlex.quote(scratch)
+    return fio.FioJob(
+        MARKER_JOB,
+        {
+            "ioengine": "null",
+            "size": "4k",
+            "exec_prerun": f"(mkdir -p {quoted} && echo {shlex.quote(marker)} > {quoted}/{target.MARKER})",
+        },
+    )
 
 
 def cleanup_job(scratch: str) -> fio.FioJob:
-    # the shell opens the redirect to CLEANUP_JOB.prerun.txt before rm runs, so rm removes it as well;
-    # fio cuts option values at ';' and '#', hence one command and not a list
+    # the shell opens the redirect to CLEANUP_JOB.prerun.txt before rm runs, so rm removes it as well, with
+    # MARKER_JOB's; fio cuts option values at ';' and '#', hence one command and not a list
     return fio.FioJob(
         CLEANUP_JOB,
         {
             "stonewall": 1,
             "ioengine": "null",
             "size": "1M",
-            "exec_prerun": f"rm -rf {shlex.quote(scratch)} {CLEANUP_JOB}.prerun.txt",
+            "exec_prerun": f"rm -rf {shlex.quote(scratch)} {CLEANUP_JOB}.prerun.txt {MARKER_JOB}.prerun.txt",
         },
     )
 
@@ -262,7 +285,7 @@ def run_clients(
     for line in (err + out).splitlines():
         m = re.search(r"failed to resolve <(.*?)>", line)
         if m:
-            raise InputError(f"host {m.group(1)!r} does not resolve to an address: check --hosts or --hosts-file")
+            raise InputError(f"host {m.group(1)!r} does not resolve to an address: check ‹hosts› or ‹hosts_file›")
         m = re.search(r"failed to connect to (\S+?):(\d+)", line)
         if m:
             raise EnvironmentProblem(
@@ -281,7 +304,7 @@ def run_clients(
             )
     docs = fio.json_documents(out)
     stats = docs[-1].get("client_stats", []) if docs else []
-    reported = {c.get("hostname") for c in stats if c.get("jobname") not in ("All clients", CLEANUP_JOB)}
+    reported = {c.get("hostname") for c in stats if c.get("jobname") not in NOT_MEASURED}
     missing = [h for h in hosts if h.name not in reported]
     if missing:
         dropped = next((ln.split("> ", 1)[-1] for ln in out.splitlines() if ln.startswith("<") and "fio:" in ln), "")
@@ -313,7 +336,7 @@ def cleanup(run: ClusterRun) -> None:
 def per_host(doc: dict, field: str = "bw_bytes", jobname: str | None = None) -> dict[str, float]:
     out: dict[str, float] = {}
     for c in doc.get("client_stats", []):
-        if c.get("jobname") in ("All clients", CLEANUP_JOB) or (jobname and c.get("jobname") != jobname):
+        if c.get("jobname") in NOT_MEASURED or (jobname and c.get("jobname") != jobname):
             continue
         out[c["hostname"]] = out.get(c["hostname"], 0.0) + float(c["write"][field])
     return out
@@ -363,8 +386,7 @@ def prepare_cluster_probe(
     fio.check_job_path(path)
     w = writers or (plan.max_writers_per_node if plan else 1)
     if emit_jobs is not None:
-        emit_jobs = jobfiles.check_dir(emit_jobs)
-        jobfiles.make_dir(emit_jobs)
+        emit_jobs = jobfiles.check_dir(emit_jobs)  # JobWriter creates it when it writes the first job file
     # many hosts write to one target at once: a quarter of the single-host size per writer keeps the
     # space the probe takes on shared storage bounded; the runtime cap still ends most points first
     return ClusterJob(

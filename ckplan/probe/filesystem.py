@@ -155,8 +155,7 @@ def prepare_probe(
 
     calibrate = calibrate and torch_available()
     if emit_jobs is not None:  # the last check, so that a refused probe leaves no directory behind
-        emit_jobs = jobfiles.check_dir(emit_jobs)
-        jobfiles.make_dir(emit_jobs)
+        emit_jobs = jobfiles.check_dir(emit_jobs)  # JobWriter creates it when it writes the first job file
     return ProbeJob(
         path=path,
         mount=mount,

@@ -65,6 +65,12 @@ def check_dir(path: Path) -> Path:
             )
         if not os.access(path, os.W_OK | os.X_OK):
             raise InputError(f"‹emit_jobs› {path} is not writable by this user")
+    else:  # created by the first job file written (JobWriter), so that a refused probe leaves no directory behind
+        parent = path.absolute().parent
+        while not parent.exists() and parent != parent.parent:
+            parent = parent.parent
+        if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+            raise InputError(f"cannot create the ‹emit_jobs› directory {path}: {parent} is not a writable directory")
     return path.absolute()
 
 
@@ -220,6 +226,7 @@ class JobWriter:
         return "\n".join(head + [""] + self.blocks) + "\n"
 
     def _write(self, name: str, text: str) -> None:
+        make_dir(self.directory)  # here, not when the probe is prepared: nothing is left if it is refused
         try:
             (self.directory / name).write_text(text)
         except OSError as exc:
@@ -228,7 +235,8 @@ class JobWriter:
 
 def _first_job(text: str) -> str:
     sections = [line.strip()[1:-1] for line in text.splitlines() if line.strip().startswith("[")]
-    return next((s for s in sections if s != "global"), "job")
+    # not the global section, nor a multi-host run's own housekeeping (ckplan-marker, ckplan-cleanup)
+    return next((s for s in sections if s != "global" and not s.startswith("ckplan-")), "job")
 
 
 _CURRENT: contextvars.ContextVar[JobWriter | None] = contextvars.ContextVar("ckplan_job_writer", default=None)

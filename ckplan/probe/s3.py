@@ -122,30 +122,66 @@ def client(loc: S3Location, timeout_s: float, pool: int):
         raise missing_extra("S3 probing", "boto3", "s3") from None
     try:
         session = boto3.session.Session(profile_name=loc.profile, region_name=loc.region)
+        if session.get_credentials() is None:
+            raise InputError("no AWS credentials found (environment variables, ~/.aws/credentials or --profile)")
+        config = botocore.config.Config(
+            connect_timeout=timeout_s,
+            read_timeout=timeout_s,
+            max_pool_connections=pool,
+            retries={"max_attempts": 2, "mode": "standard"},
+            region_name=loc.region or session.region_name or "us-east-1",
+        )
+        return session.client("s3", endpoint_url=loc.endpoint_url, config=config)
     except botocore.exceptions.ProfileNotFound:
         raise InputError(f"AWS profile {loc.profile!r} is not configured") from None
-    if session.get_credentials() is None:
-        raise InputError("no AWS credentials found (environment variables, ~/.aws/credentials or --profile)")
-    config = botocore.config.Config(
-        connect_timeout=timeout_s,
-        read_timeout=timeout_s,
-        max_pool_connections=pool,
-        retries={"max_attempts": 2, "mode": "standard"},
-        region_name=loc.region or session.region_name or "us-east-1",
-    )
-    return session.client("s3", endpoint_url=loc.endpoint_url, config=config)
+    except botocore.exceptions.BotoCoreError as exc:  # a bad region name, half a key pair, an unreadable config
+        raise describe(exc, loc, "the S3 client's set-up") from None
 
 
-def describe(exc: BaseException, loc: S3Location, what: str, measuring: bool = False) -> Exception:
+# the endpoint is busy or failing, not refusing the request: retrying later may succeed
+BUSY_CODES = {
+    "SlowDown",
+    "InternalError",
+    "ServiceUnavailable",
+    "RequestTimeout",
+    "Throttling",
+    "ThrottlingException",
+    "RequestLimitExceeded",
+    "TooManyRequestsException",
+    "BandwidthLimitExceeded",
+    "RequestThrottled",
+    "ServerBusy",
+}
+
+
+def describe(exc: Exception, loc: S3Location, what: str, measuring: bool = False) -> Exception:
     """One line from an S3 failure, built from its code: never the raw message, which could echo request details.
 
-    An endpoint that cannot be reached is an environment problem (exit 3); one that drops the connection
-    while it is being measured is a failed measurement (exit 4); the rest are bad input (exit 2).
+    An endpoint that cannot be reached is an environment problem (exit 3); one that drops the connection, breaks
+    a response stream, throttles or fails with a server error while it is being measured is a failed measurement
+    (exit 4), an environment problem otherwise; a request the endpoint refuses is bad input (exit 2). Anything
+    that is neither botocore's nor a connection's comes back as it is: a bug in ckplan, not the endpoint's doing.
     """
     import botocore.exceptions as be
 
+    failed = MeasurementFailed if measuring else EnvironmentProblem
+
     if isinstance(exc, be.NoCredentialsError):
         return InputError("no AWS credentials found (environment variables, ~/.aws/credentials or --profile)")
+    if isinstance(exc, be.InvalidRegionError):
+        region = exc.kwargs.get("region_name", loc.region)
+        if loc.region is not None:
+            return InputError(f"‹region› {region!r} is not a valid AWS region name (such as us-east-1)")
+        return EnvironmentProblem(
+            f"the AWS region {region!r} set in the environment or the AWS config is not a valid region name"
+        )
+    if isinstance(exc, be.PartialCredentialsError):
+        return EnvironmentProblem(
+            f"incomplete AWS credentials in {exc.kwargs.get('provider', 'the environment')}: "
+            f"{exc.kwargs.get('cred_var', 'a part')} is missing"
+        )
+    if isinstance(exc, (be.CredentialRetrievalError, be.ConfigParseError, be.InvalidConfigError)):
+        return EnvironmentProblem(f"cannot read the AWS credentials or config ({type(exc).__name__}) during {what}")
     if isinstance(exc, be.EndpointConnectionError):
         return EnvironmentProblem(
             f"cannot connect to the S3 endpoint {loc.safe_endpoint} during {what}: connection refused or unreachable"
@@ -153,10 +189,20 @@ def describe(exc: BaseException, loc: S3Location, what: str, measuring: bool = F
     if isinstance(exc, (be.ConnectTimeoutError, be.ReadTimeoutError)):
         return EnvironmentProblem(f"the S3 endpoint {loc.safe_endpoint} did not answer in time during {what}")
     if isinstance(exc, (be.ConnectionClosedError, be.ConnectionError, ConnectionError)):
-        failed = MeasurementFailed if measuring else EnvironmentProblem
         return failed(f"the S3 endpoint {loc.safe_endpoint} dropped the connection during {what}")
+    if isinstance(exc, (be.HTTPClientError, be.IncompleteReadError, be.ChecksumError, be.FlexibleChecksumError)):
+        return failed(
+            f"a response from the S3 endpoint {loc.safe_endpoint} broke off ({type(exc).__name__}) during {what}"
+        )
     if isinstance(exc, be.ClientError):
         code = str(exc.response.get("Error", {}).get("Code", "unknown"))
+        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        if code in BUSY_CODES or (isinstance(status, int) and (status >= 500 or status == 429)):
+            return failed(
+                f"the S3 endpoint {loc.safe_endpoint} is busy or failing ({code}"
+                + (f", HTTP {status}" if status else "")
+                + f") during {what}: try again later"
+            )
         if code in ("NoSuchBucket", "404", "NotFound"):
             return InputError(f"bucket {loc.bucket!r} does not exist at {loc.safe_endpoint}")
         if code in ("InvalidAccessKeyId", "SignatureDoesNotMatch", "InvalidToken", "ExpiredToken"):
@@ -168,7 +214,7 @@ def describe(exc: BaseException, loc: S3Location, what: str, measuring: bool = F
         return InputError(f"S3 error {code} during {what}")
     if isinstance(exc, be.BotoCoreError):
         return InputError(f"S3 client error ({type(exc).__name__}) during {what}")
-    return InputError(f"{what} failed: {type(exc).__name__}")
+    return exc
 
 
 @dataclass(frozen=True)
@@ -325,11 +371,41 @@ def remove_prefix(s3, bucket: str, prefix: str) -> int:
                     raise
             removed += 1
     for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
-        keys = [{"Key": o["Key"]} for o in page.get("Contents", [])]
+        keys = [o["Key"] for o in page.get("Contents", [])]
         for i in range(0, len(keys), 1000):
-            s3.delete_objects(Bucket=bucket, Delete={"Objects": keys[i : i + 1000], "Quiet": True})
-        removed += len(keys)
+            removed += _delete_keys(s3, bucket, prefix, keys[i : i + 1000])
     return removed
+
+
+DELETE_ATTEMPTS = 4
+DELETE_RETRY_S = 0.25  # doubled after each failed attempt
+
+
+def _delete_keys(s3, bucket: str, prefix: str, keys: list[str]) -> int:
+    """Delete `keys` (at most 1000), retrying those the endpoint reports as not deleted; the count deleted.
+
+    DeleteObjects answers HTTP 200 and lists each key it did not delete under Errors; a key that is already
+    gone (NoSuchKey) is deleted as far as the caller cares.
+    """
+    pending, codes = list(keys), set()
+    for attempt in range(DELETE_ATTEMPTS):
+        if attempt:
+            time.sleep(DELETE_RETRY_S * 2 ** (attempt - 1))
+        resp = s3.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": k} for k in pending], "Quiet": True})
+        errors = [e for e in resp.get("Errors", []) if e.get("Code") != "NoSuchKey"]
+        codes = {str(e.get("Code", "unknown")) for e in errors}
+        failed = {e.get("Key") for e in errors}
+        pending = [k for k in pending if k in failed]
+        if not pending:
+            return len(keys)
+    at = prefix.find(SCRATCH_PREFIX)
+    base = prefix[:at].rstrip("/") if at >= 0 else prefix.rstrip("/")
+    target_url = f"s3://{bucket}/{base}".rstrip("/")  # where `ckplan clean` finds this scratch prefix
+    raise EnvironmentProblem(
+        f"the S3 endpoint did not delete {len(pending)} object(s) under s3://{bucket}/{prefix} "
+        f"({', '.join(sorted(codes))}) after {DELETE_ATTEMPTS} attempts: remove them with "
+        f"`ckplan clean {target_url}`"
+    )
 
 
 class Writer:

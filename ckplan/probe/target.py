@@ -144,6 +144,12 @@ def free_bytes(path: Path) -> int | None:
     return st.f_bavail * st.f_frsize
 
 
+def marker_text() -> str:
+    """What a scratch directory's MARKER holds: the host and pid of the probe that owns it (every probe writes
+    this one; a multi-host probe names the host and pid that drive it)."""
+    return json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "started": time.time()})
+
+
 class ScratchDir:
     """A uniquely named directory under the target, removed on exit, error, Ctrl-C or SIGTERM. Its marker
     names the host and pid that own it, so a live one is told from one a `kill -9` left behind."""
@@ -156,9 +162,7 @@ class ScratchDir:
     def __enter__(self) -> ScratchDir:
         try:
             self.path.mkdir(mode=0o700)
-            (self.path / MARKER).write_text(
-                json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "started": time.time()})
-            )
+            (self.path / MARKER).write_text(marker_text())
         except OSError as exc:
             shutil.rmtree(self.path, ignore_errors=True)
             raise InputError(f"cannot create a scratch directory in {self.parent}: {exc.strerror}") from None
