@@ -209,10 +209,13 @@ class ClusterRun:
         head = fio.FioJob(
             "global", {"filename_format": f"{fio.escape_path(scratch)}/$jobname.$jobnum.$filenum", "fallocate": "none"}
         )
+        # fio reports a group under its first job's name: the measuring jobs start a group of their own, or
+        # group_reporting would fold them into the marker job's and no host would report the phase
+        first = fio.FioJob(jobs[0].name, {**jobs[0].options, "new_group": 1})
         return (
             head.render()
             + marker_job(scratch, self.marker).render()
-            + "".join(job.render() for job in jobs)
+            + "".join(job.render() for job in [first, *jobs[1:]])
             + cleanup_job(scratch).render()
         )
 
