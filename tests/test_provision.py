@@ -207,3 +207,36 @@ def test_headroom_without_a_curve_over_hosts_is_per_node_times_nodes_capped():
     assert free.headroom * free.burst_bandwidth_bytes_per_s == pytest.approx(2e9 * 128)  # 256 GB/s
     capped = provision_one(p, Policy(), "sync", None, 2, DATA, hand_profile({8: 2e9}, shared=True, limit=100e9))
     assert capped.headroom * capped.burst_bandwidth_bytes_per_s == pytest.approx(100e9)
+
+
+def test_an_async_snapshot_or_staged_copy_that_does_not_fit_is_infeasible():
+    """Two nodes, one writer each, 10 GB per node. Host memory 5 GB: the snapshot cannot be taken, so no interval
+    exists (it used to report feasible with an infinite interval and ETTR 0). Local disk 5 GB: the staged copy does
+    not fit the local NVMe, as staged_scenario says for recommend's what-ifs."""
+    from tests.handmade import hand_plan
+
+    p = hand_plan([("n0.pt", 10 * 10**9, 0, 0), ("n1.pt", 10 * 10**9, 1, 1)])
+    row = provision_one(p, Policy(mode="async", host_memory_bytes=5e9), "async", 0.8, 2, DATA)
+    assert (row.feasible, row.interval_s, row.expected_ettr) == (False, None, None)
+    assert row.dominant_term == (
+        "the snapshot (10 GB per node) does not fit in host memory (5 GB): async save is not possible"
+    )
+    row = provision_one(p, Policy(local_disk_bytes=5e9), "staged", None, 2, DATA)
+    assert not row.feasible
+    assert row.dominant_term == "the staged copy (10 GB per node) does not fit on local-nvme (5 GB)"
+
+
+def test_loss_window_as_the_dominant_term():
+    """Two nodes, one 10 GB torch.save file each at 10 GB/s: the serialiser alone takes 1 s, so the fastest persist is
+    1 ÷ 0.9 = 1.111 s (10% is left for per-file costs). The 5% budget needs τ ≥ 1.111 ÷ 0.05 = 22.2 s; a 20 s window
+    allows τ ≤ 20 − 1.111 = 18.9 s."""
+    from tests.handmade import hand_plan
+
+    p = hand_plan([("n0.pt", 10 * 10**9, 0, 0), ("n1.pt", 10 * 10**9, 1, 1)])
+    policy = Policy(max_loss_s=20, mtbf_s=86400, serialize_bytes_per_s={"torch.save": 10e9})
+    row = provision_one(p, policy, "sync", None, 2, DATA)
+    assert not row.feasible
+    assert row.dominant_term == (
+        "loss window: the busiest writer's serialisation (1.11 s) needs τ ≥ 22.2 s for the overhead budget, "
+        "longer than the 20 s window allows"
+    )
