@@ -100,6 +100,13 @@ def test_save_time_shortcut():
     assert rec["save_seconds"] == 300 and rec["save_model"] is None
 
 
+def test_recommendation_carries_the_loss_window_bound():
+    """A 5 min save in a 1 h window: a crash loses τ + 300 s, so τ ≤ 3,600 − 300 = 3,300 s (evaluate's bound, which
+    the recommendation used to drop and the report's chart restated)."""
+    rec = run_json("recommend", "--storage", "lustre", "--save-time", "5m", "--max-loss", "1h")
+    assert rec["longest_interval_s"] == 3300
+
+
 @pytest.mark.fio
 def test_size_probe_recommend_report_end_to_end(tmp_path):
     plan = tmp_path / "plan.json"

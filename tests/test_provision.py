@@ -47,8 +47,7 @@ def test_recommend_meets_the_target_with_the_provisioned_storage(mode, goodput):
     missed = (
         worse.verdict == "infeasible"
         or (goodput is not None and worse.ettr < goodput)
-        or worse.stall_seconds / policy.max_overhead
-        > min(worse.optimal_interval_s, worse.max_loss_s - worse.save_seconds)
+        or worse.stall_seconds / policy.max_overhead > min(worse.optimal_interval_s, worse.longest_interval_s)
     )
     assert missed
 

@@ -48,6 +48,7 @@ class Recommendation(Model):
     max_overhead: float
     shortest_safe_interval_s: float
     binding_constraint: str
+    longest_interval_s: float  # the loss window's bound
     constraints: list[Constraint]
     optimal_interval_s: float
     young_interval_s: float
@@ -144,8 +145,7 @@ def recommend(
         needed=needed,
         summary=summary,
         assumptions=_assumptions(plan, profile, policy, scenario),
-        **ev.model_dump(exclude={"verdict"}),
-        verdict=ev.verdict,
+        **ev.model_dump(),
     )
     if data is not None:
         rec.what_if = mitigations.what_ifs(plan, profile, policy, mtbf, data)
