@@ -239,3 +239,20 @@ def test_loss_window_as_the_dominant_term():
         "loss window: the busiest writer's serialisation (1.11 s) needs τ ≥ 22.2 s for the overhead budget, "
         "longer than the 20 s window allows"
     )
+
+
+def test_assumptions_name_the_failure_rates_only_when_used():
+    """--mtbf replaces the failure rates: the rates are not an assumption then. Defaults are labelled as such:
+    2.46 per 1,000 node-days + 2.72 per job-day, restart 600 s; the staged local disk 8 × 3.84 TB = 30.72 TB."""
+    rates = run_json("provision", "--model", "llama-3.1-70b", "--gpus", "1024")["assumptions"]
+    assert (
+        "failures: 2.46 per 1,000 node-days (default; --node-failure-rate) + 2.72 per job-day "
+        "(default; --job-failure-rate); restart 600 s (default; --restart)"
+    ) in rates
+    given = run_json("provision", "--model", "llama-3.1-70b", "--gpus", "1024", "--mtbf", "24h")["assumptions"]
+    assert "job MTBF 86400 s (given (--mtbf)); restart 600 s (default; --restart)" in given
+    assert not any("node-days" in a for a in given)
+    staged = run_json("provision", "--model", "llama-3.1-70b", "--gpus", "1024", "--mode", "staged")["assumptions"]
+    assert (
+        "staged: the local write uses the built-in local-nvme class, 30.72 TB (27.94 TiB) per node (default)" in staged
+    )

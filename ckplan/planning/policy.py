@@ -39,10 +39,19 @@ DEFAULT_CHANGED_FRACTION = 1.0  # dense LLM weights and optimizer states all cha
 DEFAULT_SERIALIZE_BYTES_PER_S = {"torch.save": 1.16e9, "safetensors": 1.36e9, "dcp": 1.0e9}
 DEFAULT_DCP_FIXED_S = 0.010
 TIGHT_FRACTION = 0.8  # overhead above 80% of the budget is 'tight'
+DEFAULT_MODE: Literal["sync", "async"] = "sync"
+
+
+def provenance(value: float, default: float, flag: str | None) -> str:
+    """Where an assumed figure comes from, for the output that uses it: 'default' (and the flag that overrides it,
+    where the command has one) when it is the named default, else 'given (flag)'."""
+    if value == default:
+        return f"default; {flag}" if flag else "default"
+    return f"given ({flag})" if flag else "given"
 
 
 class Policy(Model):
-    mode: Literal["sync", "async"] = "sync"
+    mode: Literal["sync", "async"] = DEFAULT_MODE
     max_loss_s: float = DEFAULT_MAX_LOSS_S
     max_overhead: float = DEFAULT_MAX_OVERHEAD
     mtbf_s: float | None = None  # job MTBF; derived from the rates when None

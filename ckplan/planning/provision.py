@@ -24,7 +24,16 @@ from pydantic import Field
 from ckplan.errors import InputError
 from ckplan.planning import interval
 from ckplan.planning.data import PlanningData
-from ckplan.planning.policy import Policy
+from ckplan.planning.policy import (
+    DEFAULT_HOST_MEMORY_BYTES,
+    DEFAULT_JOB_FAILURES_PER_DAY,
+    DEFAULT_LOCAL_DISK_BYTES,
+    DEFAULT_NODE_FAILURES_PER_1000_DAYS,
+    DEFAULT_RESTART_S,
+    DEFAULT_SNAPSHOT_BYTES_PER_S,
+    Policy,
+    provenance,
+)
 from ckplan.planning.savetime import (
     aggregate_bandwidth,
     machine_figures,
@@ -44,6 +53,7 @@ from ckplan.planning.scenario import (
 from ckplan.profile import BandwidthPoint, Latency, Measurement, SmallFiles, StorageProfile
 from ckplan.schema import Model
 from ckplan.sizing.plan import CheckpointPlan
+from ckplan.units import fmt_bytes
 
 METADATA_SHARE = 0.1  # share of the persist time left for creates/fsyncs of the plan's files
 
@@ -279,18 +289,35 @@ def provision_sweep(
     if goodput is not None:
         targets["target_goodput"] = goodput
     rows = [provision_one(p, policy, mode, goodput, keep, data, storage) for p in plans]
+    failures = (
+        f"job MTBF {policy.mtbf_s:g} s (given (--mtbf))"
+        if policy.mtbf_s is not None
+        else f"failures: {policy.node_failures_per_1000_days:g} per 1,000 node-days "
+        f"({provenance(policy.node_failures_per_1000_days, DEFAULT_NODE_FAILURES_PER_1000_DAYS, '--node-failure-rate')})"
+        f" + {policy.job_failures_per_day:g} per job-day "
+        f"({provenance(policy.job_failures_per_day, DEFAULT_JOB_FAILURES_PER_DAY, '--job-failure-rate')})"
+    )
     assumptions = [
         f"persist time split: {1 - METADATA_SHARE:.0%} for bytes, {METADATA_SHARE:.0%} for per-file creates and fsyncs",
         "capacity = (keep + 1) × one checkpoint: the newest is written before the oldest is deleted",
-        f"failures: {policy.node_failures_per_1000_days:g} per 1,000 node-days + {policy.job_failures_per_day:g} "
-        f"per job-day; restart {policy.restart_s:g} s",
+        f"{failures}; restart {policy.restart_s:g} s ({provenance(policy.restart_s, DEFAULT_RESTART_S, '--restart')})",
         "bandwidth is what the storage must sustain at the plan's writers per node, as measured by `ckplan probe`",
         machine_figures(storage.calibration if storage else None, policy.serialize_bytes_per_s).describe(),
     ]
     if mode == "async":
-        assumptions.append(f"async snapshot at {policy.snapshot_bytes_per_s / 1e9:g} GB/s per GPU")
+        bw = policy.snapshot_bytes_per_s
+        assumptions += [
+            f"async snapshot at {bw / 1e9:g} GB/s per GPU "
+            f"({provenance(bw, DEFAULT_SNAPSHOT_BYTES_PER_S, '--snapshot-bandwidth')})",
+            f"host memory {fmt_bytes(policy.host_memory_bytes)} per node holds the snapshot "
+            f"({provenance(policy.host_memory_bytes, DEFAULT_HOST_MEMORY_BYTES, '--host-memory')})",
+        ]
     if mode == "staged":
-        assumptions.append("staged: the local write uses the built-in local-nvme class")
+        disk = provenance(policy.local_disk_bytes, DEFAULT_LOCAL_DISK_BYTES, None)
+        assumptions.append(
+            f"staged: the local write uses the built-in local-nvme class, {fmt_bytes(policy.local_disk_bytes)} "
+            f"per node ({disk})"
+        )
     return ProvisionSweep(
         plan=plans[0].describe(world=False),
         mode=mode,
