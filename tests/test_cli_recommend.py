@@ -100,6 +100,13 @@ def test_save_time_shortcut():
     assert rec["save_seconds"] == 300 and rec["save_model"] is None
 
 
+def test_recommendation_carries_the_loss_window_bound():
+    """A 5 min save in a 1 h window: a crash loses τ + 300 s, so τ ≤ 3,600 − 300 = 3,300 s (evaluate's bound, which
+    the recommendation used to drop and the report's chart restated)."""
+    rec = run_json("recommend", "--storage", "lustre", "--save-time", "5m", "--max-loss", "1h")
+    assert rec["longest_interval_s"] == 3300
+
+
 @pytest.mark.fio
 def test_size_probe_recommend_report_end_to_end(tmp_path):
     plan = tmp_path / "plan.json"
@@ -156,3 +163,19 @@ def test_compress_test_on_a_file(tmp_path):
     report = run_json("compress-test", "--file", str(f))
     assert report["mix_ratio"]["zstd-1"] > 100
     assert_one_line_error(run_cli("compress-test", "--file", str(tmp_path / "missing")), "cannot read")
+
+
+def test_assumed_figures_say_whether_they_are_defaults_or_given():
+    """The snapshot bandwidth, host memory and restart cost are labelled default only when they are the defaults
+    (20 GB/s per GPU, 2 TiB, 600 s); a figure given on the command line says so."""
+    snapshot = "async snapshot at {} GB/s per GPU (device→pinned host; {})"
+    default = run_json("recommend", "--storage", "lustre", "--mode", "async")["assumptions"]
+    assert snapshot.format(20, "not measured here, default; --snapshot-bandwidth") in default
+    assert "host memory 2.20 TB (2.00 TiB) per node holds the snapshot (default; --host-memory)" in default
+    assert "restart cost 600 s (default; --restart); failures: exponential (Daly 2006)" in default
+    given = run_json(
+        "recommend", "--storage", "lustre", "--mode", "async", "--snapshot-bandwidth", "40GB/s", "--restart", "5m"
+    )["assumptions"]
+    assert snapshot.format(40, "given (--snapshot-bandwidth)") in given
+    assert not any("not measured here" in a for a in given)
+    assert "restart cost 300 s (given (--restart)); failures: exponential (Daly 2006)" in given

@@ -182,3 +182,13 @@ def test_version_and_shell_completion():
         env = {"_CKPLAN_COMPLETE": "complete_bash", "COMP_WORDS": words, "COMP_CWORD": cword}
         done = run_cli(env=env)
         assert done.returncode == 0 and done.stdout.split() == expected, (words, done.stdout, done.stderr)
+
+
+def test_size_shows_the_policy_default_overhead_budget():
+    """size's --max-overhead default is policy's 5% budget (DEFAULT_MAX_OVERHEAD = 0.05), shown as fmt_percent does
+    for the planning commands: 5.00%."""
+    import inspect
+
+    from ckplan.cli.commands.size import size
+
+    assert inspect.signature(size).parameters["max_overhead"].default == "5.00%"

@@ -120,3 +120,16 @@ def test_too_few_saves(tmp_path):
     log = tmp_path / "empty.log"
     log.write_text("nothing about checkpoints here\n")
     assert_one_line_error(run_cli("diagnose", str(log)), "at least 2")
+
+
+def test_stable_verdict_names_the_growth_share(monkeypatch):
+    """40 saves rising exactly 0.05 s each: a rise of 0.05 × 39 = 1.95 s against a mean of 30 + 0.05 × 19.5 = 30.975 s.
+    Under GROWTH_SHARE (10%: 3.10 s) it is stable, and the text names the share in force; at 7% (2.17 s) too."""
+    from ckplan.diagnose import trend
+    from ckplan.diagnose.extractors import Save
+
+    saves = [Save(seconds=30 + 0.05 * i, at=600.0 * i, label=str(i), source="hand") for i in range(40)]
+    d = trend.diagnose(saves, ["run.log"], 0)
+    assert d.verdict == "stable" and "a rise of 1.95 s over the run, under 10% of the mean" in d.verdict_text
+    monkeypatch.setattr(trend, "GROWTH_SHARE", 0.07)
+    assert "under 7% of the mean" in trend.diagnose(saves, ["run.log"], 0).verdict_text

@@ -159,3 +159,10 @@ def test_default_failure_rates_reproduce_the_published_job_mtbfs(gpus, published
     interruptions in 54 days on 16,384 GPUs = 3.09 h. 8 GPUs per node."""
     mtbf_h = interval.job_mtbf(gpus // 8, Policy().node_failures_per_1000_days, Policy().job_failures_per_day) / HOUR
     assert mtbf_h == pytest.approx(published_h, rel=0.005)
+
+
+def test_ettr_ceiling_is_the_restart_cost_alone():
+    # R = 600 s, M = 6,000 s: e^{−0.1} = 0.904837; Daly's ETTR approaches it as the save and the interval vanish
+    assert interval.ettr_ceiling(600, 6000) == pytest.approx(0.9048374180)
+    assert interval.ettr(1e-3, 0, 6000, 600) == pytest.approx(0.9048374180, rel=1e-6)
+    assert interval.ettr_ceiling(0, 6000) == 1.0

@@ -47,8 +47,7 @@ def test_recommend_meets_the_target_with_the_provisioned_storage(mode, goodput):
     missed = (
         worse.verdict == "infeasible"
         or (goodput is not None and worse.ettr < goodput)
-        or worse.stall_seconds / policy.max_overhead
-        > min(worse.optimal_interval_s, worse.max_loss_s - worse.save_seconds)
+        or worse.stall_seconds / policy.max_overhead > min(worse.optimal_interval_s, worse.longest_interval_s)
     )
     assert missed
 
@@ -209,3 +208,53 @@ def test_headroom_without_a_curve_over_hosts_is_per_node_times_nodes_capped():
     assert free.headroom * free.burst_bandwidth_bytes_per_s == pytest.approx(2e9 * 128)  # 256 GB/s
     capped = provision_one(p, Policy(), "sync", None, 2, DATA, hand_profile({8: 2e9}, shared=True, limit=100e9))
     assert capped.headroom * capped.burst_bandwidth_bytes_per_s == pytest.approx(100e9)
+
+
+def test_an_async_snapshot_or_staged_copy_that_does_not_fit_is_infeasible():
+    """Two nodes, one writer each, 10 GB per node. Host memory 5 GB: the snapshot cannot be taken, so no interval
+    exists (it used to report feasible with an infinite interval and ETTR 0). Local disk 5 GB: the staged copy does
+    not fit the local NVMe, as staged_scenario says for recommend's what-ifs."""
+    from tests.handmade import hand_plan
+
+    p = hand_plan([("n0.pt", 10 * 10**9, 0, 0), ("n1.pt", 10 * 10**9, 1, 1)])
+    row = provision_one(p, Policy(mode="async", host_memory_bytes=5e9), "async", 0.8, 2, DATA)
+    assert (row.feasible, row.interval_s, row.expected_ettr) == (False, None, None)
+    assert row.dominant_term == (
+        "the snapshot (10 GB per node) does not fit in host memory (5 GB): async save is not possible"
+    )
+    row = provision_one(p, Policy(local_disk_bytes=5e9), "staged", None, 2, DATA)
+    assert not row.feasible
+    assert row.dominant_term == "the staged copy (10 GB per node) does not fit on local-nvme (5 GB)"
+
+
+def test_loss_window_as_the_dominant_term():
+    """Two nodes, one 10 GB torch.save file each at 10 GB/s: the serialiser alone takes 1 s, so the fastest persist is
+    1 ÷ 0.9 = 1.111 s (10% is left for per-file costs). The 5% budget needs τ ≥ 1.111 ÷ 0.05 = 22.2 s; a 20 s window
+    allows τ ≤ 20 − 1.111 = 18.9 s."""
+    from tests.handmade import hand_plan
+
+    p = hand_plan([("n0.pt", 10 * 10**9, 0, 0), ("n1.pt", 10 * 10**9, 1, 1)])
+    policy = Policy(max_loss_s=20, mtbf_s=86400, serialize_bytes_per_s={"torch.save": 10e9})
+    row = provision_one(p, policy, "sync", None, 2, DATA)
+    assert not row.feasible
+    assert row.dominant_term == (
+        "loss window: the busiest writer's serialisation (1.11 s) needs τ ≥ 22.2 s for the overhead budget, "
+        "longer than the 20 s window allows"
+    )
+
+
+def test_assumptions_name_the_failure_rates_only_when_used():
+    """--mtbf replaces the failure rates: the rates are not an assumption then. Defaults are labelled as such:
+    2.46 per 1,000 node-days + 2.72 per job-day, restart 600 s; the staged local disk 8 × 3.84 TB = 30.72 TB."""
+    rates = run_json("provision", "--model", "llama-3.1-70b", "--gpus", "1024")["assumptions"]
+    assert (
+        "failures: 2.46 per 1,000 node-days (default; --node-failure-rate) + 2.72 per job-day "
+        "(default; --job-failure-rate); restart 600 s (default; --restart)"
+    ) in rates
+    given = run_json("provision", "--model", "llama-3.1-70b", "--gpus", "1024", "--mtbf", "24h")["assumptions"]
+    assert "job MTBF 86400 s (given (--mtbf)); restart 600 s (default; --restart)" in given
+    assert not any("node-days" in a for a in given)
+    staged = run_json("provision", "--model", "llama-3.1-70b", "--gpus", "1024", "--mode", "staged")["assumptions"]
+    assert (
+        "staged: the local write uses the built-in local-nvme class, 30.72 TB (27.94 TiB) per node (default)" in staged
+    )

@@ -72,6 +72,8 @@ def test_evaluate_where_the_overhead_budget_binds():
     assert ev.overhead_at_recommended == pytest.approx(0.05)
     assert ev.verdict == "tight"  # above 80% of the budget
     assert not ev.follows_reliability
+    # a lower bound of 404 s fits under the 404.5 s optimum (and the 3,570 s window); 405 s and 600 s do not
+    assert ev.fits_reliability(404) and not ev.fits_reliability(405) and not ev.fits_reliability(600)
     assert [c.name for c in constraints] == ["overhead budget", "loss window"]
     # Daly's wall time per useful second at τ 600, δ 30, M 3,000, R 600: e^0.2 × 3,000 × (e^(630/3,000) − 1) / 600
     # = 1.22140 × 3,000 × 0.233678 / 600 = 1.42707; waste = 1 − 1/1.42707 = 0.29927

@@ -47,3 +47,13 @@ def test_diagnosis_names_the_term_that_was_off():
     )
     # measured faster than the per-file terms alone
     assert "per-file overhead" in diagnose(t, Spread.of([0.02]), 40 * 10**6, len(files))
+
+
+def test_async_note_names_the_default_snapshot_bandwidth():
+    """`ckplan validate` has no --snapshot-bandwidth: its note names the default figure itself, 20 GB/s per GPU."""
+    from ckplan.validate.run import async_note
+
+    note = async_note(coordinated_save=True)
+    assert "at the default snapshot bandwidth (20.00 GB/s per GPU)" in note
+    assert "--snapshot-bandwidth" not in note and "async_save's staging copy" in note
+    assert "background thread" in async_note(coordinated_save=False)

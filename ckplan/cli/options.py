@@ -386,7 +386,7 @@ def _policy_flags() -> list[PolicyFlag]:
             "--mode",
             str,
             "sync or async (snapshot to host memory, persist in the background).",
-            "sync",
+            p.DEFAULT_MODE,
             "Policy",
             "mode",
             mode,

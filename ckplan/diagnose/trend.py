@@ -139,7 +139,7 @@ def diagnose(
         why = (
             "within noise"
             if ci[0] <= 0
-            else f"a rise of {slope * (len(saves) - 1):.3g} s over the run, under 10% of the mean"
+            else f"a rise of {slope * (len(saves) - 1):.3g} s over the run, under {GROWTH_SHARE:.0%} of the mean"
         )
         verdict, text = "stable", f"stable (median {median:.3g} s; slope {slope:+.3g} s per save, {why})"
     if predicted_s is not None:

@@ -58,6 +58,13 @@ def ettr(tau: float, delta: float, mtbf: float, restart: float) -> float:
     return 1.0 - waste_fraction(tau, delta, mtbf, restart)
 
 
+def ettr_ceiling(restart: float, mtbf: float) -> float:
+    """The best ETTR any save allows: Daly's T_s/T_w as δ → 0 and τ → 0, where (e^{τ/M} − 1)/τ → 1/M, so
+    T_s/T_w → e^{−R/M}. Only the restart cost is left."""
+    _check(0.0, mtbf)
+    return math.exp(-restart / mtbf)
+
+
 def job_mtbf(nodes: int, failures_per_1000_node_days: float, job_failures_per_day: float) -> float:
     """M_job = 1 / (nodes × node rate + job rate), in seconds."""
     rate_per_day = nodes * failures_per_1000_node_days / 1000 + job_failures_per_day

@@ -1,6 +1,6 @@
 """Inputs to a recommendation besides the plan and the storage: policy, failures, async and staging assumptions.
 
-Every default is named here, shown in the output, and overridable from the CLI.
+Every default is named in planning/defaults.py (re-exported here), shown in the output, and overridable from the CLI.
 """
 
 from __future__ import annotations
@@ -9,40 +9,53 @@ from typing import Literal
 
 from pydantic import Field
 
+from ckplan.planning.defaults import (
+    DEFAULT_CHANGED_FRACTION,
+    DEFAULT_DCP_FIXED_S,
+    DEFAULT_HOST_MEMORY_BYTES,
+    DEFAULT_JOB_FAILURES_PER_DAY,
+    DEFAULT_LOCAL_DISK_BYTES,
+    DEFAULT_MAX_LOSS_S,
+    DEFAULT_MAX_OVERHEAD,
+    DEFAULT_MODE,
+    DEFAULT_NODE_FAILURES_PER_1000_DAYS,
+    DEFAULT_RESTART_S,
+    DEFAULT_SERIALIZE_BYTES_PER_S,
+    DEFAULT_SNAPSHOT_BYTES_PER_S,
+    TIGHT_FRACTION,
+)
 from ckplan.schema import Model
 
-# Failure model: M_job = 1 / (nodes × node rate + job rate) (interval.job_mtbf), fitted exactly through the two
-# published *observed* job MTBFs at scale (shared reference intervals.md; 8 GPUs per node):
-#   Meta research clusters (HPCA 2025): 7.9 h at 1,024 GPUs (128 nodes)        → 24/7.9    = 3.038 interruptions/day
-#   Llama 3 405B: 419 unexpected interruptions in 54 days on 16,384 GPUs (2,048 nodes) → 419/54 = 7.759 /day
-#   node rate = (7.759 − 3.038) / (2,048 − 128) = 2.459e-3 per node-day = 2.46 per 1,000 node-days
-#   job rate  = 3.038 − 128 × 2.459e-3 = 2.72 per day (software, network and other causes that do not scale with nodes)
-# The fit gives 7.9 h at 1,024 GPUs and 3.09 h at 16,384 (docs/benchmarks.md); HPCA 2025's 1.8 h at 16k GPUs is a
-# projection, not an observation, and is shown beside the fit, not fitted. The old defaults (5 per 1,000 node-days +
-# 1 per job-day) gave 14.6 h at 1,024 GPUs: intervals ~1.36× too long there.
-DEFAULT_NODE_FAILURES_PER_1000_DAYS = 2.46
-DEFAULT_JOB_FAILURES_PER_DAY = 2.72
-DEFAULT_RESTART_S = 600.0  # detect, reschedule, load the checkpoint, warm up
-DEFAULT_MAX_LOSS_S = 3600.0
-DEFAULT_MAX_OVERHEAD = 0.05  # CheckFreq's default budget
-# GPU -> pinned host memory per GPU; PCIe Gen5 x16 moves ~50 GB/s peak, ~20-25 GB/s sustained
-# in DCP async snapshots. Not measured here (no GPU on this machine): override with --snapshot-bandwidth.
-DEFAULT_SNAPSHOT_BYTES_PER_S = 20e9
-DEFAULT_HOST_MEMORY_BYTES = 2 * 2**40  # a typical 8-GPU H100/H200 node: 2 TiB of DRAM
-DEFAULT_LOCAL_DISK_BYTES = 8 * 3.84e12  # 8 × 3.84 TB NVMe drives, a typical DGX-class node
-DEFAULT_CHANGED_FRACTION = 1.0  # dense LLM weights and optimizer states all change every step
-# Serialiser throughput per writer (one process, one core), by file format, written into /dev/null so the
-# write itself is not counted twice (the bandwidth curve counts it), and DCP's fixed cost per save (a save of
-# a few KiB per rank, 2 ranks over gloo). Used only where the profile has no calibration of its own
-# (`ckplan calibrate`, run by `ckplan probe` where PyTorch is installed); every output that uses them says
-# "default". Measured on the 2-core development VM with `ckplan calibrate` (docs/benchmarks.md, issue 13).
-DEFAULT_SERIALIZE_BYTES_PER_S = {"torch.save": 1.16e9, "safetensors": 1.36e9, "dcp": 1.0e9}
-DEFAULT_DCP_FIXED_S = 0.010
-TIGHT_FRACTION = 0.8  # overhead above 80% of the budget is 'tight'
+# the defaults, re-exported: callers name them policy.DEFAULT_*
+__all__ = [
+    "DEFAULT_CHANGED_FRACTION",
+    "DEFAULT_DCP_FIXED_S",
+    "DEFAULT_HOST_MEMORY_BYTES",
+    "DEFAULT_JOB_FAILURES_PER_DAY",
+    "DEFAULT_LOCAL_DISK_BYTES",
+    "DEFAULT_MAX_LOSS_S",
+    "DEFAULT_MAX_OVERHEAD",
+    "DEFAULT_MODE",
+    "DEFAULT_NODE_FAILURES_PER_1000_DAYS",
+    "DEFAULT_RESTART_S",
+    "DEFAULT_SERIALIZE_BYTES_PER_S",
+    "DEFAULT_SNAPSHOT_BYTES_PER_S",
+    "TIGHT_FRACTION",
+    "Policy",
+    "provenance",
+]
+
+
+def provenance(value: float, default: float, flag: str | None) -> str:
+    """Where an assumed figure comes from, for the output that uses it: 'default' (and the flag that overrides it,
+    where the command has one) when it is the named default, else 'given (flag)'."""
+    if value == default:
+        return f"default; {flag}" if flag else "default"
+    return f"given ({flag})" if flag else "given"
 
 
 class Policy(Model):
-    mode: Literal["sync", "async"] = "sync"
+    mode: Literal["sync", "async"] = DEFAULT_MODE
     max_loss_s: float = DEFAULT_MAX_LOSS_S
     max_overhead: float = DEFAULT_MAX_OVERHEAD
     mtbf_s: float | None = None  # job MTBF; derived from the rates when None

@@ -22,12 +22,21 @@ from typing import Literal
 from pydantic import Field
 
 from ckplan.errors import InputError
+from ckplan.planning import interval
 from ckplan.planning.data import PlanningData
-from ckplan.planning.policy import Policy
+from ckplan.planning.policy import (
+    DEFAULT_HOST_MEMORY_BYTES,
+    DEFAULT_JOB_FAILURES_PER_DAY,
+    DEFAULT_LOCAL_DISK_BYTES,
+    DEFAULT_NODE_FAILURES_PER_1000_DAYS,
+    DEFAULT_RESTART_S,
+    DEFAULT_SNAPSHOT_BYTES_PER_S,
+    Policy,
+    provenance,
+)
 from ckplan.planning.savetime import (
     aggregate_bandwidth,
     machine_figures,
-    predict_save,
     required_bandwidth,
     writer_loads,
 )
@@ -35,14 +44,16 @@ from ckplan.planning.scenario import (
     OVERHEAD,
     Scenario,
     async_scenario,
+    async_stall,
     evaluate,
     job_mtbf_with_source,
-    snapshot_seconds,
+    staged_stall,
     sync_scenario,
 )
 from ckplan.profile import BandwidthPoint, Latency, Measurement, SmallFiles, StorageProfile
 from ckplan.schema import Model
 from ckplan.sizing.plan import CheckpointPlan
+from ckplan.units import fmt_bytes
 
 METADATA_SHARE = 0.1  # share of the persist time left for creates/fsyncs of the plan's files
 
@@ -80,22 +91,38 @@ class ProvisionSweep(Model):
     assumptions: list[str] = Field(default_factory=list)
 
 
-def _scenario(plan: CheckpointPlan, policy: Policy, mode: str, persist: float, local: float) -> Scenario:
+def _blocking(
+    plan: CheckpointPlan, policy: Policy, mode: str, data: PlanningData, storage: StorageProfile | None
+) -> tuple[float, list[str]]:
+    """The stall no persist time changes: the snapshot (async) or the local write (staged), infinite with the
+    reason where it does not fit; 0 for sync, whose stall is the persist itself."""
+    if mode == "async":
+        return async_stall(plan, policy)
+    if mode == "staged":
+        calibration = storage.calibration if storage else None
+        stall, _, notes = staged_stall(plan, data.tier("local-nvme"), policy, policy.local_disk_bytes, calibration)
+        return stall, notes
+    return 0.0, []
+
+
+def _scenario(mode: str, persist: float, blocking: float, notes: list[str]) -> Scenario:
+    """A trial persist time as recommend's scenario: sync stalls for it; async and staged stall for `blocking`."""
     if mode == "sync":
         return Scenario(name="sync", mode="sync", save_seconds=persist, stall_seconds=persist)
-    if mode == "async":
-        return Scenario(name="async", mode="async", save_seconds=persist, stall_seconds=snapshot_seconds(plan, policy))
-    return Scenario(name="staged", mode="staged", save_seconds=local + persist, stall_seconds=local)
+    save = blocking + persist if mode == "staged" else persist
+    return Scenario(name=mode, mode=mode, save_seconds=save, stall_seconds=blocking, notes=notes)
 
 
-def _meets(s: Scenario, mtbf: float, policy: Policy, goodput: float | None) -> tuple[bool, object]:
+def _meets(s: Scenario, mtbf: float, policy: Policy, goodput: float | None) -> bool:
     """Targets met with intervals that follow reliability: the stall must fit the overhead budget at the
     Daly optimum itself (or at the loss window's bound, if that is shorter), not at a stretched interval.
     A background persist may stretch the interval (one persist in flight); the loss window still binds."""
     ev, _ = evaluate(s, mtbf, policy)
-    budget_ok = OVERHEAD.interval(s, policy) <= min(ev.optimal_interval_s, ev.longest_interval_s) * (1 + 1e-9)
-    ok = ev.verdict != "infeasible" and budget_ok and (goodput is None or ev.ettr >= goodput)
-    return ok, ev
+    return (
+        ev.verdict != "infeasible"
+        and ev.fits_reliability(OVERHEAD.interval(s, policy))
+        and (goodput is None or ev.ettr >= goodput)
+    )
 
 
 def provisioned_profile(
@@ -141,9 +168,7 @@ def provision_one(
     # the busiest writer's serialiser and a collective save's fixed cost: time no storage can shorten
     serialize = max(s for _, s in writer_loads(plan, busiest.node, machine.rates()).values())
     coordination = machine.coordination_seconds.value if plan.coordinated_save else 0.0
-    local = 0.0
-    if mode == "staged":
-        local = predict_save(plan, data.tier("local-nvme"), given_serializers=policy.serialize_bytes_per_s).seconds
+    blocking, notes = _blocking(plan, policy, mode, data, storage)
     capacity = (keep + 1) * plan.total_bytes  # the newest save is written before the oldest is deleted
     staging = busiest.bytes if mode in ("async", "staged") else 0
     base = dict(
@@ -156,18 +181,19 @@ def provision_one(
         staging_bytes_per_node=staging,
     )
     floor = (serialize + coordination) / (1 - METADATA_SHARE) + 1e-6  # no storage can finish faster than the serialiser
-    ok, _ = _meets(_scenario(plan, policy, mode, floor, local), mtbf, policy, goodput)
-    if not ok:
+    if not _meets(_scenario(mode, floor, blocking, notes), mtbf, policy, goodput):
         return Provision(
-            feasible=False, dominant_term=_dominant(plan, policy, mode, mtbf, goodput, floor, local), **base
+            feasible=False,
+            dominant_term=_dominant(policy, _scenario(mode, floor, blocking, notes), mtbf, goodput),
+            **base,
         )
     lo, hi = floor, floor
-    while _meets(_scenario(plan, policy, mode, hi * 2, local), mtbf, policy, goodput)[0] and hi < 1e7:
+    while _meets(_scenario(mode, hi * 2, blocking, notes), mtbf, policy, goodput) and hi < 1e7:
         hi *= 2
     hi *= 2
     for _ in range(60):
         mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if _meets(_scenario(plan, policy, mode, mid, local), mtbf, policy, goodput)[0] else (lo, mid)
+        lo, hi = (mid, hi) if _meets(_scenario(mode, mid, blocking, notes), mtbf, policy, goodput) else (lo, mid)
     persist = lo
     needed = required_bandwidth(
         plan,
@@ -183,7 +209,7 @@ def provision_one(
     # the provisioned storage, checked by the forward model: the same scenario recommend would build on it
     check = async_scenario(plan, profile, policy) if mode == "async" else sync_scenario(plan, profile, policy)
     if mode == "staged":
-        check = _scenario(plan, policy, mode, check.save_seconds, local)
+        check = _scenario(mode, check.save_seconds, blocking, notes)
     ev, _ = evaluate(check, mtbf, policy)
     headroom = None
     if storage is not None:
@@ -207,28 +233,28 @@ def provision_one(
     )
 
 
-def _dominant(
-    plan: CheckpointPlan, policy: Policy, mode: str, mtbf: float, goodput: float | None, floor: float, local: float
-) -> str:
-    """Why no bandwidth is enough: the term that fails even with an instant persist."""
-    s = _scenario(plan, policy, mode, floor, local)
+def _dominant(policy: Policy, s: Scenario, mtbf: float, goodput: float | None) -> str:
+    """Why no bandwidth is enough: the term that fails even with an instant persist (`s`, at the floor)."""
+    if not math.isfinite(s.stall_seconds):
+        return "; ".join(s.notes) or "the save cannot complete"
     ev, _ = evaluate(s, mtbf, policy)
-    restart_only = math.exp(-policy.restart_s / mtbf)  # Daly's T_w with δ → 0, τ → 0: T_s/T_w → e^{−R/M}
-    if goodput is not None and restart_only < goodput:
+    ceiling = interval.ettr_ceiling(policy.restart_s, mtbf)
+    if goodput is not None and ceiling < goodput:
         return (
             f"restart cost: {policy.restart_s:.0f} s per failure at a {mtbf / 3600:.2f} h MTBF caps ETTR at "
-            f"{restart_only:.1%} before any save; faster storage cannot fix that"
+            f"{ceiling:.1%} before any save; faster storage cannot fix that"
         )
-    if OVERHEAD.interval(s, policy) > policy.max_loss_s - s.save_seconds:
+    needs = OVERHEAD.interval(s, policy)
+    if needs > ev.longest_interval_s:
         what = (
             "the host snapshot"
-            if mode == "async"
+            if s.mode == "async"
             else "the local staging write"
-            if mode == "staged"
+            if s.mode == "staged"
             else "the busiest writer's serialisation"
         )
         return (
-            f"loss window: {what} ({s.stall_seconds:.3g} s) needs τ ≥ {s.stall_seconds / policy.max_overhead:.3g} s "
+            f"loss window: {what} ({s.stall_seconds:.3g} s) needs τ ≥ {needs:.3g} s "
             f"for the overhead budget, longer than the {policy.max_loss_s:.0f} s window allows"
         )
     if goodput is not None and ev.ettr < goodput:
@@ -263,18 +289,35 @@ def provision_sweep(
     if goodput is not None:
         targets["target_goodput"] = goodput
     rows = [provision_one(p, policy, mode, goodput, keep, data, storage) for p in plans]
+    failures = (
+        f"job MTBF {policy.mtbf_s:g} s (given (--mtbf))"
+        if policy.mtbf_s is not None
+        else f"failures: {policy.node_failures_per_1000_days:g} per 1,000 node-days "
+        f"({provenance(policy.node_failures_per_1000_days, DEFAULT_NODE_FAILURES_PER_1000_DAYS, '--node-failure-rate')})"
+        f" + {policy.job_failures_per_day:g} per job-day "
+        f"({provenance(policy.job_failures_per_day, DEFAULT_JOB_FAILURES_PER_DAY, '--job-failure-rate')})"
+    )
     assumptions = [
         f"persist time split: {1 - METADATA_SHARE:.0%} for bytes, {METADATA_SHARE:.0%} for per-file creates and fsyncs",
         "capacity = (keep + 1) × one checkpoint: the newest is written before the oldest is deleted",
-        f"failures: {policy.node_failures_per_1000_days:g} per 1,000 node-days + {policy.job_failures_per_day:g} "
-        f"per job-day; restart {policy.restart_s:g} s",
+        f"{failures}; restart {policy.restart_s:g} s ({provenance(policy.restart_s, DEFAULT_RESTART_S, '--restart')})",
         "bandwidth is what the storage must sustain at the plan's writers per node, as measured by `ckplan probe`",
         machine_figures(storage.calibration if storage else None, policy.serialize_bytes_per_s).describe(),
     ]
     if mode == "async":
-        assumptions.append(f"async snapshot at {policy.snapshot_bytes_per_s / 1e9:g} GB/s per GPU")
+        bw = policy.snapshot_bytes_per_s
+        assumptions += [
+            f"async snapshot at {bw / 1e9:g} GB/s per GPU "
+            f"({provenance(bw, DEFAULT_SNAPSHOT_BYTES_PER_S, '--snapshot-bandwidth')})",
+            f"host memory {fmt_bytes(policy.host_memory_bytes)} per node holds the snapshot "
+            f"({provenance(policy.host_memory_bytes, DEFAULT_HOST_MEMORY_BYTES, '--host-memory')})",
+        ]
     if mode == "staged":
-        assumptions.append("staged: the local write uses the built-in local-nvme class")
+        disk = provenance(policy.local_disk_bytes, DEFAULT_LOCAL_DISK_BYTES, None)
+        assumptions.append(
+            f"staged: the local write uses the built-in local-nvme class, {fmt_bytes(policy.local_disk_bytes)} "
+            f"per node ({disk})"
+        )
     return ProvisionSweep(
         plan=plans[0].describe(world=False),
         mode=mode,

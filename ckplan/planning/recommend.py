@@ -13,7 +13,13 @@ from ckplan.errors import InputError
 from ckplan.planning import mitigations
 from ckplan.planning.data import PlanningData
 from ckplan.planning.mitigations import WhatIf
-from ckplan.planning.policy import Policy
+from ckplan.planning.policy import (
+    DEFAULT_HOST_MEMORY_BYTES,
+    DEFAULT_RESTART_S,
+    DEFAULT_SNAPSHOT_BYTES_PER_S,
+    Policy,
+    provenance,
+)
 from ckplan.planning.savetime import SaveTime, required_bandwidth_on, required_file_rate
 from ckplan.planning.scenario import (
     Constraint,
@@ -28,7 +34,7 @@ from ckplan.planning.scenario import (
 from ckplan.profile import StorageProfile
 from ckplan.schema import Model
 from ckplan.sizing.plan import CheckpointPlan
-from ckplan.units import fmt_duration, fmt_percent, fmt_rate
+from ckplan.units import fmt_bytes, fmt_duration, fmt_percent, fmt_rate
 
 
 class Recommendation(Model):
@@ -48,6 +54,7 @@ class Recommendation(Model):
     max_overhead: float
     shortest_safe_interval_s: float
     binding_constraint: str
+    longest_interval_s: float  # the loss window's bound
     constraints: list[Constraint]
     optimal_interval_s: float
     young_interval_s: float
@@ -144,8 +151,7 @@ def recommend(
         needed=needed,
         summary=summary,
         assumptions=_assumptions(plan, profile, policy, scenario),
-        **ev.model_dump(exclude={"verdict"}),
-        verdict=ev.verdict,
+        **ev.model_dump(),
     )
     if data is not None:
         rec.what_if = mitigations.what_ifs(plan, profile, policy, mtbf, data)
@@ -236,9 +242,20 @@ def _assumptions(plan: CheckpointPlan, profile: StorageProfile, policy: Policy, 
     if m:
         out.extend(m.notes)
     if policy.mode == "async":
+        if policy.stall_time_s is not None:
+            out.append(f"async stall {policy.stall_time_s:g} s per save (given (--stall-time)), snapshot model skipped")
+        else:
+            bw = policy.snapshot_bytes_per_s
+            source = provenance(bw, DEFAULT_SNAPSHOT_BYTES_PER_S, "--snapshot-bandwidth")
+            if bw == DEFAULT_SNAPSHOT_BYTES_PER_S:
+                source = "not measured here, " + source
+            out.append(f"async snapshot at {bw / 1e9:g} GB/s per GPU (device→pinned host; {source})")
         out.append(
-            f"async snapshot at {policy.snapshot_bytes_per_s / 1e9:g} GB/s per GPU (device→pinned host; default, "
-            "not measured here; --snapshot-bandwidth)"
+            f"host memory {fmt_bytes(policy.host_memory_bytes)} per node holds the snapshot "
+            f"({provenance(policy.host_memory_bytes, DEFAULT_HOST_MEMORY_BYTES, '--host-memory')})"
         )
-    out.append(f"restart cost {policy.restart_s:g} s; failures: exponential (Daly 2006)")
+    out.append(
+        f"restart cost {policy.restart_s:g} s ({provenance(policy.restart_s, DEFAULT_RESTART_S, '--restart')}); "
+        "failures: exponential (Daly 2006)"
+    )
     return out

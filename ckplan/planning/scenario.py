@@ -31,7 +31,7 @@ from ckplan.errors import InputError
 from ckplan.planning import interval
 from ckplan.planning.policy import TIGHT_FRACTION, Policy
 from ckplan.planning.savetime import SaveOverrides, SaveTime, predict_save
-from ckplan.profile import StorageProfile
+from ckplan.profile import Calibration, StorageProfile
 from ckplan.schema import Model
 from ckplan.sizing.plan import CheckpointPlan
 
@@ -121,11 +121,15 @@ class Evaluation(Model):
     expected_waste_fraction: float
     ettr: float
 
+    def fits_reliability(self, bound_s: float) -> bool:
+        """A lower bound on τ no longer than both the Daly optimum and the loss window's bound: it lets the
+        interval follow the failure rate instead of being stretched to fit it."""
+        return bound_s <= min(self.optimal_interval_s, self.longest_interval_s) * (1 + 1e-9)
+
     @property
     def follows_reliability(self) -> bool:
-        """The shortest safe interval is no longer than both the Daly optimum and the loss window's bound: the
-        interval can follow the failure rate instead of being stretched to fit the stall."""
-        return self.shortest_safe_interval_s <= min(self.optimal_interval_s, self.longest_interval_s) * (1 + 1e-9)
+        """The shortest safe interval fits reliability (fits_reliability): no rule stretches the interval."""
+        return self.fits_reliability(self.shortest_safe_interval_s)
 
 
 def evaluate(s: Scenario, mtbf: float, policy: Policy) -> tuple[Evaluation, list[Constraint]]:
@@ -250,6 +254,35 @@ def async_scenario(
     )
 
 
+def staged_stall(
+    plan: CheckpointPlan,
+    tier: StorageProfile,
+    policy: Policy,
+    capacity_bytes: float,
+    calibration: Calibration | None = None,
+    **overrides: Unpack[SaveOverrides],
+) -> tuple[float, SaveTime | None, list[str]]:
+    """A staged save's blocking time: the write to the node-local tier, with its model; infinite (with the reason)
+    where the staged copy does not fit the tier's capacity. `calibration`: the serialisers of this machine, if known."""
+    node_bytes = plan.busiest_node.bytes
+    if node_bytes > capacity_bytes:
+        return (
+            math.inf,
+            None,
+            [
+                f"the staged copy ({node_bytes / 1e9:.0f} GB per node) does not fit on {tier.name} "
+                f"({capacity_bytes / 1e9:.0f} GB)"
+            ],
+        )
+    local = predict_save(
+        plan,
+        tier.model_copy(update={"shared": False, "replay": None, "calibration": calibration}),
+        given_serializers=policy.serialize_bytes_per_s,
+        **overrides,
+    )
+    return local.seconds, local, []
+
+
 def staged_scenario(
     plan: CheckpointPlan,
     profile: StorageProfile,
@@ -261,29 +294,12 @@ def staged_scenario(
 ) -> Scenario:
     """Write to a node-local tier (blocking), then drain to the shared target in the background."""
     # the staging tier is written on this machine: its serialisers are the main profile's calibration, if any
-    local = predict_save(
-        plan,
-        tier.model_copy(update={"shared": False, "replay": None, "calibration": profile.calibration}),
-        given_serializers=policy.serialize_bytes_per_s,
-        **overrides,
-    )
+    stall, local, notes = staged_stall(plan, tier, policy, capacity_bytes, profile.calibration, **overrides)
+    if not math.isfinite(stall):
+        return Scenario(name=name, mode="staged", save_seconds=math.inf, stall_seconds=math.inf, notes=notes)
     # the drain copies finished files: no serialiser or coordination on that path
     drain = predict_save(plan, profile, framework_costs=False, **overrides).seconds
-    node_bytes = plan.busiest_node.bytes
-    if node_bytes > capacity_bytes:
-        return Scenario(
-            name=name,
-            mode="staged",
-            save_seconds=math.inf,
-            stall_seconds=math.inf,
-            notes=[
-                f"the staged copy ({node_bytes / 1e9:.0f} GB per node) does not fit on {tier.name} "
-                f"({capacity_bytes / 1e9:.0f} GB)"
-            ],
-        )
-    return Scenario(
-        name=name, mode="staged", save_seconds=local.seconds + drain, stall_seconds=local.seconds, save_model=local
-    )
+    return Scenario(name=name, mode="staged", save_seconds=stall + drain, stall_seconds=stall, save_model=local)
 
 
 def waste_curve(

@@ -50,10 +50,13 @@ def report_charts(rec: Recommendation, profile: StorageProfile, out: Path, plt) 
         ax.axvspan(
             xs[0] / 60, rec.shortest_safe_interval_s / 60, color="red", alpha=0.12, label="below shortest safe τ"
         )
-        longest = rec.max_loss_s - rec.save_seconds
-        if longest < xs[-1]:
+        if rec.longest_interval_s < xs[-1]:
             ax.axvspan(
-                max(longest, xs[0]) / 60, xs[-1] / 60, color="orange", alpha=0.15, label="beyond the loss window"
+                max(rec.longest_interval_s, xs[0]) / 60,
+                xs[-1] / 60,
+                color="orange",
+                alpha=0.15,
+                label="beyond the loss window",
             )
         ax.axvline(
             rec.optimal_interval_s / 60, color="blue", ls="--", label=f"Daly optimum {_d(rec.optimal_interval_s)}"

@@ -62,17 +62,7 @@ def validate(
         stall_pred = snapshot_seconds(plan, Policy()) * scale
         if blocking:
             stall_error = (stall_pred - Spread.of(blocking).median) / Spread.of(blocking).median * 100
-        how = (
-            "async_save's staging copy in host memory and its planning"
-            if plan.coordinated_save
-            else "a copy of the state in host memory, before a background thread saves it"
-        )
-        notes.append(
-            f"async on CPU tensors: the blocking part measured here is {how}; the model's stall is the "
-            "device→host snapshot at the default snapshot bandwidth (--snapshot-bandwidth), which cannot be "
-            "checked without a GPU. The persist (measured save) is "
-            "compared with the model's save time."
-        )
+        notes.append(async_note(plan.coordinated_save))
     error = (prediction.seconds - measured.median) / measured.median * 100
     return Validation(
         target=str(path),
@@ -99,4 +89,23 @@ def validate(
         effective_bytes_per_s=total / measured.median,
         diagnosis=diagnose(prediction, measured, total, len(scaled)),
         notes=notes,
+    )
+
+
+def async_note(coordinated_save: bool) -> str:
+    """What an async validation on CPU tensors measures, and the snapshot term it leaves unchecked: the model's stall
+    at the default snapshot bandwidth (validate has no --snapshot-bandwidth), named by its value."""
+    from ckplan.planning.policy import DEFAULT_SNAPSHOT_BYTES_PER_S
+    from ckplan.units import fmt_rate
+
+    how = (
+        "async_save's staging copy in host memory and its planning"
+        if coordinated_save
+        else "a copy of the state in host memory, before a background thread saves it"
+    )
+    return (
+        f"async on CPU tensors: the blocking part measured here is {how}; the model's stall is the "
+        f"device→host snapshot at the default snapshot bandwidth ({fmt_rate(DEFAULT_SNAPSHOT_BYTES_PER_S)} per "
+        "GPU), which cannot be checked without a GPU. The persist (measured save) is compared with the model's "
+        "save time."
     )

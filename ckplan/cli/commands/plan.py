@@ -98,7 +98,6 @@ def provision(
             sizes.append(int(item))
         except ValueError:
             raise InputError(f"--gpus takes whole numbers separated by commas, got {item!r}") from None
-    policy = policy.model_copy(update={"mode": "async" if mode == "async" else "sync"})
     plans = [spec.plan(gpus=g) for g in sizes]
     goodput = parse_fraction(target_goodput, "--target-goodput") if target_goodput else None
     profile = profile_store.resolve(storage) if storage else None

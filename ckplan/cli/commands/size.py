@@ -7,7 +7,9 @@ from typing import Annotated
 import typer
 
 from ckplan.cli import options as o
+from ckplan.planning.defaults import DEFAULT_MAX_OVERHEAD  # plain values: costs nothing at start-up
 from ckplan.render import emit
+from ckplan.units import fmt_percent  # parse_fraction's module, loaded by every `size` run anyway
 
 commands = typer.Typer()
 
@@ -21,7 +23,7 @@ def size(
     ] = None,
     max_overhead: Annotated[
         str, typer.Option("--max-overhead", help="Share of the interval a save may block, e.g. 5%.")
-    ] = "5%",
+    ] = fmt_percent(DEFAULT_MAX_OVERHEAD),
     full_manifest: Annotated[bool, typer.Option("--full-manifest", help="List every file.")] = False,
     json: o.Json = False,
 ) -> None:
