@@ -32,9 +32,10 @@ def save(profile: StorageProfile, name: str) -> Path:
     return path
 
 
-def write(profile: StorageProfile, path: Path) -> None:
+def write(result: Model, path: Path) -> None:
+    """A profile or a calibration as JSON in the file the user named (--out)."""
     try:
-        path.write_text(profile.model_dump_json(indent=2))
+        path.write_text(result.model_dump_json(indent=2))
     except OSError as exc:
         raise InputError(f"cannot write {path}: {exc.strerror}") from None
 

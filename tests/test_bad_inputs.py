@@ -551,6 +551,8 @@ def test_cases_are_distinct_and_cover_every_command():
         (["recommend", "--storage", "@socket"], "is a socket, not a regular file"),
         (["compress-test", "--file", "@dir"], "--file"),
         (["siez", "--params", "7B"], "No such command 'siez'. Did you mean 'size'?"),
+        (["probe", "@target", "--quick", "--thorough"], "give --quick or --thorough, not both"),
+        (["calibrate", "--quick", "--thorough"], "give --quick or --thorough, not both"),
     ],
 )
 def test_message_names_the_flag_or_file(run, inputs, argv, fragment):

@@ -56,6 +56,13 @@ def output_file(path: Path | None, flag: str) -> None:
         raise InputError(f"{flag} {path} is a directory; give a file name")
 
 
+def preset(quick: bool, thorough: bool) -> str:
+    """--quick / --thorough / neither, as the measurement preset they choose."""
+    if quick and thorough:
+        raise InputError("give --quick or --thorough, not both")
+    return "quick" if quick else "thorough" if thorough else "default"
+
+
 def interrupt(signum: int, frame: object) -> None:
     """A SIGTERM handler: run the same cleanup as Ctrl-C."""
     raise KeyboardInterrupt

@@ -107,8 +107,7 @@ def probe(
     o.output_file(out, "--out")
     if emit_jobs is not None and path.startswith("s3:"):
         raise InputError("--emit-jobs writes fio job files; the S3 probe runs ckplan's own client, not fio")
-    if quick and thorough:
-        raise InputError("give --quick or --thorough, not both")
+    chosen = o.preset(quick, thorough)
     if not 0 < scale <= 1:
         raise InputError(f"--scale must be in (0, 1], got {scale}")
     from ckplan.probe.base import S3Options, TargetSpec
@@ -118,7 +117,7 @@ def probe(
     target = open_target(
         TargetSpec(
             path,
-            preset="quick" if quick else "thorough" if thorough else "default",
+            preset=chosen,
             writers=writers,
             plan=o.load_plan(plan_file) if plan_file else None,
             scale=scale,
@@ -170,20 +169,16 @@ def calibrate(
     """Measure this machine's serialisers (torch.save, safetensors, DCP) per writer, and DCP's fixed cost per save."""
     from ckplan.validate.calibrate import calibrate as run
 
-    if quick and thorough:
-        raise InputError("give --quick or --thorough, not both")
+    preset = o.preset(quick, thorough)
     o.output_file(out, "--out")
+    from ckplan import profile_store
     from ckplan.render.profile import live_progress
     from ckplan.validate.calibrate import ESTIMATE_S
 
-    preset = "quick" if quick else "thorough" if thorough else "default"
     with live_progress(ESTIMATE_S[preset]) as live:
         result = run(preset, ranks, live)
     if out:
-        try:
-            out.write_text(result.model_dump_json(indent=2))
-        except OSError as exc:
-            raise InputError(f"cannot write {out}: {exc.strerror}") from None
+        profile_store.write(result, out)
     emit(result, json)
 
 
