@@ -13,7 +13,7 @@ from ckplan.profile import StorageProfile
 from ckplan.render.document import Bullets, Decision, Document, Heading, Image, Para, TableBlock, to_html, to_markdown
 from ckplan.schema import Model
 from ckplan.sizing.plan import CheckpointPlan
-from ckplan.units import fmt_bytes, fmt_duration, fmt_percent, fmt_rate
+from ckplan.units import fmt_bytes, fmt_duration, fmt_named, fmt_percent, fmt_rate
 
 
 class ReportFiles(Model):
@@ -102,7 +102,7 @@ def build_document(
         ["recommended", _d(rec.recommended_interval_s)],
         ["expected waste / ETTR", f"{fmt_percent(rec.expected_waste_fraction)} / {fmt_percent(rec.ettr)}"],
     ]
-    rows += [[f"needed: {k}", fmt_rate(v) if "bytes_per_s" in k else f"{v:,.3g}"] for k, v in rec.needed.items()]
+    rows += [[f"needed: {k}", fmt_named(k, v)] for k, v in rec.needed.items()]
     doc.add(
         Heading("Constraints and intervals"),
         TableBlock(["figure", "value"], rows),

@@ -184,3 +184,13 @@ def fmt_count(n: float) -> str:
 
 def fmt_percent(fraction: float) -> str:
     return f"{fraction * 100:.2f}%"
+
+
+def fmt_named(name: str, value: float) -> str:
+    """A figure whose name says its unit (a Recommendation's `needed`): …bytes_per_s a rate, …seconds a
+    duration, anything else a count."""
+    if "bytes_per_s" in name:
+        return fmt_rate(value)
+    if "seconds" in name:
+        return fmt_duration(value)
+    return f"{value:,.0f}"

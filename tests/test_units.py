@@ -75,3 +75,13 @@ def test_decimal_and_binary_terabytes():
     assert parse_bytes("1TiB") == 1_099_511_627_776
     assert parse_rate("2TB/s") == 2e12 and parse_rate("1TiB/s") == 2**40
     assert parse_bytes("1PB") == 10**15 and parse_bytes("1PiB") == 2**50
+
+
+def test_fmt_named_reads_the_unit_from_the_name():
+    """A Recommendation's `needed` figures, as the console and the report both show them: the save time a
+    duration (the report printed 1.71e+03 before), bandwidth a rate, a file rate a count."""
+    from ckplan.units import fmt_named
+
+    assert fmt_named("save_seconds", 1710) == "28.5 min"
+    assert fmt_named("aggregate_bandwidth_bytes_per_s", 2.5e9) == "2.50 GB/s"
+    assert fmt_named("files_per_s_per_node", 1234.4) == "1,234"

@@ -8,7 +8,7 @@ from rich.table import Table
 
 from ckplan.planning.recommend import Comparison, Recommendation
 from ckplan.render.console import console
-from ckplan.units import fmt_duration, fmt_percent, fmt_rate
+from ckplan.units import fmt_duration, fmt_named, fmt_percent, fmt_rate
 
 VERDICT_STYLE = {"ok": "green", "tight": "yellow", "infeasible": "red"}
 
@@ -60,7 +60,7 @@ def render_recommendation(rec: Recommendation) -> None:
     for key, value in rec.needed.items():
         table.add_row(
             f"needed: {key}",
-            fmt_rate(value) if "bytes_per_s" in key else (_d(value) if "seconds" in key else f"{value:,.0f}"),
+            fmt_named(key, value),
             "to meet the loss window within the budget",
         )
     out.print(table)
