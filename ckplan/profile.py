@@ -7,13 +7,14 @@ built-in class of typical figures. `recommend` reads only this model.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
 from ckplan import __version__
-from ckplan.schema import Model
+from ckplan.schema import Bytes, Finite, Hosts, Model, PerSecond, PositiveSeconds, Rate, Seconds, Writers
 from ckplan.sizing.layouts.base import WritePath
+from ckplan.units import MAX_BYTES
 
 SCHEMA_VERSION = 2  # 2: a curve per write path (buffered, direct), the replay's method, this machine's calibration
 # what kind of target produced a profile: a directory (fio), an object store, many hosts at once, or a built-in class
@@ -23,10 +24,16 @@ TargetKind = Literal["filesystem", "s3", "hosts", "builtin"]
 class Spread(Model):
     """Median of repeats, with the min and max, as hyperfine reports them."""
 
-    median: float
-    min: float
-    max: float
-    repeats: int = 1
+    median: Finite
+    min: Finite
+    max: Finite
+    repeats: int = Field(1, ge=1, le=1_000_000)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Spread:
+        if not self.min <= self.median <= self.max:
+            raise ValueError(f"min {self.min:g} ≤ median {self.median:g} ≤ max {self.max:g} does not hold")
+        return self
 
     @classmethod
     def of(cls, values: list[float]) -> Spread:
@@ -45,27 +52,39 @@ class Spread(Model):
 
 
 class BandwidthPoint(Model):
-    writers: int  # concurrent writers per host
-    hosts: int = 1
-    bytes_per_s: float  # median over repeats, summed over writers (and hosts)
+    writers: Writers  # concurrent writers per host
+    hosts: Hosts = 1
+    bytes_per_s: Rate  # median over repeats, summed over writers (and hosts)
     spread: Spread | None = None
 
 
 class SmallFiles(Model):
-    files_per_s: float
-    ops_per_s: float  # create + write + fsync + close
-    file_bytes_min: int
-    file_bytes_max: int
-    writers: int
+    files_per_s: PerSecond
+    ops_per_s: PerSecond  # create + write + fsync + close
+    file_bytes_min: Bytes
+    file_bytes_max: Bytes
+    writers: Writers
     spread: Spread | None = None
+
+    @model_validator(mode="after")
+    def _ordered(self) -> SmallFiles:
+        if self.file_bytes_min > self.file_bytes_max:
+            raise ValueError(f"file_bytes_min {self.file_bytes_min:,} exceeds file_bytes_max {self.file_bytes_max:,}")
+        return self
 
 
 class Latency(Model):
-    p50_s: float
-    p99_s: float
-    p999_s: float
-    mean_s: float | None = None
-    samples: int | None = None
+    p50_s: Seconds
+    p99_s: Seconds
+    p999_s: Seconds
+    mean_s: Seconds | None = None
+    samples: int | None = Field(None, ge=1)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Latency:
+        if not self.p50_s <= self.p99_s <= self.p999_s:
+            raise ValueError(f"p50_s {self.p50_s:g} ≤ p99_s {self.p99_s:g} ≤ p999_s {self.p999_s:g} does not hold")
+        return self
 
 
 class Replay(Model):
@@ -75,17 +94,17 @@ class Replay(Model):
     # "raw bytes": ckplan's writer through the plan's write path, its serialiser time added from the calibration
     method: Literal["framework saver", "raw bytes"] = "raw bytes"
     write_path: WritePath = "buffered"
-    seconds: float  # median over repeats, at the replayed scale
-    bytes: int  # bytes written at the replayed scale
-    files: int
-    writers: int
-    scale: float  # 1.0 = full size
+    seconds: PositiveSeconds  # median over repeats, at the replayed scale
+    bytes: Annotated[int, Field(ge=1, le=MAX_BYTES)]  # bytes written at the replayed scale
+    files: int = Field(ge=1)
+    writers: Writers
+    scale: Annotated[Finite, Field(gt=0, le=1)]  # 1.0 = full size
     plan_fingerprint: str  # identifies the plan (ckplan.sizing.plan.CheckpointPlan.fingerprint)
     # fixed per-save cost (DCP coordination) + the rest × bytes(full)/bytes(scaled): bandwidth-bound extrapolation,
     # plus, for raw bytes, the busiest writer's serialisation at full size
-    full_scale_seconds: float
-    fixed_seconds: float = 0.0  # the part not scaled by bytes
-    serialize_seconds: float = 0.0  # raw bytes only: the serialiser time added at full scale
+    full_scale_seconds: PositiveSeconds
+    fixed_seconds: Seconds = 0.0  # the part not scaled by bytes
+    serialize_seconds: Seconds = 0.0  # raw bytes only: the serialiser time added at full scale
     spread: Spread | None = None
 
 
@@ -98,13 +117,13 @@ class Calibration(Model):
     `dcp_ranks` processes: planning, the gather and scatter, `.metadata`, barriers.
     """
 
-    serialize_bytes_per_s: dict[str, float]  # per file format (torch.save, safetensors, dcp), one writer, one core
+    serialize_bytes_per_s: dict[str, Rate]  # per file format (torch.save, safetensors, dcp), one writer, one core
     serialize_spread: dict[str, Spread] = Field(default_factory=dict)
-    sample_bytes: int  # bytes serialised per run
-    tensor_bytes: int  # size of each tensor in the sample
-    dcp_fixed_seconds: float | None = None
+    sample_bytes: Annotated[int, Field(ge=1, le=MAX_BYTES)]  # bytes serialised per run
+    tensor_bytes: Annotated[int, Field(ge=1, le=MAX_BYTES)]  # size of each tensor in the sample
+    dcp_fixed_seconds: Seconds | None = None
     dcp_fixed_spread: Spread | None = None
-    dcp_ranks: int | None = None
+    dcp_ranks: Writers | None = None
     torch_version: str
     safetensors_version: str | None = None
     host: str
@@ -126,10 +145,10 @@ class Measurement(Model):
     date: str
     host: str
     preset: str
-    duration_s: float
-    bandwidth_bytes_per_writer: int | None = None
-    runtime_cap_s: float | None = None
-    repeats: int = 1
+    duration_s: Seconds
+    bandwidth_bytes_per_writer: Annotated[int, Field(ge=1, le=MAX_BYTES)] | None = None
+    runtime_cap_s: Seconds | None = None
+    repeats: int = Field(1, ge=1, le=1_000_000)
     # `probe --emit-jobs DIR`: where every fio run's job file and run.sh went, and what each run produced. Optional
     # fields with defaults: profiles without them read as before, and older ckplans ignore them (schema 2 still)
     jobs_dir: str | None = None
@@ -149,7 +168,7 @@ class StorageProfile(Model):
     mount_point: str | None = None
     mount_options: dict[str, str] = Field(default_factory=dict)
     shared: bool = True  # one target shared by all nodes (NFS, Lustre, S3) or node-local (NVMe, tmpfs)
-    hosts: int = 1
+    hosts: Hosts = 1
     direct_io: bool | None = None  # the target accepts O_DIRECT (None: not a file system probe)
     # per host, against writers per host: writes through the page cache with an fsync at the end of each file
     # (object stores: the client's streams), what torch.save, DCP and safetensors get
@@ -159,10 +178,10 @@ class StorageProfile(Model):
     # writer's serialisation, while the flush to the device runs in the kernel's writeback beside it
     page_cache_write: BandwidthPoint | None = None
     aggregate_bandwidth: list[BandwidthPoint] = Field(default_factory=list)  # against hosts writing at once
-    aggregate_limit_bytes_per_s: float | None = None  # what the whole shared system sustains, if known
-    best_write_bytes_per_s: float
+    aggregate_limit_bytes_per_s: Rate | None = None  # what the whole shared system sustains, if known
+    best_write_bytes_per_s: Rate
     small_files: SmallFiles
-    aggregate_files_per_s: float | None = None  # metadata service limit for a shared system, if known
+    aggregate_files_per_s: PerSecond | None = None  # metadata service limit for a shared system, if known
     fsync_latency: Latency
     sync_write_latency: Latency | None = None
     replay: Replay | None = None
@@ -187,6 +206,24 @@ class StorageProfile(Model):
             )
             data = {**data, "target_kind": kind}
         return data
+
+    @model_validator(mode="after")
+    def _curves_ordered(self) -> StorageProfile:
+        """Each curve is sorted by its x with no point twice: interpolate reads them so, and two figures for one
+        writer count contradict each other."""
+        for name, points, x in (
+            ("buffered_bandwidth", self.buffered_bandwidth, "writers"),
+            ("direct_bandwidth", self.direct_bandwidth, "writers"),
+            ("aggregate_bandwidth", self.aggregate_bandwidth, "hosts"),
+        ):
+            xs = [getattr(p, x) for p in points]
+            for i, (a, b) in enumerate(zip(xs, xs[1:], strict=False)):
+                if a >= b:
+                    why = "twice" if a == b else f"after {x} {a}"
+                    raise ValueError(f"{name}[{i + 1}]: {x} {b} comes {why}: give each point once, in rising order")
+        if any(p.hosts > self.hosts for p in self.aggregate_bandwidth):
+            raise ValueError(f"aggregate_bandwidth has a point of more hosts than the profile's hosts {self.hosts}")
+        return self
 
     def curve(self, path: WritePath = "buffered") -> tuple[list[BandwidthPoint], WritePath]:
         """The curve of a write path, and the path it really is: the buffered one where the direct one was not measured."""

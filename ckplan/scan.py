@@ -21,11 +21,10 @@ from pathlib import Path
 
 from ckplan.errors import InputError
 from ckplan.sizing.measured import SAVE_SIBLINGS, STEP_DIR, measured_plan
-from ckplan.sizing.plan import CheckpointPlan
+from ckplan.sizing.plan import MAX_MANIFEST_FILES, CheckpointPlan
 
-# A plan lists each file in ~200 bytes and ckplan reads plans up to 256 MiB (readers.MAX_PLAN_BYTES); a
-# million files is a save of more than 100,000 ranks, and a directory holding more is not one checkpoint.
-MAX_SCAN_FILES = 1_000_000
+# A directory holding more files than a plan may list (sizing.plan.MAX_MANIFEST_FILES) is not one checkpoint.
+MAX_SCAN_FILES = MAX_MANIFEST_FILES
 MAX_SCAN_DEPTH = 16  # a checkpoint nests 3 or 4 levels (checkpoint-N/global_stepN/…, iter_N/mp_rank_XX/…)
 
 

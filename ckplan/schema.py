@@ -1,14 +1,41 @@
-"""The base of every ckplan pydantic model: its schema is built on first use, not at import.
+"""The base of every ckplan pydantic model, and the bounded field types that files are read into.
 
-Building a model's validator costs a few ms per model; ckplan defines some forty, and most commands use a
-handful, so deferring the build keeps `ckplan size` near the start-up of typer, rich and pydantic themselves
-(issue 17, scripts/bench_size.py).
+A model's schema is built on first use, not at import: building a validator costs a few ms per model; ckplan
+defines some forty, and most commands use a handful, so deferring the build keeps `ckplan size` near the
+start-up of typer, rich and pydantic themselves (issue 17, scripts/bench_size.py).
+
+The bounds are the README's input limits, so that a hand-edited plan or profile is refused where it is read,
+naming the field, instead of dividing by zero or overflowing later. Every float is finite and, unless zero, a
+normal number: a subnormal such as 1e-320 is a typo or a unit slip, and dividing by one overflows to infinity.
 """
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+import sys
+from typing import Annotated
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+from ckplan.units import MAX_BYTES, MAX_DURATION_S, MAX_GPUS, MAX_HOSTS, MAX_RATE_BYTES_PER_S
 
 
 class Model(BaseModel):
     model_config = ConfigDict(defer_build=True)
+
+
+def _normal(value: float) -> float:
+    if value != 0 and abs(value) < sys.float_info.min:
+        raise ValueError(f"{value!r} is a subnormal number: too close to zero to be a real figure")
+    return value
+
+
+Finite = Annotated[float, Field(allow_inf_nan=False), AfterValidator(_normal)]
+# bytes per second: at least one (a figure below that is a unit slip) and at most 1 PB/s
+Rate = Annotated[Finite, Field(ge=1, le=MAX_RATE_BYTES_PER_S)]
+# events per second (files, operations, requests): above zero, since the model divides by them
+PerSecond = Annotated[Finite, Field(gt=0, le=1e12)]
+Seconds = Annotated[Finite, Field(ge=0, le=MAX_DURATION_S)]
+PositiveSeconds = Annotated[Finite, Field(gt=0, le=MAX_DURATION_S)]
+Bytes = Annotated[int, Field(ge=0, le=MAX_BYTES)]
+Writers = Annotated[int, Field(ge=1, le=MAX_GPUS)]
+Hosts = Annotated[int, Field(ge=1, le=MAX_HOSTS)]

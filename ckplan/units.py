@@ -22,6 +22,7 @@ MAX_GPUS = 2**20  # 1,048,576; also the bound on GPUs per node, writers and othe
 MAX_DURATION_S = 10 * 365 * 86400  # ten years
 MAX_BYTES = 10**18  # 1 EB
 MAX_RATE_BYTES_PER_S = 10**15  # 1 PB/s
+MAX_HOSTS = 65_536  # hosts of one multi-host probe (--hosts, --hosts-file) and of a profile's curve over hosts
 MAX_FAILURES_PER_DAY = 86_400  # one a second: the bound on the job-level failure rate
 MAX_FAILURES_PER_1000_NODE_DAYS = MAX_FAILURES_PER_DAY * 1000  # the same bound for the per-node rate
 

@@ -11,7 +11,8 @@ from ckplan.planning.data import PlanningData
 from ckplan.planning.policy import Policy
 from ckplan.profile import BandwidthPoint, Calibration, Latency, Measurement, Replay, SmallFiles, StorageProfile
 from ckplan.sizing.layouts.base import ManifestFile
-from ckplan.sizing.plan import CheckpointPlan, NodeLoad, Operations, TrainingSetup
+from ckplan.sizing.plan import CheckpointPlan, TrainingSetup, manifest_fields
+from ckplan.sizing.states import StateBytes
 
 
 def hand_plan(
@@ -24,19 +25,11 @@ def hand_plan(
     manifest = [
         ManifestFile(path=p, bytes=b, rank=r, node=n, kind="small" if b < 10**6 else "weights") for p, b, r, n in files
     ]
-    ranks: dict[int, int] = {}
-    nodes: dict[int, list] = {}
-    for f in manifest:
-        ranks[f.rank] = ranks.get(f.rank, 0) + f.bytes
-        load = nodes.setdefault(f.node, [0, 0, set()])
-        load[0] += f.bytes
-        load[1] += 1
-        load[2].add(f.rank)
-    per_node = max(len(r) for _, _, r in nodes.values())
+    nodes = {f.node for f in manifest}
+    per_node = max(len({f.rank for f in manifest if f.node == n}) for n in nodes)
     gpus = per_node * len(nodes)
-    assert all(r < gpus for r in ranks), "ranks are numbered node × writers per node + i"
+    assert all(f.rank < gpus for f in manifest), "ranks are numbered node × writers per node + i"
     total = sum(f.bytes for f in manifest)
-    loads = [NodeLoad(node=n, bytes=b, files=c, writers=len(r)) for n, (b, c, r) in sorted(nodes.items())]
     return CheckpointPlan(
         setup=TrainingSetup(
             parameters=max(1, total // 16),
@@ -51,20 +44,9 @@ def hand_plan(
         bytes_per_parameter=16,
         state_bytes=total,
         small_file_bytes=0,
-        total_bytes=total,
-        breakdown=[],
+        breakdown=[StateBytes(name="weights", kind="weights", dtype="fp32", bytes=total)],
         not_saved=[],
-        file_count=len(manifest),
-        writers=len(ranks),
-        nodes_writing=len(nodes),
-        max_writers_per_node=per_node,
-        bytes_per_rank_max=max(ranks.values()),
-        bytes_per_node_max=max(n.bytes for n in loads),
-        nodes=loads,
-        operations=Operations(
-            creates=len(manifest), writes=len(manifest), fsyncs=len(manifest), renames=0, total=3 * len(manifest)
-        ),
-        manifest=manifest,
+        **manifest_fields(manifest, renames=0),
         write_path=write_path,
         coordinated_save=coordinated,
         assumptions=["built by hand"],
@@ -95,6 +77,7 @@ def hand_profile(
         fs_type="ext4",
         storage_class=storage_class,
         shared=shared,
+        hosts=max(hosts_curve or {1: 0}),
         buffered_bandwidth=[BandwidthPoint(writers=w, bytes_per_s=b) for w, b in sorted(curve.items())],
         direct_bandwidth=[BandwidthPoint(writers=w, bytes_per_s=b) for w, b in sorted((direct or {}).items())],
         page_cache_write=BandwidthPoint(writers=1, bytes_per_s=page_cache) if page_cache else None,

@@ -262,6 +262,15 @@ def _dominant(policy: Policy, s: Scenario, mtbf: float, goodput: float | None) -
     return "the serialiser of the busiest writer is slower than the targets allow"
 
 
+MAX_SWEEP_SIZES = 64  # cluster sizes in one sweep: each is a whole plan in memory, and a chart shows no more
+
+
+def check_sweep_sizes(count: int) -> None:
+    """Refuse a sweep of more cluster sizes than MAX_SWEEP_SIZES, before its plans are built."""
+    if not 1 <= count <= MAX_SWEEP_SIZES:
+        raise InputError(f"‹gpus› lists {count:,} cluster sizes; a sweep takes 1 to {MAX_SWEEP_SIZES}")
+
+
 def provision_sweep(
     plans: list[CheckpointPlan],
     policy: Policy,
@@ -271,6 +280,7 @@ def provision_sweep(
     data: PlanningData,
     storage: StorageProfile | None = None,
 ) -> ProvisionSweep:
+    check_sweep_sizes(len(plans))
     if mode not in ("sync", "async", "staged"):
         raise InputError(f"‹mode› must be sync, async or staged, got {mode!r}")
     if keep < 1:

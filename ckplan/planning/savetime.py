@@ -127,13 +127,13 @@ def writer_loads(
     plan: CheckpointPlan, node: int, serialize_bytes_per_s: dict[str, float]
 ) -> dict[int, tuple[float, float]]:
     """Rank → (bytes, serialisation seconds) of each writer on `node`."""
-    loads: dict[int, list[float]] = {}
-    for f in plan.manifest:
-        if f.node == node:
-            load = loads.setdefault(f.rank, [0.0, 0.0])
-            load[0] += f.bytes
-            load[1] += f.bytes / serialize_bytes_per_s.get(f.format, math.inf)
-    return {rank: (b, ser) for rank, (b, ser) in loads.items()}
+    return {
+        rank: (
+            float(sum(formats.values())),
+            sum(b / serialize_bytes_per_s.get(fmt, math.inf) for fmt, b in formats.items()),
+        )
+        for rank, formats in plan.writer_bytes(node).items()
+    }
 
 
 class SaveOverrides(TypedDict, total=False):

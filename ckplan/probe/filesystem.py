@@ -152,8 +152,15 @@ def prepare_probe(
             f"remove with `ckplan clean {path}`"
         )
     from ckplan.validate.calibrate import torch_available
+    from ckplan.validate.saver import max_save_processes
 
     calibrate = calibrate and torch_available()
+    if plan is not None and torch_available() and len({f.writer for f in replay_files}) > max_save_processes():
+        notes.append(
+            f"the replay's {len({f.writer for f in replay_files})} ranks are more save processes than this machine "
+            f"runs at once ({max_save_processes()}, 4 per CPU core): ckplan's own writer replays raw bytes instead "
+            "of the framework's saver, and the serialiser time is added from the calibration"
+        )
     if emit_jobs is not None:  # the last check, so that a refused probe leaves no directory behind
         emit_jobs = jobfiles.check_dir(emit_jobs)  # JobWriter creates it when it writes the first job file
     return ProbeJob(
@@ -213,11 +220,12 @@ def run_probe(job: ProbeJob, progress: Progress | None = None) -> StorageProfile
             others.look()
             if job.calibrate:
                 from ckplan.validate.calibrate import calibrate
+                from ckplan.validate.saver import max_save_processes
 
                 jobfiles.other(
                     "calibration", "PyTorch's serialisers into /dev/null, not fio; `ckplan calibrate` runs it again"
                 )
-                calibration = calibrate(settings.name, job.writers, progress)
+                calibration = calibrate(settings.name, min(job.writers, max_save_processes()), progress)
             else:
                 notes.append(
                     "serialisers not calibrated (PyTorch is not installed, or --no-calibrate): "
@@ -625,6 +633,7 @@ def _replay(scratch, plan, files, scale, settings, direct_ok, calibration, progr
     """
     from ckplan.planning.savetime import machine_figures, writer_loads
     from ckplan.validate.calibrate import torch_available
+    from ckplan.validate.saver import max_save_processes
 
     total = sum(f.bytes for f in files)
     writers = len({f.writer for f in files})
@@ -634,7 +643,7 @@ def _replay(scratch, plan, files, scale, settings, direct_ok, calibration, progr
     machine = machine_figures(calibration)
     fixed = machine.coordination_seconds.value if plan.coordinated_save else 0.0
     repeats = settings.repeats
-    if path == "buffered" and torch_available():
+    if path == "buffered" and torch_available() and writers <= max_save_processes():
         from ckplan.validate.saver import files_by_rank, run_saves
 
         method = "framework saver"

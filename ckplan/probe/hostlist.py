@@ -18,8 +18,8 @@ import re
 from itertools import product
 
 from ckplan.errors import InputError
+from ckplan.units import MAX_HOSTS
 
-MAX_HOSTS = 65_536
 _RANGE = re.compile(r"(\d+)(?:-(\d+))?")
 
 

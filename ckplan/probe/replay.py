@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from ckplan.confine import confined_path
 from ckplan.errors import MeasurementFailed
 
 CHUNK_BYTES = 4 * 2**20  # one write() call; large enough that syscall cost is noise
@@ -68,9 +69,9 @@ def write_files(
     by_writer: dict[int, list[FileToWrite]] = defaultdict(list)
     for f in files:
         by_writer[f.writer].append(f)
-    dirs = sorted({(root / f.path).parent for f in files})
-    for d in dirs:
-        d.mkdir(parents=True, exist_ok=True)
+    root.mkdir(parents=True, exist_ok=True)
+    finals = {f.path: confined_path(root, f.path) for f in files}  # every directory made, and inside root
+    dirs = sorted({p.parent for p in finals.values()})
     block = memoryview(mmap.mmap(-1, CHUNK_BYTES))  # page-aligned, as O_DIRECT needs
     block[:] = os.urandom(CHUNK_BYTES)  # incompressible, like trained weights
     lock = threading.Lock()
@@ -82,14 +83,15 @@ def write_files(
                 on_progress(n)
 
     def write_one(f: FileToWrite) -> None:
-        final = root / f.path
+        final = finals[f.path]
         tmp = final.with_name(final.name + ".tmp")
         aligned = f.bytes - f.bytes % DIRECT_ALIGN if direct else 0
         segments = [(os.O_DIRECT, 0, aligned)] if aligned else []
         if f.bytes > aligned or not segments:
             segments.append((0, aligned, f.bytes))
         for flags, start, end in segments:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | flags | (os.O_TRUNC if start == 0 else 0), 0o600)
+            trunc = os.O_TRUNC if start == 0 else 0
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | flags | trunc, 0o600)
             try:
                 os.lseek(fd, start, os.SEEK_SET)
                 left = end - start

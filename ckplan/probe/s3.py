@@ -25,6 +25,7 @@ import contextlib
 import datetime as dt
 import email.utils
 import json
+import math
 import os
 import secrets
 import socket
@@ -35,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
+from ckplan.confine import confined_key
 from ckplan.errors import EnvironmentProblem, InputError, MeasurementFailed, missing_extra
 from ckplan.probe import replay, target
 from ckplan.probe.base import (
@@ -57,6 +59,8 @@ if TYPE_CHECKING:
 
 DEFAULT_PART_BYTES = 8 * MiB  # boto3 TransferConfig's multipart_chunksize
 MIN_PART_BYTES = 5 * MiB  # S3's smallest part (all but the last)
+MAX_PART_BYTES = 5 * 2**30  # S3's largest part
+MAX_PARTS = 10_000  # parts of one multipart upload, at most
 SMALL_OBJECT_RANGE = (4 * 1024, 256 * 1024)
 MARKER = target.MARKER  # the same name as the filesystem probe's marker file
 HEARTBEAT_S = 5.0  # how often a running probe rewrites its marker
@@ -430,13 +434,13 @@ class Writer:
         with self.scratch.lock:
             self.scratch.uploads[up] = key
         parts, sent, number = [], 0, 1
+        part = part_size(size, self.part_bytes)
         while size is None or sent < size:
             if self.cancel.is_set():
                 raise replay.Cancelled()
-            n = self.part_bytes if size is None else min(self.part_bytes, size - sent)
-            etag = self.s3.upload_part(Bucket=bucket, Key=key, UploadId=up, PartNumber=number, Body=self.block[:n])[
-                "ETag"
-            ]
+            n = part if size is None else min(part, size - sent)
+            body = self.block[:n] if n <= len(self.block) else (self.block * -(-n // len(self.block)))[:n]
+            etag = self.s3.upload_part(Bucket=bucket, Key=key, UploadId=up, PartNumber=number, Body=body)["ETag"]
             parts.append({"ETag": etag, "PartNumber": number})
             sent += n
             number += 1
@@ -449,12 +453,22 @@ class Writer:
         return sent
 
 
+def part_size(size: int | None, part_bytes: int) -> int:
+    """The part size for an object of `size` bytes: the chosen one, or larger where that many parts would pass S3's
+    MAX_PARTS (as boto3's transfer manager grows its chunks), in whole MiB."""
+    if size is None or size <= part_bytes * MAX_PARTS:
+        return part_bytes
+    return -(-size // MAX_PARTS // MiB) * MiB + MiB
+
+
 @dataclass(frozen=True)
 class S3ProbeJob:
     loc: S3Location
     preset: Preset
     writers: int
     part_bytes: int
+    stream_bytes: int  # what one stream uploads in one bandwidth run, at most: the byte budget shared by the streams
+    small_objects: int | None  # small objects per writer and run, at most (None: until the run's time is up)
     timeout_s: float
     plan: object | None
     replay_files: tuple
@@ -479,23 +493,50 @@ def prepare_s3_probe(
     part_bytes: int = DEFAULT_PART_BYTES,
     timeout_s: float = 30.0,
     name: str | None = None,
+    max_bytes: int | None = None,
 ) -> S3ProbeJob:
-    """Every check that can fail before an object is written: URL, credentials, endpoint, bucket."""
+    """Every check that can fail before an object is written: URL, credentials, endpoint, bucket, the byte budget.
+
+    `max_bytes` bounds what the probe keeps under its prefix at once, as it bounds a filesystem probe's files: a
+    bandwidth run's streams share it (each run's objects are deleted before the next), the small objects of a
+    run fit in it, and so must the replay's files."""
     loc = parse_url(url, endpoint_url, region, profile)
-    if part_bytes < MIN_PART_BYTES:
-        raise InputError(f"--part-size must be at least 5 MiB (S3's smallest part), got {part_bytes:,} bytes")
+    if not MIN_PART_BYTES <= part_bytes <= MAX_PART_BYTES:
+        raise InputError(
+            f"‹part_bytes› must be 5 MiB to 5 GiB (S3's smallest and largest part), got {part_bytes:,} bytes"
+        )
     max_writers = writers or (plan.max_writers_per_node if plan else os.cpu_count() or 1)
+    settings = PRESETS[preset]
+    files = tuple(replay.scaled_files(replay.node_share(plan.manifest)[1], scale)) if plan is not None else ()
+    stream_bytes, small_objects = settings.bytes_per_writer, None
+    if max_bytes is not None:
+        stream_bytes = min(stream_bytes, max_bytes // max_writers)
+        need = max_writers * MiB
+        if stream_bytes < MiB:
+            raise InputError(
+                f"‹max_bytes› {max_bytes:,} bytes is too little for {max_writers} upload streams: the probe needs at "
+                f"least {need:,} bytes (1 MiB per stream)"
+            )
+        small_objects = max(1, max_bytes // (max_writers * _small_sizes(plan)[-1]))
+        replayed = sum(f.bytes for f in files)
+        if replayed > max_bytes:
+            fit = max_bytes / replayed * scale
+            raise InputError(
+                f"replaying the plan at ‹scale› {scale:g} uploads {replayed:,} bytes, more than ‹max_bytes› "
+                f"{max_bytes:,}; try ‹scale› {fit * 0.9:.2g}"
+            )
     s3 = client(loc, timeout_s, 2 * max_writers + 4)
     try:
         s3.head_bucket(Bucket=loc.bucket)
     except Exception as exc:  # noqa: BLE001 — every failure becomes one line
         raise describe(exc, loc, "the bucket check") from None
-    files = tuple(replay.scaled_files(replay.node_share(plan.manifest)[1], scale)) if plan is not None else ()
     return S3ProbeJob(
         loc=loc,
-        preset=PRESETS[preset],
+        preset=settings,
         writers=max_writers,
         part_bytes=part_bytes,
+        stream_bytes=stream_bytes,
+        small_objects=small_objects,
         timeout_s=timeout_s,
         plan=plan,
         replay_files=files,
@@ -596,14 +637,11 @@ def _bandwidth(job, writer, scratch, pool, phase) -> list[BandwidthPoint]:
             phase(f"bandwidth: {streams} multipart stream(s), run {r + 1}/{job.preset.repeats}", runtime)
             start = time.perf_counter()
             deadline = start + runtime
-            futures = [
-                pool.submit(
-                    writer.multipart, f"{scratch.prefix}bw-{streams}-{r}-{i}", job.preset.bytes_per_writer, deadline
-                )
-                for i in range(streams)
-            ]
+            root = f"{scratch.prefix}bw-{streams}-{r}/"
+            futures = [pool.submit(writer.multipart, f"{root}{i}", job.stream_bytes, deadline) for i in range(streams)]
             sent = sum(f.result() for f in futures)
             values.append(sent / (time.perf_counter() - start))
+            remove_prefix(writer.s3, job.loc.bucket, root)  # so that no more than the byte budget is kept at once
         spread = Spread.of(values)
         points.append(BandwidthPoint(writers=streams, bytes_per_s=spread.median, spread=spread))
     return points
@@ -630,7 +668,8 @@ def _small_objects(job, writer, scratch, pool, phase) -> tuple[SmallFiles, Laten
 
         def loop(w: int) -> list[float]:
             out, i = [], 0
-            while time.perf_counter() < deadline and not writer.cancel.is_set():
+            limit = job.small_objects if job.small_objects is not None else math.inf
+            while i < limit and time.perf_counter() < deadline and not writer.cancel.is_set():
                 out.append(writer.put(f"{scratch.prefix}small-{r}-{w}-{i}", sizes[i % len(sizes)]))
                 i += 1
             return out
@@ -639,6 +678,7 @@ def _small_objects(job, writer, scratch, pool, phase) -> tuple[SmallFiles, Laten
         done = [x for p in per for x in p]
         rates.append(len(done) / (time.perf_counter() - start))
         latencies += done
+        remove_prefix(writer.s3, job.loc.bucket, f"{scratch.prefix}small-{r}-")
     latencies.sort()
 
     def pct(p: float) -> float:
@@ -673,10 +713,11 @@ def _replay(job, writer, scratch, pool, phase) -> Replay:
 
         def run(fs) -> None:
             for f in fs:
+                key = confined_key(root, f.path)
                 if f.bytes > job.part_bytes:
-                    writer.multipart(root + f.path, f.bytes)
+                    writer.multipart(key, f.bytes)
                 else:
-                    writer.put(root + f.path, f.bytes)
+                    writer.put(key, f.bytes)
 
         start = time.perf_counter()
         for fut in [pool.submit(run, fs) for fs in by_writer.values()]:
@@ -779,6 +820,7 @@ class S3Target(PreparedTarget):
             part_bytes=o.part_bytes or DEFAULT_PART_BYTES,
             timeout_s=o.timeout_s,
             name=s.name,
+            max_bytes=s.max_bytes,
         )
 
     def _run(self, job: S3ProbeJob, progress: Progress | None) -> StorageProfile:

@@ -18,6 +18,14 @@ from ckplan.schema import Model
 Role = Literal["embedding", "head", "matrix", "vector", "router"]
 
 
+# Bounds on a model's config: far beyond any published model (the deepest have ~130 blocks, the widest mixtures
+# 256 routed experts), and low enough that listing every tensor stays quick: a --model file with 1e8 layers took
+# 2.1 GB within 30 s.
+MAX_LAYERS = 10_000
+MAX_EXPERTS = 65_536
+MAX_EXPERT_LAYERS = 2**20  # layers × experts: the expert tensors are most of a mixture's list
+
+
 class LatentAttention(Model):
     """DeepSeek's multi-head latent attention (MLA, DeepSeek-V2 §2.1): q and kv pass through low-rank projections.
 
@@ -42,13 +50,13 @@ class Architecture(Model):
     name: str
     display: str
     hidden: int = Field(gt=0)
-    layers: int = Field(gt=0)
+    layers: int = Field(gt=0, le=MAX_LAYERS)
     ffn: int = Field(gt=0)
     heads: int = Field(gt=0)
     kv_heads: int = Field(gt=0)
     vocab: int = Field(gt=0)
     tied_embeddings: bool = False
-    experts: int = Field(default=1, gt=0)
+    experts: int = Field(default=1, gt=0, le=MAX_EXPERTS)
     mlp: Literal["gated", "plain"] = "gated"
     norm: Literal["rmsnorm", "layernorm"] = "rmsnorm"
     linear_bias: bool = False  # every linear layer has a bias (GPT-2/3 style)
@@ -71,6 +79,11 @@ class Architecture(Model):
 
     @model_validator(mode="after")
     def _consistent(self) -> Architecture:
+        if self.layers * self.experts > MAX_EXPERT_LAYERS:
+            raise ValueError(
+                f"layers × experts is {self.layers * self.experts:,}, over {MAX_EXPERT_LAYERS:,}: ckplan lists every "
+                "tensor of the model, and that many would take minutes and gigabytes"
+            )
         moe = ("moe_ffn", "shared_expert_ffn", "shared_expert_gate", "router_bias", "dense_layers")
         if self.experts == 1 and any(getattr(self, f) for f in moe):
             given = [f for f in moe if getattr(self, f)]

@@ -7,7 +7,14 @@ import math
 from collections import defaultdict
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, SerializerFunctionWrapHandler, field_validator, model_serializer, model_validator
+from pydantic import (
+    Field,
+    PrivateAttr,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from ckplan import __version__
 from ckplan.errors import InputError, did_you_mean
@@ -15,14 +22,27 @@ from ckplan.schema import Model
 from ckplan.sizing.architecture import Architecture, Tensor, parameter_count
 from ckplan.sizing.architecture import tensors as model_tensors
 from ckplan.sizing.layouts import LAYOUTS
-from ckplan.sizing.layouts.base import Layout, LayoutInput, ManifestFile, Parallelism, WritePath
+from ckplan.sizing.layouts.base import (
+    FileFormat,
+    Layout,
+    LayoutInput,
+    ManifestFile,
+    Parallelism,
+    WritePath,
+    file_format,
+    manifest_path_error,
+)
 from ckplan.sizing.states import OPTIMIZERS, PRECISIONS, StateBytes, state_breakdown
-from ckplan.units import MAX_GPUS, MAX_PARAMETERS, check_range, fmt_bytes
+from ckplan.units import MAX_BYTES, MAX_GPUS, MAX_PARAMETERS, check_range, fmt_bytes
 
 WRITE_CALL_BYTES = 2**20  # ops are counted at one write() per MiB, the probe's block size
 PLAN_SCHEMA_VERSION = 1
 DEFAULT_GPUS_PER_NODE = 8
-MEASURED = "measured from disk"  # the shape_source of a plan read from a checkpoint directory (size --from)
+MEASURED = "measured from disk"
+# The most files one plan may list. Reading a plan costs ~8 µs of CPU per file here (JSON, validation, the checks
+# against its manifest), so a plan of this many (~95 MB from `size --json`) loads in ~4 s; a save of more files
+# is one of over 260,000 ranks with two files each.
+MAX_MANIFEST_FILES = 2**19  # the shape_source of a plan read from a checkpoint directory (size --from)
 
 # Bounds on what a plan file may hold: the constraints build_plan's own plans meet, so that a hand-edited
 # or truncated plan is refused where it is read rather than producing negative or infinite figures.
@@ -58,8 +78,20 @@ class TrainingSetup(Model):
             raise ValueError(f"tp {self.tp} × pp {self.pp} × dp {self.dp} is not gpus {self.gpus}")
         if self.gpus_per_node > self.gpus:
             raise ValueError(f"gpus_per_node {self.gpus_per_node} exceeds gpus {self.gpus}")
+        if self.nodes != math.ceil(self.gpus / self.gpus_per_node):
+            raise ValueError(
+                f"nodes {self.nodes} is not gpus {self.gpus} ÷ gpus_per_node {self.gpus_per_node}, rounded up"
+            )
         if self.dp % self.ep:
             raise ValueError(f"ep {self.ep} does not divide dp {self.dp}")
+        if self.framework not in LAYOUTS:
+            raise ValueError(f"unknown framework {self.framework!r} (known: {', '.join(sorted(LAYOUTS))})")
+        # a plan read from a checkpoint directory does not know the optimizer or precision that made it
+        unknown = ("unknown",) if self.shape_source.startswith(MEASURED) else ()
+        if self.optimizer not in (*OPTIMIZERS, *unknown):
+            raise ValueError(f"unknown optimizer {self.optimizer!r} (known: {', '.join(OPTIMIZERS)})")
+        if self.precision not in (*PRECISIONS, *unknown):
+            raise ValueError(f"unknown precision {self.precision!r} (known: {', '.join(PRECISIONS)})")
         return self
 
     @model_serializer(mode="wrap")
@@ -125,12 +157,13 @@ class CheckpointPlan(Model):
     bytes_per_node_max: Count
     nodes: Annotated[list[NodeLoad], Field(min_length=1)]
     operations: Operations
-    manifest: Annotated[list[ManifestFile], Field(min_length=1)]
+    manifest: Annotated[list[ManifestFile], Field(min_length=1, max_length=MAX_MANIFEST_FILES)]
     write_path: WritePath = "buffered"  # how the framework's writer reaches the target (layout and its options)
     coordinated_save: bool = False  # the ranks plan and barrier together (DCP): a fixed cost per save
     assumptions: list[str]
     interval: IntervalDemand | None = None  # `size --interval`: the demand of that one interval
     typical_demand: list[IntervalDemand] = Field(default_factory=list)  # `size` without --interval: TYPICAL_INTERVALS_S
+    _writer_bytes: tuple[list[ManifestFile], dict[int, dict[int, dict[FileFormat, int]]]] | None = PrivateAttr(None)
 
     @property
     def fingerprint(self) -> str:
@@ -140,10 +173,60 @@ class CheckpointPlan(Model):
             digest.update(f"{f.path}\0{f.bytes}\0{f.rank}\n".encode())
         return digest.hexdigest()[:16]
 
+    def writer_bytes(self, node: int) -> dict[int, dict[FileFormat, int]]:
+        """Rank → bytes per file format, of every writer on `node`. The save-time model asks for it dozens of times
+        per recommendation (every what-if), so the manifest is summed once per plan: a plan of a million files
+        then costs one pass, not one per question."""
+        if self._writer_bytes is None or self._writer_bytes[0] is not self.manifest:
+            table: dict[int, dict[int, dict[FileFormat, int]]] = {}
+            by_suffix: dict[str, FileFormat] = {}  # a file's format follows its name's suffix
+            for f in self.manifest:
+                formats = table.setdefault(f.node, {}).setdefault(f.rank, {})
+                suffix = f.path[f.path.rfind(".") :]
+                fmt = by_suffix.get(suffix) or by_suffix.setdefault(suffix, file_format(suffix))
+                formats[fmt] = formats.get(fmt, 0) + f.bytes
+            self._writer_bytes = (self.manifest, table)
+        return self._writer_bytes[1].get(node, {})
+
     @property
     def busiest_node(self) -> NodeLoad:
         """The node writing the most bytes: it bounds a synchronous save."""
         return max(self.nodes, key=lambda n: n.bytes)
+
+    @model_validator(mode="after")
+    def _consistent_manifest(self) -> CheckpointPlan:
+        """Every figure a plan carries follows from its manifest and setup, as build_plan made them: a hand-edited
+        or truncated plan that disagrees with itself is refused here, where it is read, naming the field."""
+        s = self.setup
+        seen: set[str] = set()
+        gpus, per_node = s.gpus, s.gpus_per_node
+        for i, f in enumerate(self.manifest):
+            why = manifest_path_error(f.path)
+            if why is None and f.path in seen:
+                why = "is listed twice"
+            if why is None and f.rank >= gpus:
+                why = f"has rank {f.rank}, not below setup.gpus {gpus}"
+            if why is None and f.node != f.rank // per_node:
+                why = f"has node {f.node}, not rank {f.rank} ÷ setup.gpus_per_node {per_node} ({f.rank // per_node})"
+            if why is not None:
+                raise ValueError(f"manifest[{i}].path {f.path[:120]!r} {why}")
+            seen.add(f.path)
+        derived = manifest_fields(self.manifest, self.operations.renames)
+        for name, value in derived.items():
+            if name != "manifest" and getattr(self, name) != value:
+                shown = value if isinstance(value, int) else "what the manifest gives"
+                raise ValueError(f"{name} does not match the manifest (the manifest gives {shown})")
+        if self.total_bytes > MAX_BYTES:
+            raise ValueError(f"total_bytes {self.total_bytes:,} is over 1 EB")
+        if self.total_bytes == 0:
+            raise ValueError("the manifest's files hold 0 bytes: a save writes something")
+        if self.state_bytes != sum(b.bytes for b in self.breakdown):
+            raise ValueError("state_bytes is not the sum of breakdown[].bytes")
+        if self.small_file_bytes != self.total_bytes - self.state_bytes:
+            raise ValueError("small_file_bytes is not total_bytes − state_bytes")
+        if self.parameters != s.parameters:
+            raise ValueError(f"parameters {self.parameters} is not setup.parameters {s.parameters}")
+        return self
 
     @field_validator("schema_version")
     @classmethod
@@ -250,6 +333,11 @@ def build_plan(
         LayoutInput(par=par, tensors=ts, states=states, scale=scale, step=step, options=options or {})
     )
 
+    if len(manifest) > MAX_MANIFEST_FILES:
+        raise InputError(
+            f"this save writes {len(manifest):,} files; ckplan plans saves of at most {MAX_MANIFEST_FILES:,} files "
+            "(a plan file of that many takes seconds to read)"
+        )
     state_bytes = sum(s.bytes for s in breakdown)
     files = manifest_fields(manifest, layout.renames_per_save)
     assumptions = _assumptions(arch, model_name, params, derived, layout, par, held, saved, options or {})
@@ -396,15 +484,21 @@ def manifest_fields(manifest: list[ManifestFile], renames: int) -> dict[str, Any
     node, and the operations (one create and one fsync per file, one write() per WRITE_CALL_BYTES, and the
     framework's renames). A sized plan and a plan measured from disk both take them from here."""
     per_rank: dict[int, int] = defaultdict(int)
-    per_node: dict[int, tuple[list[int], set[int]]] = defaultdict(lambda: ([0, 0], set()))
+    node_bytes: dict[int, int] = defaultdict(int)
+    node_files: dict[int, int] = defaultdict(int)
+    node_ranks: dict[int, set[int]] = defaultdict(set)
+    writes = 0
     for f in manifest:
-        per_rank[f.rank] += f.bytes
-        load, ranks = per_node[f.node]
-        load[0] += f.bytes
-        load[1] += 1
-        ranks.add(f.rank)
-    nodes = [NodeLoad(node=n, bytes=b, files=c, writers=len(r)) for n, ([b, c], r) in sorted(per_node.items())]
-    writes = sum(max(1, math.ceil(f.bytes / WRITE_CALL_BYTES)) for f in manifest)
+        b, rank, node = f.bytes, f.rank, f.node
+        per_rank[rank] += b
+        node_bytes[node] += b
+        node_files[node] += 1
+        node_ranks[node].add(rank)
+        writes += -(-b // WRITE_CALL_BYTES) or 1  # one write() per WRITE_CALL_BYTES, at least one per file
+    nodes = [
+        NodeLoad(node=n, bytes=node_bytes[n], files=node_files[n], writers=len(node_ranks[n]))
+        for n in sorted(node_bytes)
+    ]
     ops = Operations(
         creates=len(manifest),
         writes=writes,
@@ -413,7 +507,7 @@ def manifest_fields(manifest: list[ManifestFile], renames: int) -> dict[str, Any
         total=2 * len(manifest) + writes + renames,
     )
     return dict(
-        total_bytes=sum(f.bytes for f in manifest),
+        total_bytes=sum(node_bytes.values()),
         file_count=len(manifest),
         writers=len(per_rank),
         nodes_writing=len(nodes),

@@ -121,8 +121,12 @@ def measure_dcp_fixed(ranks: int, repeats: int) -> Spread:
 
 def calibrate(preset: str = "default", dcp_ranks: int = 2, progress=None) -> Calibration:
     """Measure this machine's serialisers and DCP's fixed cost; needs PyTorch."""
-    if dcp_ranks < 1:
-        raise InputError(f"‹ranks› must be ≥ 1, got {dcp_ranks}")
+    from ckplan.validate.saver import max_save_processes
+
+    if not 1 <= dcp_ranks <= max_save_processes():
+        raise InputError(
+            f"‹ranks› must be 1 to {max_save_processes()} (4 save processes per CPU core here), got {dcp_ranks}"
+        )
     if not torch_available():
         raise EnvironmentProblem(
             "calibration needs PyTorch: pip install 'ckplan[torch]' (the CPU build, torch==2.13.0)"

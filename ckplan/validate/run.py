@@ -11,6 +11,8 @@ from ckplan.profile import Spread, StorageProfile
 from ckplan.sizing.plan import CheckpointPlan
 from ckplan.validate.model import Validation, diagnose, scaled_prediction
 
+MAX_REPEATS = 100  # saves timed per validation: past this the median moves less than the target's own drift
+
 
 def validate(
     path: Path,
@@ -22,8 +24,8 @@ def validate(
     mode: str = "sync",
     max_bytes: int | None = None,
 ) -> Validation:
-    if repeats < 1:
-        raise InputError("‹repeats› must be ≥ 1")
+    if not 1 <= repeats <= MAX_REPEATS:
+        raise InputError(f"‹repeats› must be 1 to {MAX_REPEATS}, got {repeats}")
     if not 0 < scale <= 1:
         raise InputError(f"‹scale› must be in (0, 1], got {scale}")
     saver = framework_of(plan.setup.framework).saver
@@ -34,9 +36,10 @@ def validate(
     path = path.expanduser()
     target.check_target(path)
     node, files, prediction = scaled_prediction(plan, profile, scale)
-    from ckplan.validate.saver import files_by_rank, run_saves
+    from ckplan.validate.saver import check_save_processes, files_by_rank, run_saves
 
     by_rank = files_by_rank(files, scale)
+    check_save_processes(len(by_rank), f"saving node {node}'s share of the plan")
     scaled = [f for fs in by_rank.values() for f in fs]
     total = sum(f["bytes"] for f in scaled)
     free = target.free_bytes(path)

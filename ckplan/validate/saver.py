@@ -21,6 +21,27 @@ from pathlib import Path
 
 TENSOR_BYTES = 64 * 2**20  # tensors are at most this big; a file holds several, like a real state dict
 SMALL_KINDS = ("small",)
+# Save processes per CPU core, at most: each imports torch (~90 MB resident) and they share the cores, so past a
+# few per core a save's time measures CPU contention, not the storage, and memory runs out first (64 processes
+# reached 5.9 GiB on the 2-core development VM within 29 s).
+SAVE_PROCESSES_PER_CPU = 4
+
+
+def max_save_processes() -> int:
+    """The most save processes (one per rank) ckplan starts at once on this machine."""
+    return SAVE_PROCESSES_PER_CPU * (os.cpu_count() or 1)
+
+
+def check_save_processes(count: int, what: str) -> None:
+    """Refuse, before anything starts, a save that needs more processes than max_save_processes."""
+    from ckplan.errors import InputError
+
+    if count > max_save_processes():
+        raise InputError(
+            f"{what} needs {count:,} save processes (one per rank), more than this machine runs at once: "
+            f"{SAVE_PROCESSES_PER_CPU} per CPU core, {max_save_processes()} here (each imports torch and they "
+            "share the cores)"
+        )
 
 
 def files_by_rank(files, scale: float = 1.0) -> dict[int, list[dict]]:
@@ -72,9 +93,11 @@ def _fsync(path: Path) -> None:
 def save_files(root: Path, state: dict[str, dict], saver: str) -> None:
     import torch
 
+    from ckplan.confine import confined_path
+
+    root.mkdir(parents=True, exist_ok=True)
     for rel, tensors in state.items():
-        path = root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
+        path = confined_path(root, rel)
         if saver == "safetensors" and rel.endswith(".safetensors"):
             from safetensors.torch import save_file
 
@@ -201,6 +224,7 @@ def run_saves(
     from ckplan.probe.fio import describe_errno
 
     saver = framework_of(framework).saver.kind
+    check_save_processes(len(files_by_rank), what)
 
     def check(item) -> None:
         if item[0] == "error":

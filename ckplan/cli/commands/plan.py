@@ -88,10 +88,11 @@ def provision(
 ) -> None:
     """The write bandwidth, file rate and capacity a cluster needs for a goodput or overhead target."""
     from ckplan import catalog, profile_store
-    from ckplan.planning.provision import provision_sweep
+    from ckplan.planning.provision import check_sweep_sizes, provision_sweep
     from ckplan.units import parse_fraction
 
     o.output_file(chart, "--chart")
+    check_sweep_sizes(gpus.count(",") + 1)
     sizes = []
     for item in gpus.split(","):
         try:

@@ -7,6 +7,7 @@ save produces, with the rank that writes each one.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
@@ -15,6 +16,7 @@ from pydantic import Field, computed_field
 from ckplan.schema import Model
 from ckplan.sizing.architecture import Tensor
 from ckplan.sizing.states import StateBytes
+from ckplan.units import MAX_BYTES as MAX_FILE_BYTES
 
 FileKind = Literal["weights", "optimizer", "mixed", "small"]
 
@@ -58,12 +60,46 @@ def file_format(path: str) -> FileFormat:
     return "raw"
 
 
+MAX_PATH_BYTES = 4096  # PATH_MAX on Linux
+MAX_NAME_BYTES = 255  # NAME_MAX: one component
+
+
+# a relative path of components of 1-255 characters without '/' or control characters, none of them '.' or '..'
+_PLAIN_PATH = re.compile(r"(?!\.\.?(?:/|$))[^/\x00-\x1f\x7f]{1,255}(?:/(?!\.\.?(?:/|$))[^/\x00-\x1f\x7f]{1,255})*")
+
+
+def manifest_path_error(path: str) -> str | None:
+    """Why `path` cannot name a file of a save, or None. A save's files live under its checkpoint directory, so
+    a path is relative, with no empty, `.` or `..` component, no control character (they break fio's job files
+    and terminals) and within Linux's length limits: a plan file that arrives from elsewhere cannot name a file
+    outside the directory ckplan writes into. Every writer checks the resolved path again (ckplan.confine)."""
+    if path.isascii() and len(path) <= MAX_PATH_BYTES and _PLAIN_PATH.fullmatch(path):
+        return None  # the common case, checked in one match: a plan may list a million files
+    if not path:
+        return "is empty"
+    if path.startswith("/"):
+        return "is absolute: a save's files are relative to its directory"
+    if re.search(r"[\x00-\x1f\x7f]", path):
+        return "holds a control character"
+    if len(path.encode()) > MAX_PATH_BYTES:
+        return f"is longer than {MAX_PATH_BYTES} bytes"
+    for part in path.split("/"):
+        if not part:
+            return "has an empty component (a doubled or trailing '/')"
+        if part in (".", ".."):
+            return f"has a {part!r} component: give a normalised relative path"
+        if len(part.encode()) > MAX_NAME_BYTES:
+            return f"has a component longer than {MAX_NAME_BYTES} bytes"
+    return None
+
+
 class ManifestFile(Model):
     path: str
-    bytes: int = Field(ge=0)  # bounded so that a hand-edited plan file is refused where it is read
+    bytes: int = Field(ge=0, le=MAX_FILE_BYTES)  # bounded so that a hand-edited plan file is refused where it is read
     rank: int = Field(ge=0)
     node: int = Field(ge=0)
     kind: FileKind
+    # its path is checked with the plan's other rules (CheckpointPlan._consistent_manifest), in one pass
 
     @computed_field  # type: ignore[prop-decorator]
     @property
