@@ -102,7 +102,7 @@ def validation_message(exc: ValidationError) -> str:
     """The first bad field of a pydantic error, as 'where: what'."""
     first = exc.errors()[0]
     where = ".".join(str(p) for p in first["loc"]) or "(top level)"
-    return f"{where}: {first['msg']}"
+    return f"{where}: {first['msg'].removeprefix('Value error, ')}"
 
 
 def validate_model(data: Any, model_cls: type[Model], described: str) -> Model:

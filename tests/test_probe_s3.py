@@ -634,3 +634,30 @@ def test_remove_prefix_names_clean_for_keys_that_stay(endpoint, monkeypatch):
     left = [o["Key"] for o in real.list_objects_v2(Bucket=BUCKET, Prefix=prefix).get("Contents", [])]
     assert left == [keys[0]]  # the others were deleted; the stuck one is what clean will remove
     real.delete_object(Bucket=BUCKET, Key=keys[0])
+
+
+def test_max_bytes_bounds_what_each_run_uploads(endpoint, tmp_path, monkeypatch):
+    """--max-bytes on S3: each bandwidth run's streams together upload at most the budget (its objects are deleted
+    before the next run, so no more is ever kept), counted by a proxy in front of the endpoint, independently of
+    the probe. Without the budget the same quick probe uploads more than it in a run, so the bound is not slack."""
+    from ckplan.probe import s3 as s3probe
+
+    for key, value in credentials_env(tmp_path).items():
+        monkeypatch.setenv(key, value)
+    budget = 12 * 2**20
+    uploaded = {}
+    for limit in (budget, None):
+        proxy = CountingProxy(endpoint)
+        phases = Phases()
+        try:
+            job = s3probe.prepare_s3_probe(
+                f"s3://{BUCKET}/budget", endpoint_url=proxy.endpoint, preset="quick", writers=2, max_bytes=limit
+            )
+            s3probe.run_s3_probe(job, phases)
+        finally:
+            proxy.close()
+        uploaded[limit] = [proxy.bytes_between(start, end) for start, end in phases.spans("bandwidth:")]
+    headers = 1.02  # request headers ride on the parts: ~0.01% of a part, far more of a small one
+    assert uploaded[budget] and all(0 < b <= budget * headers for b in uploaded[budget]), uploaded
+    assert max(uploaded[None]) > budget * headers, uploaded
+    assert_clean(endpoint)

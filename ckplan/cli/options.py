@@ -566,5 +566,7 @@ def flag_names() -> dict[str, str]:
         agent_wait="--agent-wait",
         emit_jobs="--emit-jobs",
         region="--region",
+        part_bytes="--part-size",
+        max_bytes="--max-bytes",
     )
     return names

@@ -85,13 +85,13 @@ class TrainingSetup(Model):
         if self.dp % self.ep:
             raise ValueError(f"ep {self.ep} does not divide dp {self.dp}")
         if self.framework not in LAYOUTS:
-            raise ValueError(f"unknown framework {self.framework!r} (known: {', '.join(sorted(LAYOUTS))})")
+            raise ValueError(f"unknown framework {self.framework!r}{did_you_mean(self.framework, sorted(LAYOUTS))}")
         # a plan read from a checkpoint directory does not know the optimizer or precision that made it
         unknown = ("unknown",) if self.shape_source.startswith(MEASURED) else ()
         if self.optimizer not in (*OPTIMIZERS, *unknown):
-            raise ValueError(f"unknown optimizer {self.optimizer!r} (known: {', '.join(OPTIMIZERS)})")
+            raise ValueError(f"unknown optimizer {self.optimizer!r}{did_you_mean(self.optimizer, list(OPTIMIZERS))}")
         if self.precision not in (*PRECISIONS, *unknown):
-            raise ValueError(f"unknown precision {self.precision!r} (known: {', '.join(PRECISIONS)})")
+            raise ValueError(f"unknown precision {self.precision!r}{did_you_mean(self.precision, list(PRECISIONS))}")
         return self
 
     @model_serializer(mode="wrap")
@@ -214,8 +214,8 @@ class CheckpointPlan(Model):
         derived = manifest_fields(self.manifest, self.operations.renames)
         for name, value in derived.items():
             if name != "manifest" and getattr(self, name) != value:
-                shown = value if isinstance(value, int) else "what the manifest gives"
-                raise ValueError(f"{name} does not match the manifest (the manifest gives {shown})")
+                where, have, want = _first_difference(name, getattr(self, name), value)
+                raise ValueError(f"{where} is {have}, but the manifest gives {want}")
         if self.total_bytes > MAX_BYTES:
             raise ValueError(f"total_bytes {self.total_bytes:,} is over 1 EB")
         if self.total_bytes == 0:
@@ -258,6 +258,21 @@ class CheckpointPlan(Model):
         if world:
             return text + f" · {s.gpus} GPUs on {s.nodes} node(s), tp {s.tp} pp {s.pp} dp {s.dp}{ep}"
         return text + f" · tp {s.tp} pp {s.pp}{ep}, {s.gpus_per_node} GPUs per node"
+
+
+def _first_difference(name: str, have: Any, want: Any) -> tuple[str, Any, Any]:
+    """Where two values of a plan field first differ: (dotted field, value there, value wanted)."""
+    if isinstance(have, list) and isinstance(want, list):
+        if len(have) != len(want):
+            return f"{name} (length)", len(have), len(want)
+        for i, (a, b) in enumerate(zip(have, want, strict=True)):
+            if a != b:
+                return _first_difference(f"{name}.{i}", a, b)
+    if isinstance(have, Model) and isinstance(want, Model):
+        for field in type(have).model_fields:
+            if getattr(have, field) != getattr(want, field):
+                return _first_difference(f"{name}.{field}", getattr(have, field), getattr(want, field))
+    return name, have, want
 
 
 def nearest_shape(parameters: float, catalog: dict[str, Architecture]) -> Architecture:

@@ -92,7 +92,7 @@ def provision(
     from ckplan.units import parse_fraction
 
     o.output_file(chart, "--chart")
-    check_sweep_sizes(gpus.count(",") + 1)
+    check_sweep_sizes(len(gpus.split(",")))
     sizes = []
     for item in gpus.split(","):
         try:
