@@ -503,6 +503,17 @@ def _policy_flags() -> list[PolicyFlag]:
             serializers,
         ),
         flag(
+            "aggregate_limit",
+            "--aggregate-limit",
+            str,
+            "What the whole shared storage system sustains, e.g. 40GB/s: replaces the profile's limit and any "
+            "extrapolation beyond the measured host counts.",
+            None,
+            "Assumptions",
+            "aggregate_limit_bytes_per_s",
+            parse_rate,
+        ),
+        flag(
             "save_time",
             "--save-time",
             str,
@@ -566,5 +577,6 @@ def flag_names() -> dict[str, str]:
         agent_wait="--agent-wait",
         emit_jobs="--emit-jobs",
         region="--region",
+        storage="--storage",
     )
     return names
