@@ -106,6 +106,7 @@ class Replay(Model):
     fixed_seconds: Seconds = 0.0  # the part not scaled by bytes
     serialize_seconds: Seconds = 0.0  # raw bytes only: the serialiser time added at full scale
     spread: Spread | None = None
+    nodes: int = 1  # how many of the plan's nodes it wrote at once: a multi-host replay writes one node per host
 
 
 class Calibration(Model):
@@ -241,7 +242,7 @@ class StorageProfile(Model):
 def interpolate(points: list[tuple[float, float]], x: float) -> float | None:
     """A measured curve at x: proportional below its first point (fewer writers or hosts share less), linear
     between points, and None beyond the last, where each caller states its own rule (flat for writers on one
-    host, the per-host share for more hosts)."""
+    host, planning/scaling.py for more hosts)."""
     points = sorted(points)
     if x <= points[0][0]:
         return points[0][1] * x / points[0][0]

@@ -87,6 +87,15 @@ def build_document(
         Image("bandwidth.png", "bandwidth against writers", charts["bandwidth.png"]),
     )
     rows = [["save (persist) time", _d(rec.save_seconds)], ["stall per save", _d(rec.stall_seconds)]]
+    model = rec.save_model
+    if model is not None and model.nodes > 1:
+        # the figure the save time rests on for a plan of many nodes, labelled "extrapolated" beyond the measured hosts
+        rows.append(
+            [
+                f"aggregate bandwidth, {model.nodes:,} nodes",
+                f"{fmt_rate(model.aggregate.bytes_per_s)} ({model.aggregate.label})",
+            ]
+        )
     rows += [
         [
             f"{'shortest' if c.bound == 'min' else 'longest'} τ: {c.name}"

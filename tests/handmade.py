@@ -111,17 +111,19 @@ def hand_calibration(rates: dict[str, float], dcp_fixed_s: float | None = None) 
 
 
 # A two-node case worked out by hand in tests/test_mitigations.py (and rendered in tests/test_render.py): each node's
-# one writer writes a 10 GB torch.save file and 99 empty raw files; the target is shared, 1 GB/s per node, 100 files/s.
+# one writer writes a 10 GB torch.save file and 99 empty raw files; the target is shared, 1 GB/s per node and 2 GB/s
+# measured on two hosts at once, 100 files/s. The faster and slower shared classes carry a limit, as the built-in ones
+# do: per node × 2 nodes, at most the limit (planning/scaling.py).
 GB = 10**9
 FILES = [(f"n{n}.pt", 10 * GB, n, n) for n in range(2)] + [
     (f"n{n}-{k}.json", 0, n, n) for n in range(2) for k in range(99)
 ]
 PLAN = hand_plan(FILES)
-TARGET = hand_profile({1: 1e9}, name="target", shared=True, files_per_s=100)
+TARGET = hand_profile({1: 1e9}, name="target", shared=True, files_per_s=100, hosts_curve={1: 1e9, 2: 2e9})
 TMPFS = hand_profile({1: 10e9}, name="tmpfs", files_per_s=1000, storage_class="tmpfs")
 NVME = hand_profile({1: 5e9}, name="local-nvme", files_per_s=500, storage_class="local-nvme")
-FAST = hand_profile({1: 4e9}, name="fast", shared=True, files_per_s=1000, storage_class="lustre")
-SLOW = hand_profile({1: 0.5e9}, name="slow", shared=True, files_per_s=1000, storage_class="nfs")
+FAST = hand_profile({1: 4e9}, name="fast", shared=True, files_per_s=1000, storage_class="lustre", limit=100e9)
+SLOW = hand_profile({1: 0.5e9}, name="slow", shared=True, files_per_s=1000, storage_class="nfs", limit=10e9)
 CODEC = CompressionDefault(codec="zstd-1", ratio=2.0, bytes_per_s_per_core=10e9, measured="by hand")
 DATA = PlanningData(storage_classes={"tmpfs": TMPFS, "local-nvme": NVME, "fast": FAST, "slow": SLOW}, codec=CODEC)
 POLICY = Policy(serialize_bytes_per_s={"torch.save": 10e9}, changed_fraction=0.25, mtbf_s=3600)

@@ -124,9 +124,11 @@ def test_recommendation_is_clamped_and_verdicts():
         bad.needed["aggregate_bandwidth_bytes_per_s"] / (node_bw * dcp.nodes_writing),
         bad.needed["node_bandwidth_bytes_per_s"] / node_bw,
     )
+    # a system whose limit is no lower than its nodes' sum (planning/scaling.py: per node × nodes, at most the limit)
+    faster = factor * 1.01 * node_bw
     fixed = recommend(
         dcp,
-        scaled(s3, factor * 1.01).model_copy(update={"aggregate_limit_bytes_per_s": None}),
+        scaled(s3, factor * 1.01).model_copy(update={"aggregate_limit_bytes_per_s": faster * dcp.nodes_writing}),
         Policy(max_loss_s=5 * MIN),
     )
     assert fixed.verdict != "infeasible"

@@ -2,8 +2,8 @@
 (tests/handmade.py).
 
 The plan: two nodes, one writer each; each writer writes a 10 GB torch.save file and 99 empty raw files
-(100 files per node). Serialiser 10 GB/s (given): 1 s per writer. The target: shared, 1 GB/s per node, no
-limit (2 GB/s for two nodes), 100 files/s per node, fsync p99 0. So, by hand:
+(100 files per node). Serialiser 10 GB/s (given): 1 s per writer. The target: shared, 1 GB/s per node, 2 GB/s
+measured on two hosts at once, 100 files/s per node, fsync p99 0. So, by hand:
   sync save = max(1 + 10 GB ÷ 1 GB/s, 1 + 10, 20 GB ÷ 2 GB/s) + 100 files ÷ 100 = 11 + 1 = 12 s.
 """
 

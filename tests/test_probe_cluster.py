@@ -75,6 +75,7 @@ def test_three_hosts_bandwidth_scaling_and_replay(tmp_path):
     assert "straggler" in p["notes"][0] and all(addr in p["notes"][0] for addr, _ in servers)
     r = p["replay"]
     assert r["files"] == json.loads(plan.read_text())["file_count"] and r["seconds"] > 0
+    assert r["nodes"] == 3  # one node per host: the plan's 3 nodes, so the replay covers the whole save
     assert scratch(target) == []
     assert os.listdir(server_cwd) == []  # fio's JOBNAME.prerun.txt output files are removed too
     rec = json.loads(run_cli("recommend", "--plan", str(plan), "--storage", str(out), "--json", check=True).stdout)
@@ -83,7 +84,7 @@ def test_three_hosts_bandwidth_scaling_and_replay(tmp_path):
 
 def test_recommend_uses_the_measured_aggregate(tmp_path):
     from ckplan import catalog
-    from ckplan.planning.savetime import aggregate_bandwidth
+    from ckplan.planning.scaling import aggregate_estimate
     from ckplan.profile import BandwidthPoint
 
     lustre = catalog.storage_classes()["lustre"]
@@ -95,8 +96,12 @@ def test_recommend_uses_the_measured_aggregate(tmp_path):
             ]
         }
     )
-    assert aggregate_bandwidth(measured, 12e9, 2) == pytest.approx(12e9)  # interpolated between 1 and 4 hosts
-    assert aggregate_bandwidth(measured, 12e9, 8) == pytest.approx(32e9)  # 4 GB/s per host beyond the last point
+    # interpolated between 1 and 4 hosts: 10 + (2 − 1)/(4 − 1) × 6 = 12 GB/s
+    assert aggregate_estimate(measured, 12e9, 2).bytes_per_s == pytest.approx(12e9)
+    # beyond the last point: 12 GB/s per node × 8, at most the lustre class's 400 GB/s limit
+    assert aggregate_estimate(measured, 12e9, 8).bytes_per_s == pytest.approx(96e9)
+    unlimited = measured.model_copy(update={"aggregate_limit_bytes_per_s": None})
+    assert aggregate_estimate(unlimited, 12e9, 8).bytes_per_s == pytest.approx(16e9)  # two points: the best, held flat
 
 
 def test_unreachable_host_is_named_and_others_cleaned(tmp_path):

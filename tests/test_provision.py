@@ -194,20 +194,39 @@ def test_sustained_bandwidth_is_one_checkpoint_per_interval():
     assert row.sustained_bandwidth_bytes_per_s == pytest.approx(549.16e6, rel=1e-5)
 
 
-def test_headroom_without_a_curve_over_hosts_is_per_node_times_nodes_capped():
-    """No curve over hosts: the measured per-host figure at 8 writers (2 GB/s) times the plan's 128 nodes, capped by the
-    shared system's limit where one is known.
+def test_headroom_without_a_curve_over_hosts_is_held_flat_or_per_node_times_nodes_capped():
+    """No curve over hosts: a shared target measured from one host is one point, its per-host figure at 8 writers
+    (2 GB/s) at 1 host, held flat for the plan's 128 nodes; where the shared system's limit is known, the per-node
+    figure times the nodes, capped by it; a node-local target, per node × nodes.
 
-    Deliberate break (issue 16) this catches, with test_headroom_uses_the_measured_curve_over_hosts: the headroom
-    without × nodes (aggregate_bandwidth over 1 node instead of plan.nodes_writing)."""
+    Deliberate breaks this catches: the headroom without × nodes (aggregate over 1 node instead of
+    plan.nodes_writing: the capped and node-local cases), and the single-host shared profile scaled by the nodes
+    (256 GB/s, the optimism this rule removes)."""
     from tests.handmade import hand_profile
 
     p = plan(1024)
     assert (p.nodes_writing, p.max_writers_per_node) == (128, 8)
     free = provision_one(p, Policy(), "sync", None, 2, DATA, hand_profile({8: 2e9}, shared=True))
-    assert free.headroom * free.burst_bandwidth_bytes_per_s == pytest.approx(2e9 * 128)  # 256 GB/s
+    assert free.headroom * free.burst_bandwidth_bytes_per_s == pytest.approx(2e9)
+    assert (free.storage_aggregate.model, free.storage_aggregate.extrapolated) == ("flat", True)
     capped = provision_one(p, Policy(), "sync", None, 2, DATA, hand_profile({8: 2e9}, shared=True, limit=100e9))
     assert capped.headroom * capped.burst_bandwidth_bytes_per_s == pytest.approx(100e9)
+    given = provision_one(
+        p,
+        Policy(aggregate_limit_bytes_per_s=40e9),
+        "sync",
+        None,
+        2,
+        DATA,
+        hand_profile({8: 2e9}, shared=True, limit=100e9),
+    )
+    assert given.headroom * given.burst_bandwidth_bytes_per_s == pytest.approx(
+        40e9
+    )  # the given limit replaces the profile's
+    assert given.storage_aggregate.model == "given limit"
+    local = provision_one(p, Policy(), "sync", None, 2, DATA, hand_profile({8: 2e9}, shared=False))
+    assert local.headroom * local.burst_bandwidth_bytes_per_s == pytest.approx(2e9 * 128)  # 256 GB/s
+    assert (local.storage_aggregate.model, local.storage_aggregate.extrapolated) == ("node-local", False)
 
 
 def test_an_async_snapshot_or_staged_copy_that_does_not_fit_is_infeasible():

@@ -22,13 +22,13 @@ import pytest
 
 from ckplan.planning.policy import DEFAULT_DCP_FIXED_S, DEFAULT_SERIALIZE_BYTES_PER_S
 from ckplan.planning.savetime import (
-    aggregate_bandwidth,
     machine_figures,
     predict_save,
     required_bandwidth,
     required_bandwidth_on,
     writer_loads,
 )
+from ckplan.planning.scaling import aggregate_estimate
 from ckplan.profile import Replay
 from tests.handmade import hand_calibration, hand_plan, hand_profile
 
@@ -89,12 +89,16 @@ def test_aggregate_from_the_measured_curve_over_hosts():
     assert t.aggregate_bandwidth_bytes_per_s == pytest.approx(16 / 7 * 1e9)
     assert t.bandwidth_seconds == pytest.approx(1.75)
     assert t.limited_by == "aggregate bandwidth"
-    # beyond the last point: its per-host share (0.5 GB/s) times the hosts, capped by the limit where known
-    assert aggregate_bandwidth(profile, 1e9, 16) == pytest.approx(8e9)
-    assert aggregate_bandwidth(profile.model_copy(update={"aggregate_limit_bytes_per_s": 6e9}), 1e9, 16) == 6e9
+    assert (t.aggregate.model, t.aggregate.extrapolated) == ("interpolated", False)
+    # beyond the last point, two host counts measured: the best measured aggregate (4 GB/s at 8 hosts) held flat,
+    # not its per-host share times the hosts (8 GB/s); with the system's limit known, per node × nodes up to it
+    assert aggregate_estimate(profile, 1e9, 16).bytes_per_s == 4e9
+    assert (
+        aggregate_estimate(profile.model_copy(update={"aggregate_limit_bytes_per_s": 6e9}), 1e9, 16).bytes_per_s == 6e9
+    )
     # node-local targets: each node writes its own disk, so the limit of a shared system does not apply
     local = hand_profile({1: 1e9}, shared=False, limit=2e9)
-    assert aggregate_bandwidth(local, 1e9, 4) == 4e9
+    assert aggregate_estimate(local, 1e9, 4).bytes_per_s == 4e9
 
 
 def test_page_cache_overlap_flush_bound():

@@ -503,6 +503,17 @@ def _policy_flags() -> list[PolicyFlag]:
             serializers,
         ),
         flag(
+            "aggregate_limit",
+            "--aggregate-limit",
+            str,
+            "What the whole shared storage system sustains, e.g. 40GB/s: replaces the profile's limit and any "
+            "extrapolation beyond the measured host counts.",
+            None,
+            "Assumptions",
+            "aggregate_limit_bytes_per_s",
+            parse_rate,
+        ),
+        flag(
             "save_time",
             "--save-time",
             str,
@@ -568,5 +579,6 @@ def flag_names() -> dict[str, str]:
         region="--region",
         part_bytes="--part-size",
         max_bytes="--max-bytes",
+        storage="--storage",
     )
     return names

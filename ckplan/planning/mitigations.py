@@ -86,6 +86,8 @@ def build(
         overrides.update(_merged(plan))
         notes.append("one file per writer")
     target = storage or profile
+    if storage is not None:  # another system: the limit given for the user's own does not apply to it
+        policy = policy.model_copy(update={"aggregate_limit_bytes_per_s": None})
     if how in ("tmpfs", "local-nvme"):
         tier = data.tier(how)
         capacity = policy.host_memory_bytes * SHM_SHARE_OF_HOST_MEMORY if how == "tmpfs" else policy.local_disk_bytes
@@ -110,8 +112,9 @@ def _faster_class(
 ) -> StorageProfile | None:
     """The fastest shared built-in class that saves faster than the current target, if any."""
     current = sync_scenario(plan, profile, policy).save_seconds
+    others = policy.model_copy(update={"aggregate_limit_bytes_per_s": None})  # the given limit is the user's system's
     timed = [
-        (sync_scenario(plan, p, policy).save_seconds, p)
+        (sync_scenario(plan, p, others).save_seconds, p)
         for p in data.storage_classes.values()
         if p.shared and p.name != profile.name
     ]

@@ -69,5 +69,9 @@ class Policy(Model):
     changed_fraction: float = DEFAULT_CHANGED_FRACTION
     # serialiser rates given with --serialize-bandwidth; the others come from the profile's calibration or the defaults
     serialize_bytes_per_s: dict[str, float] = Field(default_factory=dict)
+    # what the whole shared storage system sustains, as the user knows it (--aggregate-limit): replaces the profile's
+    # limit and any fit beyond the measured host counts (planning/scaling.py); it is the --storage target's, not
+    # another class's
+    aggregate_limit_bytes_per_s: float | None = None
     save_time_s: float | None = None  # measured save (persist) time, skipping the model
     stall_time_s: float | None = None  # measured blocking time of an async save

@@ -34,12 +34,8 @@ from ckplan.planning.policy import (
     Policy,
     provenance,
 )
-from ckplan.planning.savetime import (
-    aggregate_bandwidth,
-    machine_figures,
-    required_bandwidth,
-    writer_loads,
-)
+from ckplan.planning.savetime import machine_figures, required_bandwidth, writer_loads
+from ckplan.planning.scaling import AggregateEstimate, aggregate_estimate, describe_rule
 from ckplan.planning.scenario import (
     OVERHEAD,
     Scenario,
@@ -53,7 +49,7 @@ from ckplan.planning.scenario import (
 from ckplan.profile import BandwidthPoint, Latency, Measurement, SmallFiles, StorageProfile
 from ckplan.schema import Model
 from ckplan.sizing.plan import CheckpointPlan
-from ckplan.units import fmt_bytes
+from ckplan.units import fmt_bytes, fmt_rate
 
 METADATA_SHARE = 0.1  # share of the persist time left for creates/fsyncs of the plan's files
 
@@ -78,6 +74,7 @@ class Provision(Model):
     expected_ettr: float | None = None
     expected_waste_fraction: float | None = None
     headroom: float | None = None  # given profile's aggregate bandwidth ÷ the burst needed
+    storage_aggregate: AggregateEstimate | None = None  # what the given profile gives the plan's nodes, and how
 
 
 class ProvisionSweep(Model):
@@ -211,12 +208,17 @@ def provision_one(
     if mode == "staged":
         check = _scenario(mode, check.save_seconds, blocking, notes)
     ev, _ = evaluate(check, mtbf, policy)
-    headroom = None
+    headroom, have = None, None
     if storage is not None:
-        # what the measured storage gives the plan's nodes at once: the model's own aggregate (curve over hosts,
-        # the shared system's limit), not the per-node figure times the nodes
-        have = aggregate_bandwidth(storage, storage.bandwidth_at(busiest.writers, plan.write_path), plan.nodes_writing)
-        headroom = have / burst
+        # what the measured storage gives the plan's nodes at once: the save-time model's own aggregate (the curve
+        # over hosts, a stated model beyond it, the system's limit), not the per-node figure times the nodes
+        have = aggregate_estimate(
+            storage,
+            storage.bandwidth_at(busiest.writers, plan.write_path),
+            plan.nodes_writing,
+            policy.aggregate_limit_bytes_per_s,
+        )
+        headroom = have.bytes_per_s / burst
     return Provision(
         feasible=True,
         save_seconds=persist,
@@ -229,6 +231,7 @@ def provision_one(
         expected_ettr=ev.ettr,
         expected_waste_fraction=ev.expected_waste_fraction,
         headroom=headroom,
+        storage_aggregate=have,
         **base,
     )
 
@@ -287,6 +290,10 @@ def provision_sweep(
         raise InputError("‹keep› must be ≥ 1")
     if goodput is not None and not 0 < goodput < 1:
         raise InputError("‹goodput› must lie between 0% and 100%")
+    if policy.aggregate_limit_bytes_per_s is not None and storage is None:
+        raise InputError(
+            "‹aggregate_limit_bytes_per_s› is the limit of the system whose headroom is checked: give it with ‹storage›"
+        )
     if mode == "async" and goodput is None:
         # an async save's stall is the snapshot alone, so the overhead budget cannot bound its persist: only the
         # loss window does, and the largest persist it allows (half the window) adds that much rework per failure,
@@ -314,6 +321,15 @@ def provision_sweep(
         "bandwidth is what the storage must sustain at the plan's writers per node, as measured by `ckplan probe`",
         machine_figures(storage.calibration if storage else None, policy.serialize_bytes_per_s).describe(),
     ]
+    if storage is not None:
+        if any(r.storage_aggregate is not None and r.storage_aggregate.extrapolated for r in rows):
+            assumptions.append("headroom: " + describe_rule())
+        assumptions += [
+            f"{storage.name} gives {r.storage_aggregate.nodes:,} nodes {fmt_rate(r.storage_aggregate.bytes_per_s)}: "
+            f"{r.storage_aggregate.label}"
+            for r in rows
+            if r.storage_aggregate is not None
+        ]
     if mode == "async":
         bw = policy.snapshot_bytes_per_s
         assumptions += [

@@ -21,6 +21,7 @@ from ckplan.planning.policy import (
     provenance,
 )
 from ckplan.planning.savetime import SaveTime, required_bandwidth_on, required_file_rate
+from ckplan.planning.scaling import describe_rule
 from ckplan.planning.scenario import (
     Constraint,
     Evaluation,
@@ -110,10 +111,12 @@ def recommend(
     )
     failures_per_day = 86400 / mtbf
     lost = ev.recommended_interval_s / 2 + scenario.save_seconds
+    m = scenario.save_model
     storage_limit = (
-        f"storage limit at {fmt_rate(scenario.save_model.aggregate_bandwidth_bytes_per_s)} "
-        f"({scenario.save_model.limited_by})"
-        if scenario.save_model
+        f"storage limit at {fmt_rate(m.aggregate_bandwidth_bytes_per_s)} ({m.limited_by}"
+        + (f"; {m.aggregate.label}" if m.aggregate.extrapolated else "")
+        + ")"
+        if m
         else "save time as given"
     )
     if ev.verdict == "infeasible":
@@ -168,6 +171,8 @@ class Comparison(Model):
 
 def compare(plan: CheckpointPlan, policy: Policy, classes: list[StorageProfile]) -> Comparison:
     """`plan` on each of `classes` (the built-in storage classes), without what-ifs."""
+    if policy.aggregate_limit_bytes_per_s is not None:
+        raise InputError("‹aggregate_limit_bytes_per_s› is the limit of one storage system: give it with ‹storage›")
     profiles = classes
     if policy.save_time_s is not None:
         # a measured save time replaces the save-time model, the only place the storage enters without what-ifs,
@@ -237,6 +242,11 @@ def _assumptions(plan: CheckpointPlan, profile: StorageProfile, policy: Policy, 
             f"save time = fixed cost of a collective save + max({terms}) + files ÷ small-file rate + fsync p99, "
             f"on the {m.write_path} write path's curve"
         )
+    if m and m.nodes > 1:
+        a = m.aggregate
+        out.append(f"aggregate bandwidth of {m.nodes:,} nodes at once: {fmt_rate(a.bytes_per_s)}, {a.label}")
+        if a.extrapolated:
+            out.append(describe_rule())
     if m and m.machine is not None:
         out.append(m.machine.describe() + " (--serialize-bandwidth; `ckplan calibrate`)")
     if m:

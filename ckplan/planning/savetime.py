@@ -16,7 +16,8 @@ Predicted save time (one synchronous save, all writers at once):
            B is the profile's curve for the plan's write path: buffered (page cache, fsync at the end:
            torch.save, DCP, safetensors) or direct (O_DIRECT: DeepSpeed FastPersist). B_node(w): per-host
            bandwidth at w writers per node, w the busiest node's writer count; B(1) the one-writer figure;
-           B_aggregate: see aggregate_bandwidth. b_r is the busiest writer's bytes and S_r its serialisation
+           B_aggregate: all the plan's nodes at once, planning/scaling.aggregate_estimate (measured, interpolated,
+           or extrapolated by a stated model, labelled so). b_r is the busiest writer's bytes and S_r its serialisation
            time: each file's bytes ÷ its format's serialiser throughput per core (torch.save's zip with a
            CRC32 per record; safetensors' copy into its buffer; DCP's per-tensor torch.save; text: none).
            Serialisation and writing run one after the other in a writer's thread, so they add.
@@ -28,7 +29,9 @@ Predicted save time (one synchronous save, all writers at once):
 The serialiser rates and T_coord come, in this order, from a flag (--serialize-bandwidth), this machine's
 calibration in the profile ("measured here"), or the named defaults in policy.py ("default"); every output
 says which. A replay of the same plan through the same write path in the profile (probe --plan) is used
-instead of the model: it is a direct measurement, extrapolated from its scale by bytes.
+instead of the model: it is a direct measurement, extrapolated from its scale by bytes. A replay covers only
+the nodes it wrote (`Replay.nodes`): for a plan with more, the save takes the longer of the replay and
+T_coord + total bytes ÷ B_aggregate + T_meta + T_tail for all the plan's nodes, and says which binds.
 See docs/benchmarks.md (issues 7 and 13) for the measurements behind each term.
 """
 
@@ -38,7 +41,8 @@ import math
 from typing import Literal, TypedDict
 
 from ckplan.planning.policy import DEFAULT_DCP_FIXED_S, DEFAULT_SERIALIZE_BYTES_PER_S
-from ckplan.profile import Calibration, StorageProfile, interpolate
+from ckplan.planning.scaling import AggregateEstimate, aggregate_estimate
+from ckplan.profile import Calibration, StorageProfile
 from ckplan.schema import Model
 from ckplan.sizing.layouts.base import WritePath
 from ckplan.sizing.plan import CheckpointPlan
@@ -96,31 +100,16 @@ class SaveTime(Model):
     fsync_tail_seconds: float
     node_bandwidth_bytes_per_s: float  # per node at the plan's writers per node, on the write path used
     aggregate_bandwidth_bytes_per_s: float
+    aggregate: AggregateEstimate  # how the aggregate was arrived at: measured, interpolated or extrapolated, and how
     write_path: WritePath = "buffered"  # the curve used: the plan's path, or buffered where direct was not measured
     limited_by: Literal["node bandwidth", "aggregate bandwidth", "single writer", "replay"]
     source: Literal["model", "replay"]
     writers_per_node: int
     nodes: int
     machine: MachineFigures | None = None  # serialiser rates and fixed cost used, with their sources
+    replay_seconds: float | None = None  # a matching replay's full-scale time, where the profile has one
+    replay_nodes: int | None = None  # how many of the plan's nodes that replay wrote
     notes: list[str] = []
-
-
-def aggregate_bandwidth(profile: StorageProfile, node_bw: float, nodes: int) -> float:
-    """Bandwidth of `nodes` hosts writing at once.
-
-    From the probe's measured curve over hosts when it has one: interpolated between
-    measured host counts, and beyond the largest, its per-host share times the nodes
-    (capped by the system's limit when known). Otherwise the per-node figure times the
-    nodes, capped by the limit.
-    """
-    limit = profile.aggregate_limit_bytes_per_s if profile.shared and profile.aggregate_limit_bytes_per_s else math.inf
-    if not profile.aggregate_bandwidth:
-        return min(node_bw * nodes, limit)
-    inside = interpolate([(p.hosts, p.bytes_per_s) for p in profile.aggregate_bandwidth], nodes)
-    if inside is not None:
-        return inside
-    last = max(profile.aggregate_bandwidth, key=lambda p: p.hosts)
-    return min(last.bytes_per_s * nodes / last.hosts, limit)
 
 
 def writer_loads(
@@ -155,9 +144,11 @@ def predict_save(
     total_files: int | None = None,
     given_serializers: dict[str, float] | None = None,
     framework_costs: bool = True,
+    aggregate_limit: float | None = None,
 ) -> SaveTime:
     """Seconds for one save of `plan` on `profile`. Overrides model what-ifs (compressed bytes, merged files);
-    `framework_costs=False` drops the serialiser and coordination terms (copying finished files)."""
+    `framework_costs=False` drops the serialiser and coordination terms (copying finished files); `aggregate_limit`
+    is what the whole shared system sustains, as the user knows it (planning/scaling.py)."""
     machine = machine_figures(profile.calibration, given_serializers)
     total_bytes = plan.total_bytes if total_bytes is None else total_bytes
     busiest = plan.busiest_node
@@ -176,15 +167,28 @@ def predict_save(
         ]
     )
     node_bw = profile.bandwidth_at(writers, path)
-    agg_bw = aggregate_bandwidth(profile, node_bw, nodes)
+    aggregate = aggregate_estimate(profile, node_bw, nodes, aggregate_limit)
+    agg_bw = aggregate.bytes_per_s
     default_shape = total_bytes == plan.total_bytes and node_files == busiest.files and framework_costs
     replay = profile.replay
-    if (
+    if not (
         replay
         and default_shape
         and replay.plan_fingerprint == plan.fingerprint
         and replay.write_path == plan.write_path
     ):
+        replay = None
+    common = dict(
+        node_bandwidth_bytes_per_s=node_bw,
+        aggregate_bandwidth_bytes_per_s=agg_bw,
+        aggregate=aggregate,
+        write_path=path,
+        writers_per_node=writers,
+        nodes=nodes,
+    )
+
+    def replayed(extra: list[str]) -> SaveTime:
+        assert replay is not None
         r = replay.full_scale_seconds
         return SaveTime(
             seconds=r,
@@ -193,16 +197,17 @@ def predict_save(
             coordination_seconds=replay.fixed_seconds,
             metadata_seconds=0,
             fsync_tail_seconds=0,
-            node_bandwidth_bytes_per_s=node_bw,
-            aggregate_bandwidth_bytes_per_s=agg_bw,
-            write_path=path,
             limited_by="replay",
             source="replay",
-            writers_per_node=writers,
-            nodes=nodes,
             machine=machine if replay.method == "raw bytes" or plan.coordinated_save else None,
-            notes=notes,
+            replay_seconds=r,
+            replay_nodes=replay.nodes,
+            notes=notes + extra,
+            **common,
         )
+
+    if replay is not None and replay.nodes >= nodes:  # it wrote every node's share: a direct measurement
+        return replayed([])
     rates = machine.rates() if framework_costs else {}
     loads = [(b * scale, ser * scale) for b, ser in writer_loads(plan, busiest.node, rates).values()]
     one_stream = profile.bandwidth_at(1, path)
@@ -218,7 +223,7 @@ def predict_save(
         ser_heaviest = max(loads)[1]
     t_node, t_agg = ser_heaviest + node_bytes / node_bw, total_bytes / agg_bw
     t_bw = max(t_single, t_node, t_agg)
-    limited_by = (
+    limited_by: Literal["node bandwidth", "aggregate bandwidth", "single writer"] = (
         "single writer"
         if t_bw == t_single
         else "node bandwidth"
@@ -231,6 +236,31 @@ def predict_save(
     if profile.shared and profile.aggregate_files_per_s:
         t_meta = max(t_meta, total_files / profile.aggregate_files_per_s)
     t_tail = profile.fsync_latency.p99_s
+    if replay is not None:
+        # the replay wrote only some of the plan's nodes: the others' bytes reach the shared system too, so the save
+        # takes the longer of the replay and all nodes' bytes at the aggregate bandwidth (with the model's other terms)
+        t_all = t_coord + t_agg + t_meta + t_tail
+        covered = (
+            f"the replay wrote {replay.nodes} of the plan's {nodes} nodes ({replay.full_scale_seconds:.3g} s at full "
+            f"size); all {nodes} nodes' bytes at the aggregate bandwidth, {aggregate.label}, take {t_all:.3g} s"
+        )
+        if replay.full_scale_seconds >= t_all:
+            return replayed([covered + ": the replay binds"])
+        return SaveTime(
+            seconds=t_all,
+            bandwidth_seconds=t_agg,
+            serialize_seconds=0.0,
+            coordination_seconds=t_coord,
+            metadata_seconds=t_meta,
+            fsync_tail_seconds=t_tail,
+            limited_by="aggregate bandwidth",
+            source="model",
+            machine=machine,
+            replay_seconds=replay.full_scale_seconds,
+            replay_nodes=replay.nodes,
+            notes=notes + [covered + ": the aggregate binds"],
+            **common,
+        )
     return SaveTime(
         seconds=t_coord + t_bw + t_meta + t_tail,
         bandwidth_seconds=t_bw,
@@ -238,15 +268,11 @@ def predict_save(
         coordination_seconds=t_coord,
         metadata_seconds=t_meta,
         fsync_tail_seconds=t_tail,
-        node_bandwidth_bytes_per_s=node_bw,
-        aggregate_bandwidth_bytes_per_s=agg_bw,
-        write_path=path,
         limited_by=limited_by,
         source="model",
-        writers_per_node=writers,
-        nodes=nodes,
         machine=machine if framework_costs else None,
         notes=notes,
+        **common,
     )
 
 

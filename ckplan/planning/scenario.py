@@ -219,7 +219,13 @@ def sync_scenario(
             stall_seconds=policy.save_time_s,
             notes=["save time given (--save-time), model skipped"],
         )
-    model = predict_save(plan, profile, given_serializers=policy.serialize_bytes_per_s, **overrides)
+    model = predict_save(
+        plan,
+        profile,
+        given_serializers=policy.serialize_bytes_per_s,
+        aggregate_limit=policy.aggregate_limit_bytes_per_s,
+        **overrides,
+    )
     return Scenario(name=name, mode="sync", save_seconds=model.seconds, stall_seconds=model.seconds, save_model=model)
 
 
@@ -298,7 +304,9 @@ def staged_scenario(
     if not math.isfinite(stall):
         return Scenario(name=name, mode="staged", save_seconds=math.inf, stall_seconds=math.inf, notes=notes)
     # the drain copies finished files: no serialiser or coordination on that path
-    drain = predict_save(plan, profile, framework_costs=False, **overrides).seconds
+    drain = predict_save(
+        plan, profile, framework_costs=False, aggregate_limit=policy.aggregate_limit_bytes_per_s, **overrides
+    ).seconds
     return Scenario(name=name, mode="staged", save_seconds=stall + drain, stall_seconds=stall, save_model=local)
 
 

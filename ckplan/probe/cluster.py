@@ -682,6 +682,7 @@ def _replay(job, run, timeout, progress, raw) -> Replay:
         bytes=written,
         files=files,
         writers=max(len(j) for j in jobs_by_host.values()),
+        nodes=len(nodes),
         scale=job.scale,
         plan_fingerprint=job.plan.fingerprint,
         full_scale_seconds=seconds * full / written,

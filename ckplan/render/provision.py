@@ -66,15 +66,19 @@ def render_provision(sweep: ProvisionSweep) -> None:
         ]
         if sweep.storage and r.headroom is not None:
             style = "green" if r.headroom >= 1 else "red"
-            row.append(f"[{style}]{r.headroom:.2f}×[/{style}]")
+            mark = " extrapolated" if r.storage_aggregate is not None and r.storage_aggregate.extrapolated else ""
+            row.append(f"[{style}]{r.headroom:.2f}×{mark}[/{style}]")
         table.add_row(*row)
     out.print(table)
     if sweep.storage:
         for r in sweep.rows:
             if r.feasible and r.headroom is not None and r.burst_bandwidth_bytes_per_s is not None:
+                agg = r.storage_aggregate
                 out.print(
-                    f"{sweep.storage} gives {fmt_rate(r.headroom * r.burst_bandwidth_bytes_per_s)} to {r.nodes} nodes; "
-                    f"the {r.gpus:,}-GPU plan needs {fmt_rate(r.burst_bandwidth_bytes_per_s)}; headroom {r.headroom:.2f}×"
+                    f"{sweep.storage} gives {fmt_rate(r.headroom * r.burst_bandwidth_bytes_per_s)} to {r.nodes} nodes"
+                    + (f" ({agg.label})" if agg is not None else "")
+                    + f"; the {r.gpus:,}-GPU plan needs {fmt_rate(r.burst_bandwidth_bytes_per_s)}; "
+                    f"headroom {r.headroom:.2f}×"
                 )
     out.print("[bold]Assumptions[/bold]")
     for a in sweep.assumptions:

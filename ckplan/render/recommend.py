@@ -89,12 +89,19 @@ def _model_line(rec: Recommendation) -> str:
     m = rec.save_model
     if m is None:
         return "given"
+    a = m.aggregate
+    agg = f"agg {fmt_rate(m.aggregate_bandwidth_bytes_per_s)}" + (f", {a.label}" if a.extrapolated else "")
+    partial = m.replay_nodes is not None and m.replay_nodes < m.nodes
     if m.source == "replay":
-        return "replay of this plan on the target"
+        if not partial:
+            return "replay of this plan on the target"
+        return (
+            f"replay of {m.replay_nodes} of the plan's {m.nodes} nodes (all {m.nodes} nodes' bytes at {agg}: shorter)"
+        )
+    replay = f"replay of {m.replay_nodes} of {m.nodes} nodes {_d(m.replay_seconds or 0)}, shorter; " if partial else ""
     return (
-        f"{m.bandwidth_seconds:.3g} s bytes at {fmt_rate(m.node_bandwidth_bytes_per_s)}/node × {m.nodes} "
-        f"(agg {fmt_rate(m.aggregate_bandwidth_bytes_per_s)}, {m.limited_by}) + {m.metadata_seconds:.3g} s files "
-        f"+ {m.fsync_tail_seconds:.3g} s fsync p99"
+        f"{replay}{m.bandwidth_seconds:.3g} s bytes at {fmt_rate(m.node_bandwidth_bytes_per_s)}/node × {m.nodes} "
+        f"({agg}; {m.limited_by}) + {m.metadata_seconds:.3g} s files + {m.fsync_tail_seconds:.3g} s fsync p99"
     )
 
 
@@ -137,6 +144,10 @@ def render_comparison(comp: Comparison) -> None:
             f"[{VERDICT_STYLE[r.verdict]}]{r.verdict}[/]",
         )
     out.print(table)
+    for r in comp.recommendations:
+        if r.save_model is not None and r.save_model.aggregate.extrapolated:
+            a = r.save_model.aggregate
+            out.print(f"{r.storage}: aggregate {fmt_rate(a.bytes_per_s)}, {a.label}")
     first = comp.recommendations[0]
     out.print(
         f"Job MTBF {_d(first.mtbf_s)} ({first.mtbf_source}); loss window {_d(first.max_loss_s)}; "
