@@ -1,7 +1,7 @@
 """One record per framework: what ckplan knows of it, in one place.
 
 A `Framework` joins its layout (sizing/layouts/<name>.py: the files a save writes, and the capabilities the
-planner reads there), its saver (how `validate` and the probe's replay save those files, validate/saver.py),
+planner reads there), its saver (how `validate` and the probe's replay save those files, savers/saver.py),
 its log extractor (what `diagnose` reads its save times with, diagnose/extractors.py). Its capabilities
 (coordinated save, ZeRO stages shown, expert parallelism) are the layout's, read there by the planner.
 Code outside a framework's own modules asks its record (`framework_of(name)`) and never compares a framework's
@@ -9,7 +9,7 @@ name (tests/test_structure.py checks it).
 
 The layouts stay in sizing/, whose pure core may not import diagnose/ or validate/; this registry, above them,
 imports the layouts and the extractor classes. Importing it imports neither torch nor rich: a saver is a name
-that validate/saver.py acts on inside its save processes.
+that savers/saver.py acts on inside its save processes.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ SaverKind = Literal["torch.save", "dcp", "safetensors"]
 
 @dataclass(frozen=True, slots=True)
 class Saver:
-    """How validate and the probe's replay save a framework's files (validate/saver.py)."""
+    """How validate and the probe's replay save a framework's files (savers/saver.py)."""
 
     kind: SaverKind
     how: str  # the one line `validate` reports as its saver

@@ -90,7 +90,7 @@ def test_writers_refuse_a_path_that_resolves_outside_their_directory(tmp_path, s
     from ckplan.confine import confined_key
     from ckplan.errors import InputError
     from ckplan.probe.replay import FileToWrite, write_files
-    from ckplan.validate.saver import save_files
+    from ckplan.savers.saver import save_files
 
     outside, escape = sentinel
     root = tmp_path / "scratch"
@@ -258,8 +258,8 @@ def _timed(run, *argv: str) -> tuple[str, float]:  # noqa: F811
 
 def test_save_processes_are_capped_before_any_starts(run, tmp_path):  # noqa: F811
     from ckplan import catalog
+    from ckplan.savers.saver import max_save_processes
     from ckplan.sizing.plan import build_plan
-    from ckplan.validate.saver import max_save_processes
 
     pytest.importorskip("torch")
     ranks = max_save_processes() + 2

@@ -17,6 +17,7 @@ EDGES = (
     "ckplan.readers",
     "ckplan.profile_store",
     "ckplan.validate",
+    "ckplan.savers",
     "ckplan.diagnose",
     "ckplan.report",
     "ckplan.scan",
@@ -166,7 +167,9 @@ def test_size_builds_only_its_own_command():
     assert "ckplan.cli.commands.size" in loaded and "ckplan.sizing.plan" in loaded
     others = sorted(m for m in loaded if m.startswith("ckplan.cli.commands.") and m != "ckplan.cli.commands.size")
     assert not others
-    heavy = sorted(m for m in loaded if m.startswith(("ckplan.probe", "ckplan.planning.", "ckplan.validate")))
+    heavy = sorted(
+        m for m in loaded if m.startswith(("ckplan.probe", "ckplan.planning.", "ckplan.validate", "ckplan.savers"))
+    )
     # the named defaults (plain values, no imports) give `size --max-overhead` its shown default
     assert heavy == ["ckplan.planning.defaults"]
 
@@ -299,5 +302,12 @@ def test_the_registry_imports_nothing_heavy():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
-    edges = ("ckplan.validate", "ckplan.render", "ckplan.cli", "ckplan.probe")
+    edges = ("ckplan.validate", "ckplan.savers", "ckplan.render", "ckplan.cli", "ckplan.probe")
     assert not [m for m in GRAPH["ckplan.frameworks"] if m.startswith(edges)]
+
+
+def test_probe_imports_nothing_from_validate():
+    """The probe's replay and calibration run the savers (ckplan.savers), below both the probe and validate:
+    validate compares measured saves with the prediction, and nothing below it reaches up into it."""
+    up = {m: sorted(d for d in deps if d.startswith("ckplan.validate")) for m, deps in GRAPH.items()}
+    assert not {m: d for m, d in up.items() if d and m.startswith(("ckplan.probe", "ckplan.savers"))}

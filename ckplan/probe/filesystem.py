@@ -36,7 +36,7 @@ from ckplan.profile import (
     Spread,
     StorageProfile,
 )
-from ckplan.validate.calibrate import ESTIMATE_S
+from ckplan.savers.calibrate import ESTIMATE_S
 
 if TYPE_CHECKING:
     from ckplan.probe.clean import CleanResult
@@ -151,8 +151,8 @@ def prepare_probe(
             f"found {len(stale)} scratch director{'y' if len(stale) == 1 else 'ies'} from a killed probe: "
             f"remove with `ckplan clean {path}`"
         )
-    from ckplan.validate.calibrate import torch_available
-    from ckplan.validate.saver import max_save_processes
+    from ckplan.savers.calibrate import torch_available
+    from ckplan.savers.saver import max_save_processes
 
     calibrate = calibrate and torch_available()
     if plan is not None and torch_available() and len({f.writer for f in replay_files}) > max_save_processes():
@@ -219,8 +219,8 @@ def run_probe(job: ProbeJob, progress: Progress | None = None) -> StorageProfile
             fsync_lat, sync_write_lat = _latency(scratch.path, settings, job.budget_bytes, progress, raw)
             others.look()
             if job.calibrate:
-                from ckplan.validate.calibrate import calibrate
-                from ckplan.validate.saver import max_save_processes
+                from ckplan.savers.calibrate import calibrate
+                from ckplan.savers.saver import max_save_processes
 
                 jobfiles.other(
                     "calibration", "PyTorch's serialisers into /dev/null, not fio; `ckplan calibrate` runs it again"
@@ -624,7 +624,7 @@ def _replay(scratch, plan, files, scale, settings, direct_ok, calibration, progr
     """One node's share of the plan, written the way the plan's writer writes: a warm-up, then the repeats.
 
     Buffered writers are replayed through the framework's own saver (torch.save, safetensors, DCP, one
-    process per rank; ckplan.validate.saver) where PyTorch is installed: on a fast target the serialiser is
+    process per rank; ckplan.savers.saver) where PyTorch is installed: on a fast target the serialiser is
     most of the save, and raw bytes leave it out. Otherwise, and for direct-I/O writers (whose saver is
     not here to run), ckplan's own writer writes raw bytes through the plan's write path and the busiest
     writer's serialiser time is added from the calibration (or the named defaults). The first run is not
@@ -632,8 +632,8 @@ def _replay(scratch, plan, files, scale, settings, direct_ok, calibration, progr
     two 1.2 GB files on the development VM's disk).
     """
     from ckplan.planning.savetime import machine_figures, writer_loads
-    from ckplan.validate.calibrate import torch_available
-    from ckplan.validate.saver import max_save_processes
+    from ckplan.savers.calibrate import torch_available
+    from ckplan.savers.saver import max_save_processes
 
     total = sum(f.bytes for f in files)
     writers = len({f.writer for f in files})
@@ -644,7 +644,7 @@ def _replay(scratch, plan, files, scale, settings, direct_ok, calibration, progr
     fixed = machine.coordination_seconds.value if plan.coordinated_save else 0.0
     repeats = settings.repeats
     if path == "buffered" and torch_available() and writers <= max_save_processes():
-        from ckplan.validate.saver import files_by_rank, run_saves
+        from ckplan.savers.saver import files_by_rank, run_saves
 
         method = "framework saver"
         progress.phase(

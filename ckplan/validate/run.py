@@ -29,14 +29,14 @@ def validate(
     if not 0 < scale <= 1:
         raise InputError(f"‹scale› must be in (0, 1], got {scale}")
     saver = framework_of(plan.setup.framework).saver
-    from ckplan.validate.calibrate import torch_available
+    from ckplan.savers.calibrate import torch_available
 
     if not torch_available():  # the saves import torch in their own processes; this one never needs it
         raise EnvironmentProblem("validate needs PyTorch: pip install 'ckplan[torch]' (the CPU build, torch==2.13.0)")
     path = path.expanduser()
     target.check_target(path)
     node, files, prediction = scaled_prediction(plan, profile, scale)
-    from ckplan.validate.saver import check_save_processes, files_by_rank, run_saves
+    from ckplan.savers.saver import check_save_processes, files_by_rank, run_saves
 
     by_rank = files_by_rank(files, scale)
     check_save_processes(len(by_rank), f"saving node {node}'s share of the plan")

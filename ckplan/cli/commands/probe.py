@@ -167,13 +167,13 @@ def calibrate(
     json: o.Json = False,
 ) -> None:
     """Measure this machine's serialisers (torch.save, safetensors, DCP) per writer, and DCP's fixed cost per save."""
-    from ckplan.validate.calibrate import calibrate as run
+    from ckplan.savers.calibrate import calibrate as run
 
     preset = o.preset(quick, thorough)
     o.output_file(out, "--out")
     from ckplan import profile_store
     from ckplan.render.profile import live_progress
-    from ckplan.validate.calibrate import ESTIMATE_S
+    from ckplan.savers.calibrate import ESTIMATE_S
 
     with live_progress(ESTIMATE_S[preset]) as live:
         result = run(preset, ranks, live)

@@ -109,7 +109,7 @@ def measure_serializers(sample_bytes: int, repeats: int) -> tuple[int, dict[str,
 def measure_dcp_fixed(ranks: int, repeats: int) -> Spread:
     """Wall time of a DCP save of a few KiB per rank, from `ranks` processes in a gloo group."""
     from ckplan.probe.target import CALIBRATE_PREFIX, ScratchDir
-    from ckplan.validate.saver import run_saves
+    from ckplan.savers.saver import run_saves
 
     base = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else tempfile.gettempdir()
     # a scratch directory with its owner's pid, so `ckplan clean /dev/shm` removes one a kill -9 left
@@ -121,7 +121,7 @@ def measure_dcp_fixed(ranks: int, repeats: int) -> Spread:
 
 def calibrate(preset: str = "default", dcp_ranks: int = 2, progress=None) -> Calibration:
     """Measure this machine's serialisers and DCP's fixed cost; needs PyTorch."""
-    from ckplan.validate.saver import max_save_processes
+    from ckplan.savers.saver import max_save_processes
 
     if not 1 <= dcp_ranks <= max_save_processes():
         raise InputError(
