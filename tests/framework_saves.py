@@ -6,8 +6,8 @@ Run as a script, one process per rank (torchrun starts the ranks; a single proce
 
 KIND is hf, lightning, dcp, deepspeed or megatron. Each run builds the model from DIR/config.json with
 transformers' from_config (no hub: HF_HUB_OFFLINE=1), trains two steps of AdamW on random tokens with gloo on
-127.0.0.1 and saves the framework's own way, as a user would. The test sets the environment: HOME and the hub
-cache in its scratch directory, DS_ACCELERATOR=cpu.
+127.0.0.1 and saves the framework's own way, as a user would. The test sets the environment: the hub cache in its
+scratch directory, HF_HUB_OFFLINE=1, DS_ACCELERATOR=cpu.
 
 Writer ranks: run as root, every rank first takes gid OWNER_GID + rank as its group (its uid stays root, so it
 reads and writes as before), so the group of each file on disk is the rank that created it, whatever wrote it

@@ -4,9 +4,9 @@ file by file with ckplan's manifest for the same model and setup.
 Each case runs the framework for two AdamW steps (tests/framework_saves.py; torchrun with gloo on 127.0.0.1 for
 several ranks), then:
 - `ckplan size --config CONFIG --framework … --gpus … --json` names exactly the files on disk (the step number
-  aside: ckplan's manifests are at step 1000), each within BYTES_TOLERANCE of its real size, on the rank that
-  really wrote it (the group the file belongs to: see tests/framework_saves.py; checked when the tests run as root, as CI
-  does);
+  aside: ckplan's manifests are at step 1000), each within its tolerance (below) of its real size, on the rank
+  that really wrote it (the file's group: see tests/framework_saves.py; checked where the tests run as root, as
+  CI does);
 - `ckplan size --from DIR` on the same directory finds the same files, their exact sizes and the same ranks.
 The model is built from a config.json written here (transformers' from_config, no hub), the same file ckplan
 reads, so both sides count the same tensors. The real sizes are the frameworks' own: nothing here is hand-written.
