@@ -7,8 +7,12 @@ made from the (path, bytes) pairs by sizing.measured, which knows each framework
   any name holding DCP or DeepSpeed files), or the directory a run saves into. There, the newest checkpoint
   directory is measured, with the files a save writes beside it (DeepSpeed's `latest` and `zero_to_fp32.py`,
   Megatron's `latest_checkpointed_iteration.txt`); other entries are left out, and the plan says so.
+- Lightning saves a checkpoint as one file, `*.ckpt`, in ModelCheckpoint's directory (`checkpoints/`, or
+  `lightning_logs/version_N/checkpoints/` with a logger): DIR may be that directory or any directory above it
+  (the run's default_root_dir). The newest checkpoint (the highest `step=N` in its name, with a `last*.ckpt`
+  beside it) is measured; the run's other files (hparams.yaml, metrics, other checkpoints) are left out.
 - Paths in the plan are relative to DIR, led by DIR's own name when DIR is a checkpoint directory, as the
-  layouts name them (`global_step1000/…`).
+  layouts name them (`global_step1000/…`, `checkpoints/epoch=0-step=1000.ckpt`).
 - Symlinks are not followed and not counted. The walk is bounded: at most MAX_SCAN_FILES entries and
   MAX_SCAN_DEPTH levels, past which it stops with one line.
 """
@@ -20,7 +24,7 @@ import stat
 from pathlib import Path
 
 from ckplan.errors import InputError
-from ckplan.sizing.measured import SAVE_SIBLINGS, STEP_DIR, measured_plan
+from ckplan.sizing.measured import LIGHTNING_CKPT, SAVE_SIBLINGS, STEP_DIR, lightning_step, measured_plan
 from ckplan.sizing.plan import MAX_MANIFEST_FILES, CheckpointPlan
 
 # A directory holding more files than a plan may list (sizing.plan.MAX_MANIFEST_FILES) is not one checkpoint.
@@ -73,7 +77,8 @@ def scan(directory: Path) -> tuple[list[tuple[str, int]], list[str]]:
     if not candidates:
         for entry in top:
             walk.entry(entry, "", 1)
-        return walk.done()
+        files, notes = walk.done()
+        return _newest_lightning_save(files, notes, name, path)
     kinds = sorted({m[1] for m in steps.values()})
     if len(kinds) > 1:
         raise InputError(
@@ -91,6 +96,43 @@ def scan(directory: Path) -> tuple[list[tuple[str, int]], list[str]]:
     if left:
         walk.notes.append(f"{left} other entr{'y' if left == 1 else 'ies'} in {path} left out: not part of a save")
     return walk.done()
+
+
+# a file of these kinds beside .ckpt files says the directory is not a Lightning run's
+STATE_SUFFIXES = (".pt", ".pth", ".bin", ".distcp", ".safetensors")
+
+
+def _newest_lightning_save(
+    files: list[tuple[str, int]], notes: list[str], name: str, path: Path
+) -> tuple[list[tuple[str, int]], list[str]]:
+    """A Lightning run's newest checkpoint out of everything under DIR, or the files as they are when DIR holds
+    no Lightning checkpoint. Paths of .ckpt files lying in DIR itself are led by DIR's name."""
+    ckpts = [(p, b) for p, b in files if LIGHTNING_CKPT.fullmatch(Path(p).name)]
+    if not ckpts or any(p.endswith(STATE_SUFFIXES) for p, _ in files):
+        return files, notes
+    steps = {p: lightning_step(Path(p).name) for p, _ in ckpts}
+    newest = max(steps.values())
+    if newest < 0 and len(ckpts) > 1:
+        raise InputError(
+            f"‹from_dir› {path} holds {len(ckpts)} Lightning checkpoints whose names give no step "
+            f"({', '.join(sorted(steps)[:3])}{', …' if len(ckpts) > 3 else ''}): give the directory of one"
+        )
+    chosen = next(p for p, step in steps.items() if step == newest)
+    where = str(Path(chosen).parent)
+    kept = [
+        (p, b)
+        for p, b in ckpts
+        if steps[p] == newest or (str(Path(p).parent) == where and Path(p).name.startswith("last"))
+    ]
+    saves = len({step for step in steps.values() if step >= 0})
+    if saves > 1:
+        notes.append(f"{path} holds {saves} Lightning checkpoints: the newest, {chosen}, is measured")
+    if len(files) > len(kept):
+        left = len(files) - len(kept)
+        notes.append(f"{left} other file{'' if left == 1 else 's'} under {path} left out: not part of the save")
+    if where == ".":
+        kept = [(f"{name}/{p}", b) for p, b in kept]
+    return kept, notes
 
 
 class _Walk:

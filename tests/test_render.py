@@ -139,8 +139,9 @@ def test_render_plan(screen):
     plan = plan.model_copy(update={"interval": interval_demand(plan, 600, 0.05)})
     render_plan(plan)
     out = screen()
-    # 8,030,261,248 × 14 B = 112.42 GB of state, 8 optimizer shards + model states + latest + zero_to_fp32.py
-    assert "11 files from 8 writer(s) on 1 node(s)" in out and "14.00 bytes/param" in out and "112.4" in out
+    # 8,030,261,248 × 14 B = 112.42 GB of state, 8 optimizer shards + model states + latest + zero_to_fp32.py and
+    # zero_to_torch.py
+    assert "12 files from 8 writer(s) on 1 node(s)" in out and "14.00 bytes/param" in out and "112.4" in out
     assert "exp_avg_sq" in out and "Demand for a save every 10.0 min" in out and "Assumptions" in out
 
 

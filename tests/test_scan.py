@@ -94,6 +94,7 @@ def deepspeed_dir(tmp_path_factory) -> Path:
         )
     (save_dir / "latest").write_text("global_step1")
     (save_dir / "zero_to_fp32.py").write_text("# DeepSpeed's recovery script\n" * 100)
+    (save_dir / "zero_to_torch.py").write_text("# and since 0.19 its second one\n" * 10)
     return save_dir
 
 
@@ -134,12 +135,12 @@ def _dcp_rank(rank: int, world: int, rendezvous: str, out: str) -> None:
 
 
 def test_deepspeed_checkpoint_written_with_torch(deepspeed_dir, tmp_path):
-    """Seven files: `latest` and zero_to_fp32.py beside the tag, rank 0's model states and four optimizer
-    partitions. 4 ranks at 2 per node are 2 nodes; partition R is rank R's."""
+    """Eight files: `latest`, zero_to_fp32.py and zero_to_torch.py beside the tag, rank 0's model states and four
+    optimizer partitions. 4 ranks at 2 per node are 2 nodes; partition R is rank R's."""
     plan = run_json("size", "--from", str(deepspeed_dir), "--gpus-per-node", "2")
     disk = _disk(deepspeed_dir)
-    assert len(disk) == 7
-    assert plan["file_count"] == 7
+    assert len(disk) == 8
+    assert plan["file_count"] == 8
     assert plan["total_bytes"] == sum(disk.values())
     assert {f["path"]: f["bytes"] for f in plan["manifest"]} == disk
     s = plan["setup"]
@@ -159,7 +160,7 @@ def test_deepspeed_checkpoint_written_with_torch(deepspeed_dir, tmp_path):
     ranks = _ranks(plan)
     for r in range(4):
         assert ranks[f"global_step1/bf16_zero_pp_rank_{r}_mp_rank_00_optim_states.pt"] == (r, r // 2)
-    for rank0 in ("global_step1/mp_rank_00_model_states.pt", "latest", "zero_to_fp32.py"):
+    for rank0 in ("global_step1/mp_rank_00_model_states.pt", "latest", "zero_to_fp32.py", "zero_to_torch.py"):
         assert ranks[rank0] == (0, 0)
     assert plan["writers"] == 4 and plan["nodes_writing"] == 2 and plan["max_writers_per_node"] == 2
     assert [n["writers"] for n in plan["nodes"]] == [2, 2]
@@ -235,6 +236,47 @@ def test_hf_trainer_output_dir(tmp_path):
     assert "the newest, checkpoint-1000, is measured" in notes and "left out" in notes and "symlink" in notes
 
 
+def test_lightning_run_directory(tmp_path):
+    """A Lightning run's default_root_dir with a logger: ModelCheckpoint saves into
+    lightning_logs/version_0/checkpoints/; with save_top_k=-1 and save_last the older checkpoints stay beside the
+    newest and last.ckpt. The newest save (the highest step=N, with last.ckpt) is measured, rank 0's; the logger's
+    files and the older checkpoint are left out. DIR = checkpoints/ itself gives the paths under its name, as
+    the layout names them."""
+    out = tmp_path / "run"
+    ckpts = out / "lightning_logs" / "version_0" / "checkpoints"
+    _put(ckpts / "epoch=0-step=500.ckpt", 7_040_100)
+    newest = _put(ckpts / "epoch=1-step=1000.ckpt", 7_040_200)
+    last = _put(ckpts / "last.ckpt", 7_040_200)
+    _put(out / "lightning_logs" / "version_0" / "hparams.yaml", 30)
+    _put(out / "lightning_logs" / "version_0" / "metrics.csv", 400)
+    plan = run_json("size", "--from", str(out), "--gpus", "4", "--gpus-per-node", "2")
+    assert {f["path"]: (f["bytes"], f["rank"], f["kind"]) for f in plan["manifest"]} == {
+        "lightning_logs/version_0/checkpoints/epoch=1-step=1000.ckpt": (newest, 0, "mixed"),
+        "lightning_logs/version_0/checkpoints/last.ckpt": (last, 0, "mixed"),
+    }
+    s = plan["setup"]
+    assert (s["framework"], s["gpus"], s["nodes"], s["step"], s["zero"]) == ("lightning", 4, 2, 1000, 0)
+    assert plan["total_bytes"] == newest + last and plan["writers"] == 1
+    notes = " ".join(plan["assumptions"])
+    assert "holds 2 Lightning checkpoints: the newest" in notes and "3 other files" in notes
+    inner = run_json("size", "--from", str(ckpts))
+    assert sorted(f["path"] for f in inner["manifest"]) == [
+        "checkpoints/epoch=1-step=1000.ckpt",
+        "checkpoints/last.ckpt",
+    ]
+
+
+def test_lightning_checkpoints_without_steps(tmp_path):
+    """One .ckpt of any name is one save; several whose names give no step cannot be told apart."""
+    _put(tmp_path / "one" / "best.ckpt", 1000)
+    plan = run_json("size", "--from", str(tmp_path / "one"))
+    assert [(f["path"], f["rank"]) for f in plan["manifest"]] == [("one/best.ckpt", 0)]
+    assert plan["setup"]["framework"] == "lightning"
+    _put(tmp_path / "two" / "best.ckpt", 1000)
+    _put(tmp_path / "two" / "other.ckpt", 1000)
+    assert_one_line_error(run_cli("size", "--from", str(tmp_path / "two")), "give no step")
+
+
 def test_hf_trainer_with_deepspeed(tmp_path):
     """HF Trainer under DeepSpeed ZeRO-2: save_model's gathered safetensors from rank 0, engine.save_checkpoint's
     global_stepN/ inside checkpoint-N, one rng_state per process. The ranks agree: 4."""
@@ -244,7 +286,8 @@ def test_hf_trainer_with_deepspeed(tmp_path):
         "config.json": 700,
         "training_args.bin": 5_900,
         "latest": 12,
-        "zero_to_fp32.py": 33_000,
+        "zero_to_fp32.py": 38_580,
+        "zero_to_torch.py": 2_490,
         "scheduler.pt": 1_500,
         "trainer_state.json": 900,
         "global_step20/mp_rank_00_model_states.pt": 2_004_000,
@@ -325,6 +368,8 @@ CASES = [  # the layouts' own plans, as a directory of their files would show th
     dict(framework="dcp", gpus=16, zero=3),
     dict(framework="megatron", gpus=32, tp=4, pp=2),
     dict(framework="hf", gpus=16, zero=0),
+    dict(framework="hf", gpus=16, zero=2),
+    dict(framework="lightning", gpus=16, zero=0),
     dict(framework="deepspeed", gpus=16, zero=1, ep=4, model="mixtral-8x7b"),  # --from … --ep 4
 ]
 
@@ -340,7 +385,9 @@ def test_the_layouts_files_read_back(case):
 
     case = dict(case)
     planned = build_plan(arch=catalog.model(case.pop("model", "llama-3.1-8b")), gpus_per_node=8, **case)
-    names_say = None if case["framework"] != "deepspeed" or case["zero"] else case["gpus"]  # ZeRO-0: dp unnamed
+    # DeepSpeed ZeRO-0 and Lightning do not name the data-parallel ranks: --gpus gives them
+    unnamed = case["framework"] == "lightning" or case["framework"] == "deepspeed" and not case["zero"]
+    names_say = case["gpus"] if unnamed else None
     measured = measured_plan(
         [(f.path, f.bytes) for f in planned.manifest], source="x", gpus_per_node=8, gpus=names_say, ep=case.get("ep")
     )

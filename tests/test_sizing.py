@@ -7,7 +7,9 @@ import pytest
 from ckplan import catalog
 from ckplan.errors import InputError
 from ckplan.sizing.architecture import parameter_count
+from ckplan.sizing.architecture import tensors as model_tensors
 from ckplan.sizing.plan import build_plan, interval_demand, nearest_shape
+from ckplan.sizing.states import state_breakdown
 
 
 @pytest.mark.parametrize("name", sorted(catalog.models()))
@@ -33,7 +35,8 @@ def test_catalog_has_required_models():
     assert required <= set(catalog.models())
 
 
-# Hand-computed bytes/param (weights + master + optimizer), DeepSpeed ZeRO-1 saves all of them.
+# Hand-computed bytes/param (weights + master + optimizer), DeepSpeed ZeRO-1 saves all of them; in fp32 its ZeRO
+# optimizer also keeps an fp32 partition of the weights of its own, 4 bytes more (DEEPSPEED_FP32_MASTER).
 # Adafactor, 8-bit Adam and Muon depend on tensor shapes; their expected values are derived
 # below from Llama-3.1-8B's shapes by hand.
 L8 = catalog.model("llama-3.1-8b")
@@ -91,10 +94,14 @@ EXPECTED = {
 }
 
 
+DEEPSPEED_FP32_MASTER = 4
+
+
 @pytest.mark.parametrize("optimizer,precision", sorted(EXPECTED))
 def test_bytes_per_parameter(optimizer, precision):
     plan = build_plan(arch=L8, model_name="llama-3.1-8b", optimizer=optimizer, precision=precision, gpus=8, zero=1)
-    assert plan.bytes_per_parameter == pytest.approx(EXPECTED[(optimizer, precision)], rel=1e-9)
+    expected = EXPECTED[(optimizer, precision)] + (DEEPSPEED_FP32_MASTER if precision == "fp32" else 0)
+    assert plan.bytes_per_parameter == pytest.approx(expected, rel=1e-9)
 
 
 @pytest.mark.parametrize(
@@ -103,10 +110,10 @@ def test_bytes_per_parameter(optimizer, precision):
 def test_reference_rounded_figures(optimizer, precision, rounded, within):
     """ckplan's bytes/param against the reference table's rounded figures for an 8B Llama: 8-bit Adam ≈ 6 (fp32
     weights 4 + two 1-byte states + the absmax per 2,048 values), Muon ≈ 10.5 mixed (2 + 4 master + 4 momentum on
-    the hidden matrices, 8 for AdamW's two states on the rest)."""
-    plan = build_plan(arch=L8, model_name="llama-3.1-8b", optimizer=optimizer, precision=precision, gpus=8, zero=1)
-    assert plan.bytes_per_parameter == pytest.approx(rounded, abs=within)
-    assert plan.state_bytes == pytest.approx(rounded * N8, abs=within * N8)
+    the hidden matrices, 8 for AdamW's two states on the rest): the states training holds, before a framework
+    chooses which to write."""
+    held = sum(s.bytes for s in state_breakdown(model_tensors(L8), optimizer, precision))
+    assert held / N8 == pytest.approx(rounded, abs=within)
 
 
 def test_dtype_override_and_unknown_state():
@@ -136,11 +143,11 @@ def _names(plan):
 def test_deepspeed_zero1_single_node():
     plan = build_plan(arch=L8, model_name="x", framework="deepspeed", zero=1, gpus=8)
     names = _names(plan)
-    assert names[:3] == ["latest", "zero_to_fp32.py", "global_step1000/mp_rank_00_model_states.pt"]
+    assert names[:4] == ["latest", "zero_to_fp32.py", "zero_to_torch.py", "global_step1000/mp_rank_00_model_states.pt"]
     assert [n for n in names if "optim" in n] == [
         f"global_step1000/bf16_zero_pp_rank_{i}_mp_rank_00_optim_states.pt" for i in range(8)
     ]
-    assert plan.writers == 8 and plan.file_count == 11
+    assert plan.writers == 8 and plan.file_count == 12
     model_states = next(f for f in plan.manifest if f.path.endswith("mp_rank_00_model_states.pt"))
     assert model_states.rank == 0 and model_states.bytes == pytest.approx(2 * N8, rel=1e-4)
 
@@ -190,7 +197,7 @@ def test_deepspeed_1024_gpus_zero1_tp8_pp8():
     assert len(layer_files) == (126 + 3) * 8
     assert "global_step1000/layer_00-model_07-model_states.pt" in layer_files
     assert "global_step1000/layer_128-model_00-model_states.pt" in layer_files
-    assert plan.file_count == len(optim) + mp + len(layer_files) + 2
+    assert plan.file_count == len(optim) + mp + len(layer_files) + 3  # latest and the two recovery scripts
     assert plan.writers == 1024 and plan.nodes_writing == 128
     assert plan.state_bytes == pytest.approx(14 * arch.published_parameters, rel=1e-9)
     # pipeline stage 0 (dp rank 0 of each tp rank) carries the embedding: its node is the busiest
@@ -247,6 +254,56 @@ def test_lightning_single_file():
     plan = build_plan(arch=L8, model_name="x", framework="lightning", zero=0, gpus=8)
     assert _names(plan) == ["checkpoints/epoch=0-step=1000.ckpt"]
     assert plan.writers == 1 and plan.bytes_per_parameter == pytest.approx(12)
+
+
+def test_lightning_defaults_to_its_one_stage():
+    """Lightning's layout has one stage (no sharding); without a stage it takes it, as hf takes 0."""
+    plan = build_plan(arch=L8, model_name="x", framework="lightning", gpus=8)
+    assert plan.setup.zero == 0 and _names(plan) == ["checkpoints/epoch=0-step=1000.ckpt"]
+
+
+@pytest.mark.parametrize(
+    "framework,zero,expected",
+    [
+        ("deepspeed", 0, 12),  # the client optimizer steps the module's parameters: no copy
+        ("deepspeed", 1, 16),  # fp32 module weights + the ZeRO optimizer's fp32 partition + two moments
+        ("deepspeed", 2, 16),
+        ("deepspeed", 3, 12),  # the partition is the only copy of the weights it saves
+        ("hf", 0, 12),
+        ("hf", 2, 20),  # DeepSpeed's 16 and the fp32 model rank 0 gathers into safetensors
+        ("megatron", 0, 12),
+        ("megatron", 1, 16),  # the distributed optimizer's fp32_param beside the fp32 model weights
+        ("dcp", 0, 12),
+        ("dcp", 3, 12),
+        ("lightning", 0, 12),
+    ],
+)
+def test_adam_fp32_bytes_per_parameter_per_framework(framework, zero, expected):
+    """fp32 Adam: torch's own optimizers keep no master, DeepSpeed's ZeRO optimizers do. Measured with DeepSpeed
+    0.19.8 and transformers 5.25 on CPU (tests/test_framework_oracle.py): ZeRO-1/2's optimizer shards hold
+    single_partition_of_fp32_groups and both moments, 12 B/param over the ranks, beside mp_rank_00's 4 B/param of
+    fp32 module weights. Megatron's figure is read from megatron-core's source (it does not train on CPU)."""
+    plan = build_plan(arch=L8, model_name="x", framework=framework, zero=zero, gpus=8, precision="fp32")
+    assert plan.bytes_per_parameter == pytest.approx(expected)
+
+
+def test_deepspeed_zero2_fp32_optimizer_shards_hold_the_master():
+    """Each of 8 ranks' shards: 1/8 of the fp32 master and both moments, 12 B/param, plus torch.save's records."""
+    plan = build_plan(arch=L8, model_name="x", framework="deepspeed", zero=2, gpus=8, precision="fp32")
+    shards = [f for f in plan.manifest if f.path.endswith("_optim_states.pt")]
+    assert [f.path.split("/")[1] for f in shards] == [f"zero_pp_rank_{r}_mp_rank_00_optim_states.pt" for r in range(8)]
+    assert sum(f.bytes for f in shards) == pytest.approx(12 * N8, rel=1e-6)
+    assert "master_weights" in {s.name for s in plan.breakdown} and not plan.not_saved
+
+
+def test_deepspeed_writes_both_recovery_scripts():
+    """DeepSpeed 0.19.8's engine._copy_recovery_script copies utils/zero_to_fp32.py (38,580 bytes) and
+    utils/zero_to_torch.py (2,490 bytes) beside `latest` at every ZeRO save, from rank 0; ZeRO-0 copies neither."""
+    for framework, root in (("deepspeed", ""), ("hf", "checkpoint-1000/")):
+        plan = build_plan(arch=L8, model_name="x", framework=framework, zero=2, gpus=8)
+        scripts = {f.path: (f.bytes, f.rank) for f in plan.manifest if f.path.endswith(".py")}
+        assert scripts == {f"{root}zero_to_fp32.py": (38_580, 0), f"{root}zero_to_torch.py": (2_490, 0)}
+    assert not [f for f in build_plan(arch=L8, model_name="x", zero=0).manifest if f.path.endswith(".py")]
 
 
 @pytest.mark.parametrize(

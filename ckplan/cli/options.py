@@ -272,7 +272,7 @@ def _plan_flags(defaults: dict[str, Any], exclude: tuple[str, ...]) -> list[Flag
             "--zero",
             int,
             "ZeRO stage 0-3 (3 = FSDP full sharding; hf: 0 = Trainer under DDP, 1-3 = Trainer + DeepSpeed).",
-            "1, hf: 0" if d["zero"] is None else str(d["zero"]),
+            "1; hf, lightning: 0" if d["zero"] is None else str(d["zero"]),
         ),
         Flag(
             "ep",

@@ -20,6 +20,8 @@ reads no file. Which rank writes which file is what the layouts know (sizing/lay
   (Megatron's default order tp-cp-ep-dp-pp).
 - HF Trainer (layouts/hf.py): `rng_state_{rank}.pth` by each process (`rng_state.pth` for one); the rest by
   the main process; with DeepSpeed a `global_stepN/` inside, with FSDP (accelerate) DCP directories inside.
+- Lightning (layouts/lightning.py): `*.ckpt` (ModelCheckpoint's `epoch={e}-step={N}.ckpt`, `last.ckpt`) by rank 0;
+  the world size is not in the names.
 Files whose writer no name encodes (`.metadata`, `trainer_state.json`, `latest`, …) go to rank 0.
 DLIO's emulated checkpoints (layouts/dlio.py: `global_epoch1_stepN/`, `layer_{i}-model_{mp}_model_states.pt`) are
 refused: their names do not tell tensor from pipeline ranks, and `size --framework dlio` sizes them.
@@ -55,9 +57,12 @@ DISTCP = re.compile(r"__(\d+)_(\d+)\.distcp")
 MEGATRON_DIR = re.compile(r"mp_rank_(\d+)(?:_(\d+))?(?:_(\d+))?")
 MEGATRON_FILES = ("model_optim_rng.pt", "distrib_optim.pt")
 RNG_STATE = re.compile(r"rng_state(?:_(\d+))?\.pth")
+LIGHTNING_CKPT = re.compile(r".+\.ckpt")
+LIGHTNING_STEP = re.compile(r"(?:^|[-_])step=(\d+)")  # ModelCheckpoint's default name: epoch={e}-step={N}.ckpt
 STEP_DIR = re.compile(r"(global_step|checkpoint-|iter_|step-|step_)(\d+)")  # a checkpoint's directory: kind, step
 HF_FILES = ("trainer_state.json", "optimizer.pt", "scheduler.pt", "training_args.bin")
-SAVE_SIBLINGS = ("latest", "zero_to_fp32.py", "latest_checkpointed_iteration.txt")  # written beside the checkpoint
+# written beside the checkpoint by each save
+SAVE_SIBLINGS = ("latest", "zero_to_fp32.py", "zero_to_torch.py", "latest_checkpointed_iteration.txt")
 SMALL_NAMES = (
     *SAVE_SIBLINGS,
     "common.pt",
@@ -74,7 +79,7 @@ class _Seen:
 
     path: str
     bytes: int
-    rule: str  # ds_zero, ds_mp, ds_layer, ds_expert, distcp, megatron, rng, other
+    rule: str  # ds_zero, ds_mp, ds_layer, ds_expert, distcp, megatron, rng, lightning, other
     ids: tuple[int, ...] = ()
     rank: int = 0
 
@@ -135,6 +140,7 @@ def measured_plan(
     ]
     state_bytes = sum(s.bytes for s in breakdown)
     steps = [int(s[2]) for f in seen for part in PurePosixPath(f.path).parts[:-1] if (s := STEP_DIR.fullmatch(part))]
+    steps += [f.ids[0] for f in seen if f.rule == "lightning" and f.ids[0] >= 0]  # in the file's name
     setup = TrainingSetup(
         model=None,
         parameters=parameters,
@@ -210,7 +216,15 @@ def _read_name(path: str, size: int) -> _Seen:
         return _Seen(path, size, "megatron", tuple(int(g) if g is not None else -1 for g in m.groups()))
     if m := RNG_STATE.fullmatch(name):
         return _Seen(path, size, "rng", (int(m[1]) if m[1] is not None else 0,))
+    if LIGHTNING_CKPT.fullmatch(name):
+        return _Seen(path, size, "lightning", (lightning_step(name),))
     return _Seen(path, size, "other")
+
+
+def lightning_step(name: str) -> int:
+    """The step in a Lightning checkpoint's file name (`epoch=0-step=500.ckpt`), or -1 where it names none."""
+    m = LIGHTNING_STEP.search(name)
+    return int(m[1]) if m else -1
 
 
 def _is_hf(f: _Seen) -> bool:
@@ -242,16 +256,25 @@ def _framework(seen: list[_Seen], source: str) -> str:
         return "deepspeed"
     if "distcp" in rules:
         return "dcp"
+    if "lightning" in rules:
+        return "lightning"
     raise InputError(
         f"no recognised checkpoint in ‹from_dir› {source} ({len(seen):,} file(s)): expected DeepSpeed "
-        "(global_stepN/ *_model_states.pt), DCP (__R_0.distcp + .metadata), Megatron (iter_NNNNNNN/) "
-        "or HF Trainer (checkpoint-N/) files"
+        "(global_stepN/ *_model_states.pt), DCP (__R_0.distcp + .metadata), Megatron (iter_NNNNNNN/), "
+        "HF Trainer (checkpoint-N/) or Lightning (*.ckpt) files"
     )
 
 
 def _one_save(seen: list[_Seen], source: str) -> None:
     """Refuse two files that one writer writes once per save: the directory holds more than one save."""
     where: dict[str, str] = {}
+    steps = {f.ids[0]: f.path for f in seen if f.rule == "lightning" and f.ids[0] >= 0}
+    if len(steps) > 1:
+        first, second = sorted(steps)[:2]
+        raise InputError(
+            f"‹from_dir› {source} holds more than one save ({steps[first]} and {steps[second]}): "
+            "give the directory of one checkpoint"
+        )
     for f in seen:
         if f.rule in ("ds_zero", "ds_mp", "ds_layer", "ds_expert", "megatron"):
             p = PurePosixPath(f.path)
@@ -340,6 +363,8 @@ class _World:
                 f"ranks: DCP, {len(distcp)} rank(s) from the __R_0.distcp names"
                 + (f" (rank(s) up to {max(distcp)}, some wrote none)" if len(distcp) <= max(distcp) else "")
             )
+        if any(f.rule == "lightning" for f in seen):
+            notes.append("ranks: Lightning, rank 0 writes the .ckpt (DDP and one device alike)")
         rng = {f.ids[0] for f in seen if f.rule == "rng"}
         if rng:
             known["HF Trainer"] = 1 + max(rng)
@@ -455,6 +480,8 @@ def _kind(f: _Seen, par: Parallelism) -> FileKind:
         return "mixed" if par.zero == 0 else "small" if par.pp > 1 else "weights"
     if f.rule in ("ds_layer", "ds_expert"):
         return "weights"
+    if f.rule == "lightning":
+        return "mixed"  # the module's state_dict, the optimizer's and the loops' in one torch.save
     if f.rule == "megatron":
         return "optimizer" if name == "distrib_optim.pt" else "mixed"
     if f.rule == "distcp":

@@ -306,7 +306,7 @@ def build_plan(
     gpus_per_node defaults to DEFAULT_GPUS_PER_NODE, or to gpus when the job is smaller than one such node.
     `ep` > 1 shards a mixture-of-experts model's experts over that many data-parallel ranks (Parallelism's rank order),
     for the layouts whose framework has expert parallelism (megatron, dcp, deepspeed). `zero` None takes the
-    layout's `default_zero` (hf: 0, Trainer under DDP; the others: 1).
+    layout's `default_zero` (hf: 0, Trainer under DDP; lightning: 0, its one stage; the others: 1).
     """
     if optimizer not in OPTIMIZERS:
         raise InputError(f"unknown optimizer {optimizer!r}{did_you_mean(optimizer, list(OPTIMIZERS))}")
@@ -338,7 +338,7 @@ def build_plan(
     scale = params / derived
 
     def states(tensors: list[Tensor]) -> list[StateBytes]:
-        return state_breakdown(tensors, optimizer, precision, overrides)
+        return state_breakdown(tensors, optimizer, precision, overrides, layout.fp32_master(zero))
 
     held = states(ts)
     saved = layout.persisted(held, zero, options or {})

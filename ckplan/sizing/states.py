@@ -4,6 +4,11 @@ One function, `state_breakdown`, owns the bytes-per-parameter arithmetic for
 every optimizer × precision. Facts (see shared reference checkpoints.md):
 - Mixed precision keeps half-precision weights plus an fp32 master copy; the
   optimizer states are fp32. Pure bf16 keeps bf16 weights and bf16 states.
+- fp32 training keeps no master in torch's own optimizers (the module's fp32
+  parameters are what they step), but DeepSpeed's ZeRO optimizers copy the
+  weights into flat fp32 partitions even then (single_partition_of_fp32_groups
+  at ZeRO-1/2, fp32_partitioned_groups_flat at ZeRO-3), so a framework that
+  does says so (`fp32_master`) and gets an fp32 master beside its fp32 weights.
 - Adam/AdamW: exp_avg and exp_avg_sq. SGD with momentum and Lion: one buffer.
 - Adafactor (beta1=None): a row and a column factor for each 2-D tensor, a full
   second moment for 1-D tensors (Shazeer & Stern 2018; torch/transformers code).
@@ -46,12 +51,13 @@ class StateBytes(Model):
     bytes: int = Field(ge=0)  # bounded so that a hand-edited plan file is refused where it is read
 
 
-def default_dtypes(precision: str) -> dict[str, str | None]:
-    """The dtype of the weights, the master copy (None: no master) and optimizer states."""
+def default_dtypes(precision: str, fp32_master: bool = False) -> dict[str, str | None]:
+    """The dtype of the weights, the master copy (None: no master) and optimizer states. `fp32_master`: the
+    framework's optimizer keeps an fp32 copy of its own when the weights are fp32 already (DeepSpeed ZeRO)."""
     return {
         "bf16-mixed": {"weights": "bf16", "master": "fp32", "optimizer": "fp32"},
         "fp16-mixed": {"weights": "fp16", "master": "fp32", "optimizer": "fp32"},
-        "fp32": {"weights": "fp32", "master": None, "optimizer": "fp32"},
+        "fp32": {"weights": "fp32", "master": "fp32" if fp32_master else None, "optimizer": "fp32"},
         "bf16": {"weights": "bf16", "master": None, "optimizer": "bf16"},
     }[precision]  # type: ignore[return-value]  # mypy joins the four literals' value types to object
 
@@ -88,19 +94,24 @@ def _optimizer_states(optimizer: str, ts: list[Tensor], size: int) -> list[tuple
 
 
 def state_breakdown(
-    tensors: list[Tensor], optimizer: str, precision: str, overrides: dict[str, str] | None = None
+    tensors: list[Tensor],
+    optimizer: str,
+    precision: str,
+    overrides: dict[str, str] | None = None,
+    fp32_master: bool = False,
 ) -> list[StateBytes]:
-    """Bytes of every persisted state for these tensors.
+    """Bytes of every state training holds for these tensors.
 
     `overrides` maps a state kind ('weights', 'master', 'optimizer') or a state
     name ('exp_avg_sq') to a dtype; 'master=none' drops the master copy.
+    `fp32_master`: the framework keeps an fp32 master even in fp32 training (default_dtypes).
     """
     overrides = overrides or {}
     for key, value in overrides.items():
         if value != "none" and value not in DTYPE_BYTES:
             raise InputError(f"unknown dtype {value!r} for {key} (use {', '.join(DTYPE_BYTES)} or none)")
     dtypes = {
-        **default_dtypes(precision),
+        **default_dtypes(precision, fp32_master),
         **{k: v for k, v in overrides.items() if k in ("weights", "master", "optimizer")},
     }
     n = _numel(tensors)

@@ -30,7 +30,10 @@ CONFIG_JSON_BYTES = 1_000  # config.json / generation_config.json / metadata.jso
 LATEST_TAG_BYTES = 16  # 'latest', 'latest_checkpointed_iteration.txt'
 TORCH_SAVE_OVERHEAD_BYTES = 4_096  # pickle header and per-file records of a torch.save zip
 TORCH_SAVE_PER_TENSOR_BYTES = 300  # per-tensor pickle record and zip entry in a torch.save file
-ZERO_TO_FP32_SCRIPT_BYTES = 33_000  # DeepSpeed copies zero_to_fp32.py beside `latest` at each ZeRO save
+# DeepSpeed copies its recovery scripts beside `latest` at each ZeRO save (engine._copy_recovery_script); the
+# sizes of deepspeed/utils/zero_to_fp32.py and zero_to_torch.py in DeepSpeed 0.19.8
+ZERO_TO_FP32_SCRIPT_BYTES = 38_580
+ZERO_TO_TORCH_SCRIPT_BYTES = 2_490
 DCP_METADATA_PER_CHUNK_BYTES = 250  # one chunk entry (offsets, sizes, storage index) in DCP .metadata
 SAFETENSORS_INDEX_PER_TENSOR_BYTES = 60  # one '"name": "model-0000x-of-0000n.safetensors"' line
 
@@ -207,6 +210,10 @@ class Layout(Protocol):
     default_zero: int  # the ZeRO stage when none is given
     renames_per_save: int  # renames one save does (DCP: .metadata.tmp -> .metadata)
 
+    def fp32_master(self, zero: int) -> bool:
+        """Whether training in fp32 still keeps an fp32 master copy of the weights (DeepSpeed's ZeRO optimizers
+        copy them into flat fp32 partitions; torch's optimizers step the module's own parameters)."""
+
     def check_options(self, par: Parallelism, options: dict[str, str]) -> None:
         """Raise InputError for options this parallelism cannot take."""
 
@@ -223,6 +230,9 @@ class LayoutDefaults:
     supports_ep = False
     default_zero = 1
     renames_per_save = 0
+
+    def fp32_master(self, zero: int) -> bool:
+        return False
 
     def check_options(self, par: Parallelism, options: dict[str, str]) -> None:
         return None

@@ -13,8 +13,11 @@
   `layer_{idx:02d}-model_{tp:02d}-model_states.pt` per layer per tensor rank
   (PipelineModule.save_state_dict); layer 0 is the embedding, then the blocks,
   then the final norm and the head.
-- With ZeRO, rank 0 also copies zero_to_fp32.py into the save directory, beside `latest`
-  (_save_zero_checkpoint calls _copy_recovery_script(save_dir), not the tag directory).
+- With ZeRO, rank 0 also copies zero_to_fp32.py and (since 0.19) zero_to_torch.py into the save directory,
+  beside `latest` (_save_zero_checkpoint calls _copy_recovery_script(save_dir), not the tag directory).
+- The ZeRO optimizers hold their own flat fp32 copy of the weights even when training in fp32
+  (stage_1_and_2.py's single_partition_of_fp32_groups is a clone; stage3.py's fp32_partitioned_groups_flat):
+  with Adam, ZeRO-1/2 save 16 B/param in fp32 (the module's fp32 weights, the master, two moments) and ZeRO-3 12.
 - The writer is torch.save through the page cache, unless the config chooses FastPersist
   (`checkpoint.writer.type = "fast"`, DeepNVMe), which writes with O_DIRECT: `--option writer=fast`.
 Model-parallel rank = pipeline stage × tp + tensor rank, as PipelineParallelGrid counts it.
@@ -33,6 +36,7 @@ from ckplan.sizing.architecture import Tensor
 from ckplan.sizing.layouts.base import (
     LATEST_TAG_BYTES,
     ZERO_TO_FP32_SCRIPT_BYTES,
+    ZERO_TO_TORCH_SCRIPT_BYTES,
     LayoutDefaults,
     LayoutInput,
     ManifestFile,
@@ -62,6 +66,9 @@ class DeepSpeedLayout(LayoutDefaults):
         return self.writer_paths[writer]
 
     supports_ep = True  # DeepSpeed-MoE: moe.ep_size
+
+    def fp32_master(self, zero: int) -> bool:
+        return zero > 0  # ZeRO-0 steps the client optimizer on the module's own parameters
 
     def check(self, par: Parallelism) -> None:
         if par.zero == 3 and par.pp > 1:
@@ -101,11 +108,11 @@ class DeepSpeedLayout(LayoutDefaults):
         prefix = "bf16_" if bf16 else ""
         out = [ManifestFile(path=f"{root}latest", bytes=LATEST_TAG_BYTES, rank=0, node=0, kind="small")]
         if par.zero > 0:
-            out.append(
-                ManifestFile(
-                    path=f"{root}zero_to_fp32.py", bytes=ZERO_TO_FP32_SCRIPT_BYTES, rank=0, node=0, kind="small"
-                )
-            )
+            for script, size in (
+                ("zero_to_fp32.py", ZERO_TO_FP32_SCRIPT_BYTES),
+                ("zero_to_torch.py", ZERO_TO_TORCH_SCRIPT_BYTES),
+            ):
+                out.append(ManifestFile(path=f"{root}{script}", bytes=size, rank=0, node=0, kind="small"))
         for stage, stage_tensors in enumerate(inp.stage_tensors()):
             states = self.persisted(inp.states(stage_tensors), par.zero)
             weights = total(states, ("weights",)) / par.tp

@@ -19,7 +19,7 @@ Under DeepSpeed (the Trainer's `deepspeed=` config), read from transformers' tra
   is false). Without it get_state_dict raises, Trainer writes the config files with an empty state
   dict, deletes the empty weights file and calls engine.save_checkpoint(checkpoint-N) instead.
 - _save_optimizer_and_scheduler: engine.save_checkpoint(checkpoint-N) on every rank, DeepSpeed's
-  own layout (`latest`, zero_to_fp32.py, `global_step{N}/`): the deepspeed layout's files, reused.
+  own layout (`latest`, zero_to_fp32.py, zero_to_torch.py, `global_step{N}/`): the deepspeed layout's files, reused.
   No optimizer.pt. `scheduler.pt` is written when the LR scheduler is the Trainer's own (a
   DeepSpeed config without optimizer/scheduler sections, as TRL's and LLaMA-Factory's are).
 - rng_state_{i}.pth per process and trainer_state.json, as under DDP.
@@ -62,6 +62,9 @@ class HfLayout(BufferedWriter):
     # --option hf_shard_size=50GB: Trainer's max_shard_size; gather_16bit: ZeRO-3's stage3_gather_16bit_weights_on_model_save
     options: tuple[str, ...] = ("hf_shard_size", "gather_16bit")
     deepspeed = DeepSpeedLayout()
+
+    def fp32_master(self, zero: int) -> bool:
+        return self.deepspeed.fp32_master(zero)  # under DDP the optimizer steps the module's own parameters
 
     def check(self, par: Parallelism) -> None:
         if par.tp > 1 or par.pp > 1:

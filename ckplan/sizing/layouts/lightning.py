@@ -28,6 +28,7 @@ class LightningLayout(BufferedWriter):
     name = "lightning"
     description = "PyTorch Lightning ModelCheckpoint (one .ckpt via torch.save, rank 0)"
     shows_zero_stage: ZeroShown = "never"
+    default_zero = 0  # one stage: no sharding
 
     def check(self, par: Parallelism) -> None:
         if par.zero or par.tp > 1 or par.pp > 1:

@@ -7,7 +7,10 @@
 - Fully parallel save (the default since Megatron-Core 0.7) spreads replicated
   shards across the data-parallel ranks, so every rank writes about 1/N.
 - The distributed optimizer saves the bf16 model weights, the fp32 main params
-  and both Adam moments: 14 bytes/param for mixed-precision Adam.
+  and both Adam moments: 14 bytes/param for mixed-precision Adam. It saves the main
+  params (`fp32_param`) in fp32 training too, beside the fp32 model weights
+  (megatron-core 0.16 distrib_optimizer.py, sharded_param_state_fs_model_space), so
+  16 bytes/param; read from the source, as megatron-core does not train on CPU.
 """
 
 from __future__ import annotations
@@ -35,6 +38,9 @@ class MegatronLayout(BufferedWriter):
     shows_zero_stage: ZeroShown = "always"
     renames_per_save = 1  # .metadata.tmp -> .metadata
     supports_ep = True  # --expert-model-parallel-size
+
+    def fp32_master(self, zero: int) -> bool:
+        return zero > 0  # the distributed optimizer; without it (FP32Optimizer) the moments only
 
     def check(self, par: Parallelism) -> None:
         return None
