@@ -52,7 +52,7 @@ class Spread(Model):
 
 
 class BandwidthPoint(Model):
-    writers: Writers  # concurrent writers per host
+    writers: Writers  # concurrent writers (or, on a read curve, readers) per host
     hosts: Hosts = 1
     bytes_per_s: Rate  # median over repeats, summed over writers (and hosts)
     spread: Spread | None = None
@@ -109,6 +109,25 @@ class Replay(Model):
     nodes: int = 1  # how many of the plan's nodes it wrote at once: a multi-host replay writes one node per host
 
 
+class ReadReplay(Model):
+    """Wall time of one node's restore reads of a plan (its restore manifest), read as the framework would, cold."""
+
+    # "framework loader": the plan's own deserialiser (torch.load, safetensors, DCP) in one process per reader;
+    # "raw bytes": plain sequential reads of the files, their deserialiser time added from the calibration
+    method: Literal["framework loader", "raw bytes"] = "raw bytes"
+    seconds: PositiveSeconds  # median over repeats, at the replayed scale
+    bytes: Annotated[int, Field(ge=1, le=MAX_BYTES)]  # bytes read at the replayed scale
+    files: int = Field(ge=1)
+    readers: Writers
+    scale: Annotated[Finite, Field(gt=0, le=1)]
+    plan_fingerprint: str
+    full_scale_seconds: PositiveSeconds  # fixed + the rest × bytes(full)/bytes(scaled) (+ deserialisation, raw bytes)
+    fixed_seconds: Seconds = 0.0
+    deserialize_seconds: Seconds = 0.0  # raw bytes only: the deserialiser time added at full scale
+    spread: Spread | None = None
+    nodes: int = 1
+
+
 class Calibration(Model):
     """This machine's serialiser throughput per writer and DCP's fixed cost per save (`ckplan calibrate`).
 
@@ -119,6 +138,8 @@ class Calibration(Model):
     """
 
     serialize_bytes_per_s: dict[str, Rate]  # per file format (torch.save, safetensors, dcp), one writer, one core
+    # per file format, one reader on one core, from memory: torch.load, safetensors.load, DCP's per-item torch.load
+    deserialize_bytes_per_s: dict[str, Rate] = Field(default_factory=dict)
     serialize_spread: dict[str, Spread] = Field(default_factory=dict)
     sample_bytes: Annotated[int, Field(ge=1, le=MAX_BYTES)]  # bytes serialised per run
     tensor_bytes: Annotated[int, Field(ge=1, le=MAX_BYTES)]  # size of each tensor in the sample
@@ -179,6 +200,10 @@ class StorageProfile(Model):
     # writer's serialisation, while the flush to the device runs in the kernel's writeback beside it
     page_cache_write: BandwidthPoint | None = None
     aggregate_bandwidth: list[BandwidthPoint] = Field(default_factory=list)  # against hosts writing at once
+    # cold sequential reads of files the probe wrote (their cached pages dropped first), per host against readers
+    # per host, and the aggregate against hosts reading at once: what a restart's load gets
+    read_bandwidth: list[BandwidthPoint] = Field(default_factory=list)
+    aggregate_read_bandwidth: list[BandwidthPoint] = Field(default_factory=list)
     aggregate_limit_bytes_per_s: Rate | None = None  # what the whole shared system sustains, if known
     best_write_bytes_per_s: Rate
     small_files: SmallFiles
@@ -186,6 +211,7 @@ class StorageProfile(Model):
     fsync_latency: Latency
     sync_write_latency: Latency | None = None
     replay: Replay | None = None
+    read_replay: ReadReplay | None = None  # the busiest node's restore reads of a plan (probe --plan)
     calibration: Calibration | None = None
     measurement: Measurement
     notes: list[str] = Field(default_factory=list)
@@ -216,13 +242,15 @@ class StorageProfile(Model):
             ("buffered_bandwidth", self.buffered_bandwidth, "writers"),
             ("direct_bandwidth", self.direct_bandwidth, "writers"),
             ("aggregate_bandwidth", self.aggregate_bandwidth, "hosts"),
+            ("read_bandwidth", self.read_bandwidth, "writers"),
+            ("aggregate_read_bandwidth", self.aggregate_read_bandwidth, "hosts"),
         ):
             xs = [getattr(p, x) for p in points]
             for i, (a, b) in enumerate(zip(xs, xs[1:], strict=False)):
                 if a >= b:
                     why = "twice" if a == b else f"after {x} {a}"
                     raise ValueError(f"{name}[{i + 1}]: {x} {b} comes {why}: give each point once, in rising order")
-        if any(p.hosts > self.hosts for p in self.aggregate_bandwidth):
+        if any(p.hosts > self.hosts for p in self.aggregate_bandwidth + self.aggregate_read_bandwidth):
             raise ValueError(f"aggregate_bandwidth has a point of more hosts than the profile's hosts {self.hosts}")
         return self
 
