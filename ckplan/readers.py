@@ -98,15 +98,19 @@ def read_json(path: Path, what: str, max_bytes: int = MAX_DOCUMENT_BYTES) -> Any
         raise InputError(f"{what} {path} is nested too deeply to be a ckplan file") from None
 
 
-def validation_message(exc: ValidationError) -> str:
-    """The first bad field of a pydantic error, as 'where: what'."""
+def validation_message(exc: ValidationError, parameters: bool = False) -> str:
+    """The first bad field of a pydantic error, as 'where: what'; with `parameters`, its field as ‹name›, for the
+    CLI to name the flag that set it (errors.InputError.render)."""
     first = exc.errors()[0]
-    where = ".".join(str(p) for p in first["loc"]) or "(top level)"
-    return f"{where}: {first['msg'].removeprefix('Value error, ')}"
+    loc = [str(p) for p in first["loc"]]
+    if parameters and loc:
+        loc[0] = f"‹{loc[0]}›"
+    return f"{'.'.join(loc) or '(top level)'}: {first['msg'].removeprefix('Value error, ')}"
 
 
 def validate_model(data: Any, model_cls: type[Model], described: str) -> Model:
-    """data as model_cls, or an InputError naming `described` and the first bad field.
+    """data as model_cls, or an InputError naming `described` and the first bad field; with `described` empty, the
+    data are a library call's parameters, and the field is named as ‹field› (validation_message).
 
     The cyclic garbage collector is paused meanwhile: a plan of a million files makes millions of objects at
     once, none of them in a cycle, and its passes over them doubled the load time (4.9 against 2.3 s)."""
@@ -117,6 +121,8 @@ def validate_model(data: Any, model_cls: type[Model], described: str) -> Model:
     try:
         return model_cls.model_validate(data)
     except ValidationError as exc:
+        if not described:
+            raise InputError(validation_message(exc, parameters=True)) from None
         raise InputError(f"{described}: {validation_message(exc)}") from None
     except RecursionError:  # deeply nested values inside a free-form field
         raise InputError(f"{described}: nested too deeply") from None

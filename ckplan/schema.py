@@ -16,7 +16,18 @@ from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from ckplan.units import MAX_BYTES, MAX_DURATION_S, MAX_GPUS, MAX_HOSTS, MAX_RATE_BYTES_PER_S
+from ckplan.units import (
+    MAX_BYTES,
+    MAX_DURATION_S,
+    MAX_FAILURES_PER_1000_NODE_DAYS,
+    MAX_FAILURES_PER_DAY,
+    MAX_GPUS,
+    MAX_HOSTS,
+    MAX_RATE_BYTES_PER_S,
+    MIN_DURATION_S,
+    MIN_FRACTION,
+    MIN_MTBF_S,
+)
 
 
 class Model(BaseModel):
@@ -32,10 +43,17 @@ def _normal(value: float) -> float:
 Finite = Annotated[float, Field(allow_inf_nan=False), AfterValidator(_normal)]
 # bytes per second: at least one (a figure below that is a unit slip) and at most 1 PB/s
 Rate = Annotated[Finite, Field(ge=1, le=MAX_RATE_BYTES_PER_S)]
-# events per second (files, operations, requests): above zero, since the model divides by them
-PerSecond = Annotated[Finite, Field(gt=0, le=1e12)]
+# events per second (files, operations, requests): at least one in ten years, since the model divides by them
+PerSecond = Annotated[Finite, Field(ge=1 / MAX_DURATION_S, le=1e12)]
 Seconds = Annotated[Finite, Field(ge=0, le=MAX_DURATION_S)]
-PositiveSeconds = Annotated[Finite, Field(gt=0, le=MAX_DURATION_S)]
+# a time the model divides by (a replay's wall time, an interval, a step): 1 µs to ten years
+PositiveSeconds = Annotated[Finite, Field(ge=MIN_DURATION_S, le=MAX_DURATION_S)]
+MtbfSeconds = Annotated[Finite, Field(ge=MIN_MTBF_S, le=MAX_DURATION_S)]
 Bytes = Annotated[int, Field(ge=0, le=MAX_BYTES)]
+ByteAmount = Annotated[Finite, Field(ge=1, le=MAX_BYTES)]  # a capacity given as a float (host memory, a disk)
+Fraction = Annotated[Finite, Field(ge=MIN_FRACTION, lt=1)]  # a share of time: 0.0001% up to, not including, all
+Share = Annotated[Finite, Field(ge=MIN_FRACTION, le=1)]  # a share of bytes, all of them included
+NodeFailureRate = Annotated[Finite, Field(ge=0, le=MAX_FAILURES_PER_1000_NODE_DAYS)]  # per 1,000 node-days
+JobFailureRate = Annotated[Finite, Field(ge=0, le=MAX_FAILURES_PER_DAY)]  # per day
 Writers = Annotated[int, Field(ge=1, le=MAX_GPUS)]
 Hosts = Annotated[int, Field(ge=1, le=MAX_HOSTS)]

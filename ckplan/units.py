@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import re
+import sys
 from collections.abc import Mapping
 
 from ckplan.errors import InputError
@@ -25,6 +26,11 @@ MAX_RATE_BYTES_PER_S = 10**15  # 1 PB/s
 MAX_HOSTS = 65_536  # hosts of one multi-host probe (--hosts, --hosts-file) and of a profile's curve over hosts
 MAX_FAILURES_PER_DAY = 86_400  # one a second: the bound on the job-level failure rate
 MAX_FAILURES_PER_1000_NODE_DAYS = MAX_FAILURES_PER_DAY * 1000  # the same bound for the per-node rate
+# The smallest: below them a figure is a unit slip, and dividing by it (a save window of interval × overhead,
+# a rate over a time) overflows. With both, the largest quotient ckplan forms (1 EB in 1 µs × 1e-6) is 1e30.
+MIN_DURATION_S = 1e-6  # 1 µs, the finest unit durations take (us); zero stays allowed where it means none
+MIN_FRACTION = 1e-6  # 0.0001%
+MIN_MTBF_S = 1.0  # a job interrupted more than once a second never runs
 
 _NUMBER = r"(-?[0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)"  # a sign is read, so that check_range can refuse it
 
@@ -69,6 +75,8 @@ def check_range(
     shown = repr(str(text if text is not None else value))
     if math.isnan(value):
         raise InputError(f"{what} is not a number: {shown}")
+    if value != 0 and abs(value) < sys.float_info.min:
+        raise InputError(f"{what} is subnormal, too close to zero to be a real figure: {shown}")
     if value > maximum:
         raise InputError(f"{what} is too large: {shown} (at most {limit or f'{maximum:,}'})")
     if value < minimum or (above_minimum and value == minimum):
@@ -76,11 +84,19 @@ def check_range(
     return value
 
 
+def _value(number: str, text: object, what: str) -> float:
+    """The float of a matched _NUMBER; one that underflows to 0 (1e-400) is not the zero it would pass for."""
+    value = float(number)
+    if value == 0 and re.search("[1-9]", re.split("[eE]", number)[0]):
+        raise InputError(f"{what} is too close to zero to be a real figure: {str(text)!r}")
+    return value
+
+
 def _split(text: str, what: str) -> tuple[float, str]:
     match = re.fullmatch(_NUMBER + r"\s*([a-zA-Z/]*)", str(text).strip())
     if not match:
         raise InputError(f"not a valid {what}: {text!r}")
-    return float(match.group(1)), match.group(2).lower()
+    return _value(match.group(1), text, what), match.group(2).lower()
 
 
 def _number(text: str | float, what: str, suffixes: Mapping[str, float], units: str) -> float:
@@ -122,21 +138,28 @@ def parse_rate(text: str | float, what: str = "bandwidth") -> float:
     return float(_whole_bytes(value, text, what, False, MAX_RATE_BYTES_PER_S, "1 PB/s"))
 
 
-def parse_duration(text: str | float, what: str = "duration", allow_zero: bool = False) -> float:
-    """'5m', '90s', '2h', '1.5d', '300' (seconds) -> seconds, up to MAX_DURATION_S."""
+def parse_duration(
+    text: str | float, what: str = "duration", allow_zero: bool = False, minimum: float = MIN_DURATION_S
+) -> float:
+    """'5m', '90s', '2h', '1.5d', '300' (seconds) -> seconds, `minimum` (1 µs) to MAX_DURATION_S, or 0 with
+    allow_zero."""
     value = _number(text, what, _DURATION_SUFFIX, "s, m, h or d")
-    return check_range(value, what, 0, MAX_DURATION_S, text=text, above_minimum=not allow_zero, limit="10 years")
+    check_range(value, what, 0, MAX_DURATION_S, text=text, above_minimum=not allow_zero, limit="10 years")
+    if value and value < minimum:
+        raise InputError(f"{what} must be at least {fmt_duration(minimum)}{' (or 0)' if allow_zero else ''}: {text!r}")
+    return value
 
 
 def parse_fraction(text: str | float, what: str = "fraction", allow_one: bool = False) -> float:
-    """'5%' -> 0.05; '0.05' -> 0.05. Must lie in (0, 1), or (0, 1] with allow_one."""
-    cleaned = str(text).strip()
-    try:
-        value = float(cleaned[:-1]) / 100 if cleaned.endswith("%") else float(cleaned)
-    except ValueError:
-        raise InputError(f"not a valid {what}: {text!r} (use 5% or 0.05)") from None
-    if not (0 < value < 1 or (allow_one and value == 1)):
-        raise InputError(f"{what} must lie between 0% and 100%{' (inclusive)' if allow_one else ''}: {text!r}")
+    """'5%' -> 0.05; '0.05' -> 0.05. Must lie in [MIN_FRACTION, 1), or [MIN_FRACTION, 1] with allow_one."""
+    match = re.fullmatch(_NUMBER + r"\s*(%?)", str(text).strip())
+    if not match:
+        raise InputError(f"not a valid {what}: {text!r} (use 5% or 0.05)")
+    value = _value(match.group(1), text, what) / (100 if match.group(2) else 1)
+    if not (MIN_FRACTION <= value < 1 or (allow_one and value == 1)):
+        raise InputError(
+            f"{what} must lie between {MIN_FRACTION:.4%} and 100%{' (inclusive)' if allow_one else ''}: {text!r}"
+        )
     return value
 
 

@@ -735,7 +735,9 @@ def test_valid_edges_still_run(run, inputs):
         ["size", "--gpus", "16", "--gpus-per-node", "16", "--json"],
         ["recommend", "--plan", inputs["plan.json"], "--json"],
         ["recommend", "--storage", inputs["profile.json"], "--json"],
-        ["recommend", "--mtbf", "1e-9s", "--storage", "nfs", "--json"],
+        ["recommend", "--mtbf", "1s", "--storage", "nfs", "--json"],  # the least MTBF taken
+        ["size", "--interval", "1us", "--max-overhead", "0.0001%", "--json"],  # the least interval and budget
+        ["recommend", "--iteration-time", "1us", "--restart", "0", "--changed-fraction", "0.0001%", "--json"],
     ):
         code, out, err = run(*argv)
         assert code == 0, (argv, err)
@@ -763,7 +765,7 @@ def test_every_plan_size_writes_reads_back(run, tmp_path):
 
 
 def test_tiny_mtbf_is_all_waste_not_an_overflow(run):
-    code, out, err = run("recommend", "--mtbf", "1e-9s", "--storage", "nfs", "--json")
+    code, out, err = run("recommend", "--mtbf", "1s", "--storage", "nfs", "--json")
     assert code == 0, err
     assert json.loads(out)["expected_waste_fraction"] == 1.0
 

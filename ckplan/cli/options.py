@@ -322,6 +322,7 @@ def _policy_flags() -> list[PolicyFlag]:
     from ckplan.units import (
         MAX_FAILURES_PER_1000_NODE_DAYS,
         MAX_FAILURES_PER_DAY,
+        MIN_MTBF_S,
         check_range,
         fmt_bytes,
         fmt_duration,
@@ -412,11 +413,11 @@ def _policy_flags() -> list[PolicyFlag]:
             "mtbf",
             "--mtbf",
             str,
-            "Job mean time between interruptions, e.g. 8h (overrides the rates).",
+            "Job mean time between interruptions, e.g. 8h (overrides the rates); at least 1 s.",
             None,
             "Failures",
             "mtbf_s",
-            parse_duration,
+            lambda v, f: parse_duration(v, f, minimum=MIN_MTBF_S),
         ),
         flag(
             "node_failure_rate",
@@ -542,11 +543,12 @@ def policy_options(*, exclude: tuple[str, ...] = ()) -> Callable:
 
     def build(values: dict[str, Any]) -> Policy:
         from ckplan.planning.policy import Policy
+        from ckplan.readers import validate_model
 
         chosen = {f.field: f.parse(values[f.name], f.flag) for f in flags if values[f.name] not in (None, [])}
         if "stall_time_s" in chosen and chosen.get("mode") != "async":
             raise InputError("--stall-time applies to --mode async only")
-        return Policy(**chosen)
+        return validate_model(chosen, Policy, "")
 
     return _with_group("policy", flags, build)
 
