@@ -163,6 +163,11 @@ def parse_fraction(text: str | float, what: str = "fraction", allow_one: bool = 
     return value
 
 
+def check_scale(value: float, what: str) -> float:
+    """A replay's or a validation's scale: the share of each file's bytes written, 0.0001% to 1 (full size)."""
+    return check_range(value, what, MIN_FRACTION, 1, limit="1, full size")
+
+
 def fmt_bytes(n: float) -> str:
     """Both decimal and binary units, labelled: '98.0 GB (91.3 GiB)'."""
     if n < 10**6:

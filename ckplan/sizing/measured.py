@@ -112,6 +112,11 @@ def measured_plan(
     framework = _framework(seen, source)
     _one_save(seen, source)
     world = _World.infer(seen, gpus, ep)
+    if world.gpus > MAX_GPUS:  # rank numbers in the names past any world ckplan plans
+        raise InputError(
+            f"‹from_dir› {source}: the file names give {world.gpus:,} ranks, more than the {MAX_GPUS:,} GPUs ckplan "
+            "plans for: not one checkpoint's files"
+        )
     gpn = min(gpus_per_node or DEFAULT_GPUS_PER_NODE, world.gpus)
     par = Parallelism(gpus=world.gpus, gpus_per_node=gpn, tp=world.tp, pp=world.pp, zero=world.zero)
     stage_of_layer = _layer_stages(seen, par.pp)
@@ -125,6 +130,18 @@ def measured_plan(
     renames = sum(1 for f in seen if PurePosixPath(f.path).name == ".metadata")  # DCP: .metadata.tmp -> .metadata
     from_files = manifest_fields(manifest, renames)
     total_bytes = from_files["total_bytes"]
+    if total_bytes == 0:
+        raise InputError(
+            f"‹from_dir› {source}: its {len(manifest):,} file(s) hold 0 bytes: a save still being written, or one "
+            "that failed, not a checkpoint"
+        )
+    empty = sorted(f.path for f in seen if f.bytes == 0 and f.rule != "other")
+    if empty:
+        notes = [
+            *(notes or []),
+            f"{len(empty):,} state file(s) hold 0 bytes ({', '.join(empty[:3])}{', …' if len(empty) > 3 else ''}): "
+            "a framework never writes an empty one; a save interrupted, or still being written?",
+        ]
     by_kind: Counter[str] = Counter()
     for m in manifest:
         by_kind[m.kind] += m.bytes
@@ -211,7 +228,7 @@ def _read_name(path: str, size: int) -> _Seen:
     if m := DS_EXPERT.fullmatch(name):
         return _Seen(path, size, "ds_expert", (int(m[1]), int(m[2]), int(m[3])))
     if m := DISTCP.fullmatch(name):
-        return _Seen(path, size, "distcp", (int(m[1]),))
+        return _Seen(path, size, "distcp", (int(m[1]), int(m[2])))
     if name in MEGATRON_FILES and (m := MEGATRON_DIR.fullmatch(parent)):
         return _Seen(path, size, "megatron", tuple(int(g) if g is not None else -1 for g in m.groups()))
     if m := RNG_STATE.fullmatch(name):
@@ -275,15 +292,26 @@ def _one_save(seen: list[_Seen], source: str) -> None:
             f"‹from_dir› {source} holds more than one save ({steps[first]} and {steps[second]}): "
             "give the directory of one checkpoint"
         )
+    numbered: dict[tuple, str] = {}  # a writer's file by the numbers in its name, which 01 and 1 both give
     for f in seen:
+        p = PurePosixPath(f.path)
         if f.rule in ("ds_zero", "ds_mp", "ds_layer", "ds_expert", "megatron"):
-            p = PurePosixPath(f.path)
             key = f"{p.parent.name}/{p.name}" if f.rule == "megatron" else p.name
             other = where.setdefault(key, f.path)
             if other != f.path:
                 raise InputError(
                     f"‹from_dir› {source} holds more than one save ({other} and {f.path}): "
                     "give the directory of one checkpoint"
+                )
+        if f.rule != "other" and f.rule != "lightning":
+            # DCP's and Trainer's files repeat in each of their directories (optimizer_0/__0_0.distcp); in one, a
+            # number written twice (__01_0 beside __1_0, rng_state.pth beside rng_state_0.pth) is no framework's
+            scope = str(p.parent) if f.rule in ("distcp", "rng") else p.name if f.rule == "megatron" else ""
+            other = numbered.setdefault((f.rule, scope, f.ids), f.path)
+            if other != f.path:
+                raise InputError(
+                    f"‹from_dir› {source}: {other} and {f.path} number the same writer's file twice; no framework "
+                    "names its files so: give the directory of one checkpoint as the framework wrote it"
                 )
 
 

@@ -9,6 +9,7 @@ from ckplan.frameworks import framework_of
 from ckplan.probe import target
 from ckplan.profile import Spread, StorageProfile
 from ckplan.sizing.plan import CheckpointPlan
+from ckplan.units import check_scale
 from ckplan.validate.model import Validation, diagnose, scaled_prediction
 
 MAX_REPEATS = 100  # saves timed per validation: past this the median moves less than the target's own drift
@@ -26,8 +27,7 @@ def validate(
 ) -> Validation:
     if not 1 <= repeats <= MAX_REPEATS:
         raise InputError(f"‹repeats› must be 1 to {MAX_REPEATS}, got {repeats}")
-    if not 0 < scale <= 1:
-        raise InputError(f"‹scale› must be in (0, 1], got {scale}")
+    check_scale(scale, "‹scale›")
     saver = framework_of(plan.setup.framework).saver
     from ckplan.savers.calibrate import torch_available
 

@@ -91,7 +91,7 @@ def probe(
     import signal
 
     from ckplan import profile_store
-    from ckplan.units import MAX_GPUS, check_range, parse_bytes
+    from ckplan.units import MAX_GPUS, check_range, check_scale, parse_bytes
 
     # every flag that can be refused is checked before the probe writes a byte
     if not path.strip():  # Path("") is the current directory
@@ -108,8 +108,7 @@ def probe(
     if emit_jobs is not None and path.startswith("s3:"):
         raise InputError("--emit-jobs writes fio job files; the S3 probe runs ckplan's own client, not fio")
     chosen = o.preset(quick, thorough)
-    if not 0 < scale <= 1:
-        raise InputError(f"--scale must be in (0, 1], got {scale}")
+    check_scale(scale, "--scale")
     from ckplan.probe.base import S3Options, TargetSpec
     from ckplan.probe.interface import open_target
     from ckplan.units import parse_duration
