@@ -37,6 +37,15 @@ class MeasurementFailed(RuntimeError):
     exit_code = 4
 
 
+class OutputLost(Exception):
+    """Writing the command's output to stdout failed: the reader closed the pipe (`| head`), or the file filled up
+    (`> /dev/full`). Not an OSError, so that nothing between the write and main takes it for a file's error."""
+
+    def __init__(self, cause: OSError):
+        super().__init__(cause.strerror or str(cause))
+        self.errno = cause.errno
+
+
 def missing_extra(what: str, package: str, extra: str) -> EnvironmentProblem:
     """The error for an optional dependency that is not installed, with the pip command that installs it."""
     return EnvironmentProblem(f"{what} needs {package}: pip install 'ckplan[{extra}]'")

@@ -16,19 +16,34 @@ def saved_dir() -> Path:
     return Path(base) / "ckplan" / "profiles"
 
 
+MAX_NAME_BYTES = 255 - len(".json")  # a file name is at most 255 bytes on every Linux file system
+
+
 def check_name(name: str) -> None:
-    """A --save name becomes NAME.json in the profile directory: no path separator, no hidden file, one printable line."""
+    """A --save name becomes NAME.json in the profile directory: no path separator, no hidden file, one printable
+    line, short enough to be a file name; and the directory can be made and written (checked before a probe runs)."""
     if not name.strip() or "/" in name or name.startswith(".") or not name.isprintable():
         raise InputError(
             f"‹save_name› takes a plain name (no '/', no leading '.', no control characters), got {name!r}"
         )
+    if len(name.encode()) > MAX_NAME_BYTES:
+        raise InputError(
+            f"‹save_name› is {len(name.encode()):,} bytes long; a profile's name is at most {MAX_NAME_BYTES} "
+            f"(it becomes the file NAME.json): {name[:40]!r}…"
+        )
+    from ckplan.outputs import check_output_dir
+
+    check_output_dir(saved_dir(), "‹save_name›: the profile directory")
 
 
 def save(profile: StorageProfile, name: str) -> Path:
     check_name(name)
     path = saved_dir() / f"{name}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(profile.model_copy(update={"name": name}).model_dump_json(indent=2))
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(profile.model_copy(update={"name": name}).model_dump_json(indent=2))
+    except OSError as exc:
+        raise InputError(f"cannot save the profile as {path}: {exc.strerror}") from None
     return path
 
 

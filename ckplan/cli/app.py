@@ -8,6 +8,8 @@ start-up (issue 17, scripts/bench_size.py). Library imports happen inside the co
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import importlib
 import os
 import sys
@@ -18,7 +20,7 @@ import typer
 from typer.core import TyperGroup
 from typer.main import get_command_from_info, get_command_name
 
-from ckplan.errors import EnvironmentProblem, InputError, MeasurementFailed
+from ckplan.errors import EnvironmentProblem, InputError, MeasurementFailed, OutputLost
 
 if TYPE_CHECKING:
     from typer import _click  # the click that typer vendors: the types of a group's methods
@@ -115,14 +117,47 @@ def _global_options(
     _debug = _debug or debug
 
 
+class _Stdout:
+    """sys.stdout, whose write and flush failures become OutputLost: every writer of the output (print, rich, click's
+    help) goes through it, and rich would otherwise turn a closed pipe into exit code 1 of its own."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except OSError as exc:
+            raise OutputLost(exc) from None
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except OSError as exc:
+            raise OutputLost(exc) from None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
 def main() -> None:
     """Entry point: every error becomes one line on stderr and an exit code.
 
-    2 bad input, 3 a missing or broken environment, 4 a measurement that failed,
-    130 interrupted, 1 anything else (a bug; --debug shows its traceback).
+    2 bad input, 3 a missing or broken environment (stdout that cannot be written included), 4 a measurement
+    that failed, 130 interrupted, 141 stdout's reader gone (nothing said, as a command killed by SIGPIPE),
+    1 anything else (a bug; --debug shows its traceback).
     The parser's errors are typer's public exception classes (typer.Exit, typer.Abort and
     typer.TyperException, the base of the click exceptions typer vendors).
     """
+    stdout = sys.stdout
+    sys.stdout = _Stdout(stdout)  # type: ignore[assignment]
+    try:
+        _main()
+    finally:
+        sys.stdout = stdout
+
+
+def _main() -> None:
     global _debug
     _debug = os.environ.get("CKPLAN_DEBUG", "") not in ("", "0")
     # ckplan's models are its own; a pydantic plugin has nothing to observe in them, and looking for plugins
@@ -131,6 +166,9 @@ def main() -> None:
     os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "1")
     try:
         result = app(standalone_mode=False)
+        sys.stdout.flush()  # here, not at exit: a full disk or a closed pipe is found while it can still be said
+    except OutputLost as exc:
+        _output_lost(exc)
     except InputError as exc:
         from ckplan.cli.options import flag_names
 
@@ -157,6 +195,18 @@ def main() -> None:
         )
         sys.exit(1)
     _exit(result if isinstance(result, int) else 0)
+
+
+def _output_lost(exc: OutputLost) -> None:
+    """Stdout failed: its unwritten output is dropped (stdout goes to /dev/null, so that the flush at exit does not
+    fail again); a closed pipe ends quietly with 141, as `head` expects of the command before it; anything else
+    (ENOSPC, EIO) is the environment's, 3."""
+    # a stream with no file descriptor (a test's capture) has nothing to flush at exit
+    with contextlib.suppress(OSError, ValueError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    if exc.errno == errno.EPIPE:
+        sys.exit(141)
+    _fail(f"cannot write the output to stdout: {exc}", 3)
 
 
 def _exit(code: int) -> None:

@@ -51,9 +51,11 @@ def load_plan(path: Path) -> CheckpointPlan:
 
 
 def output_file(path: Path | None, flag: str) -> None:
-    """Refuse an output file that is a directory before the work whose result it would hold."""
-    if path is not None and path.is_dir():
-        raise InputError(f"{flag} {path} is a directory; give a file name")
+    """Refuse an output file ckplan cannot write before the work whose result it would hold (ckplan.outputs)."""
+    if path is not None:
+        from ckplan.outputs import check_output_file
+
+        check_output_file(path, flag)
 
 
 def preset(quick: bool, thorough: bool) -> str:

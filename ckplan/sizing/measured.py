@@ -292,7 +292,8 @@ def _one_save(seen: list[_Seen], source: str) -> None:
             f"‹from_dir› {source} holds more than one save ({steps[first]} and {steps[second]}): "
             "give the directory of one checkpoint"
         )
-    numbered: dict[tuple, str] = {}  # a writer's file by the numbers in its name, which 01 and 1 both give
+    # a writer's file by the numbers in its name, which 01 and 1 both give
+    numbered: dict[tuple[str, str, tuple[int, ...]], str] = {}
     for f in seen:
         p = PurePosixPath(f.path)
         if f.rule in ("ds_zero", "ds_mp", "ds_layer", "ds_expert", "megatron"):

@@ -58,9 +58,11 @@ def report(
 ) -> None:
     """Write a capacity-review report (Markdown, HTML, PNG charts) for a plan on a storage target."""
     from ckplan import catalog, profile_store
+    from ckplan.outputs import check_output_dir
     from ckplan.planning.recommend import recommend as run
     from ckplan.report import write_report
 
+    check_output_dir(out, "--out")
     plan = spec.plan()
     profile = profile_store.resolve(storage)
     emit(write_report(plan, profile, run(plan, profile, policy, catalog.planning_data()), out), json)

@@ -107,6 +107,10 @@ def probe(
     o.output_file(out, "--out")
     if emit_jobs is not None and path.startswith("s3:"):
         raise InputError("--emit-jobs writes fio job files; the S3 probe runs ckplan's own client, not fio")
+    if emit_jobs is not None:
+        from ckplan.outputs import check_output_dir
+
+        check_output_dir(emit_jobs, "--emit-jobs")
     chosen = o.preset(quick, thorough)
     check_scale(scale, "--scale")
     from ckplan.probe.base import S3Options, TargetSpec
