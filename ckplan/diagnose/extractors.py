@@ -25,13 +25,19 @@ reads a log and feeds its lines to the extractors.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import math
 import re
+import signal
+import sys
+import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 from ckplan.errors import InputError
+from ckplan.units import MAX_DURATION_S
 
 TIMESTAMP = re.compile(r"(\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:[,.]\d+)?)")
 # Finds, in the undecoded bytes, every line in which TIMESTAMP matches once decoded, and perhaps more:
@@ -49,6 +55,18 @@ class Save:
     at: float | None  # when the save ended, epoch seconds, if the log has timestamps
     label: str  # step, iteration or path
     source: str  # which pattern found it
+
+    def __post_init__(self) -> None:
+        """A save lasts 0 to 10 years (the README's bound on durations), and not a subnormal time: past that the
+        log's figure is a misread, and the fit's squares overflow."""
+        if 0 <= self.seconds <= MAX_DURATION_S and not 0 < self.seconds < sys.float_info.min:
+            return
+        who = "‹pattern›'s" if self.source == "custom" else f"the {self.source} log's"
+        why = " (it ends before it starts)" if self.seconds < 0 else " (a subnormal number)" if self.seconds < 1 else ""
+        raise InputError(
+            f"{who} save {self.label!r} lasts {self.seconds:g} s{why}: a save takes 0 to 10 years, so this is not "
+            "a save's time"
+        )
 
 
 def parse_time(text: str) -> float:
@@ -213,6 +231,13 @@ class Lightning(Extractor):
         return TIMESTAMP_BYTES if self.path else None  # the next timestamped line ends the save
 
 
+# A user's pattern may backtrack for ever on one line ((a+)+$ on a long run of a's, .*.*.*= on a long line). A repeat
+# inside a repeat is refused when the pattern is read (nested_repeat); anything else gets LINE_BUDGET_S per line,
+# and a second more per 10 MB of it, after which diagnose stops with one line (Custom.watchdog).
+LINE_BUDGET_S = 1.0
+BUDGET_S_PER_CHARACTER = 1e-7
+
+
 class Custom(Extractor):
     name = "custom"
 
@@ -226,11 +251,46 @@ class Custom(Extractor):
             raise InputError(
                 "‹pattern› needs a named group (?P<duration>…) in seconds, or (?P<start>…) and (?P<end>…) timestamps"
             )
+        if nested := nested_repeat(pattern):
+            raise InputError(
+                f"‹pattern› repeats a repeat ({nested}), which can backtrack for ever on one line: make the inner "
+                "repeat possessive (++, *+) or the group atomic ((?>…)), or drop one of the two"
+            )
         self.needles = required_literals(pattern)
         self.n = 0
+        self.deadline = math.inf  # when the search of the present line has run out of time
+        self.line = ""
+
+    @contextlib.contextmanager
+    def watchdog(self) -> Iterator[None]:
+        """Meanwhile, a search that runs past its line's budget stops with one line: a timer signal every 0.1 s
+        looks at the clock (CPython's regex engine lets a signal handler run inside a search). Only the main
+        thread receives signals, so a library caller in another thread gets no budget."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+
+        def check(signum: int, frame: object) -> None:
+            if time.monotonic() > self.deadline:
+                self.deadline = math.inf
+                raise InputError(
+                    f"‹pattern› ran for over {LINE_BUDGET_S + len(self.line) * BUDGET_S_PER_CHARACTER:.1f} s on one "
+                    f"line of {len(self.line):,} characters ({self.line[:40]!r}…): it backtracks; anchor it or make "
+                    "its repeats possessive (++, *+)"
+                )
+
+        previous = signal.signal(signal.SIGALRM, check)
+        signal.setitimer(signal.ITIMER_REAL, 0.1, 0.1)
+        try:
+            yield
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
 
     def feed(self, line):
+        self.line, self.deadline = line, time.monotonic() + LINE_BUDGET_S + len(line) * BUDGET_S_PER_CHARACTER
         m = self.regex.search(line)
+        self.deadline = math.inf
         if not m:
             return
         self.n += 1
@@ -240,6 +300,45 @@ class Custom(Extractor):
         else:
             start, end = parse_time(m.group("start")), parse_time(m.group("end"))
             yield Save(end - start, end, f"save {self.n}", self.name)
+
+
+def nested_repeat(pattern: str) -> str | None:
+    """The pattern (shortened, for a message) if it has a repeat of a variable count (+, *, {m,n}) inside another;
+    None if not, or where the parser is not the one this was written against. A possessive repeat or an atomic
+    group gives back nothing once matched, so what it holds does not count."""
+    try:
+        from re import _constants as c  # type: ignore[attr-defined]  # CPython's own regex parser, as below
+        from re import _parser  # type: ignore[attr-defined]
+
+        def varies(av) -> bool:
+            return av[1] > 1 and av[1] != av[0]
+
+        def inner(op, av) -> list:
+            """The item lists inside one item that is not a repeat (possessive repeats and atomic groups: none)."""
+            if op is c.SUBPATTERN:
+                return [av[3]]
+            if op is c.BRANCH:
+                return av[1]
+            if op in (c.ASSERT, c.ASSERT_NOT):
+                return [av[1]]
+            if op is c.GROUPREF_EXISTS:
+                return [part for part in av[1:] if part]
+            return []
+
+        def walk(items, inside: bool) -> bool:
+            for op, av in items:
+                if op in (c.MAX_REPEAT, c.MIN_REPEAT):
+                    if inside and varies(av) or walk(av[2], inside or varies(av)):
+                        return True
+                elif any(walk(part, inside) for part in inner(op, av)):
+                    return True
+            return False
+
+        if not walk(_parser.parse(pattern), False):
+            return None
+    except Exception:  # as required_literals: a parser of another shape refuses nothing; the time budget stays
+        return None
+    return pattern if len(pattern) <= 60 else pattern[:57] + "…"
 
 
 def required_literals(pattern: str) -> tuple[bytes, ...]:

@@ -19,6 +19,7 @@ tried on every line (correct, and as slow as before).
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import BinaryIO
 
@@ -143,13 +144,14 @@ class _Reader:
 def extract(paths: list[Path], pattern: str | None = None, block: int = BLOCK) -> tuple[list[Save], int]:
     """Every save in the logs, in order, and the bytes read. Memory stays bounded by the number of saves
     (and one block, or the longest line if it is longer)."""
-    extractors: list[Extractor] = [Custom(pattern)] if pattern else [cls() for cls in LOG_EXTRACTORS]
+    custom = Custom(pattern) if pattern else None
+    extractors: list[Extractor] = [custom] if custom else [cls() for cls in LOG_EXTRACTORS]
     reader = _Reader(extractors)
     read = 0
     for path in paths:
         check_regular_file(path, "log")  # logs are streamed, so any size goes, but a FIFO or device must not
         try:
-            with open(path, "rb", buffering=0) as f:
+            with open(path, "rb", buffering=0) as f, custom.watchdog() if custom else contextlib.nullcontext():
                 read += reader.read(f, block)
         except OSError as exc:
             raise InputError(f"cannot read log {path}: {exc.strerror}") from None
