@@ -149,7 +149,7 @@ class Calibration(Model):
     torch_version: str
     safetensors_version: str | None = None
     host: str
-    duration_s: float
+    duration_s: Seconds
 
 
 class JobFile(Model):

@@ -884,3 +884,424 @@ def test_malformed_json_files_property(run, inputs, tmp_path_factory, which, pat
     assert code in (0, 2), err
     if code:
         _check(code, out, err, 2)
+
+
+# Inputs at the edges of what a number, a file or the environment can be: each refused where it enters, in one
+# line naming the flag, field or file, before any work; the fragment is what the line must contain.
+_PROFILE_EDITS = {  # name → (the edit of a profile holding every optional part, the field the refusal names)
+    "files0": (lambda p: p["small_files"].update(files_per_s=0), "small_files.files_per_s"),
+    "ops0": (lambda p: p["small_files"].update(ops_per_s=0), "small_files.ops_per_s"),
+    "files-subnormal": (lambda p: p["small_files"].update(files_per_s=1e-320), "small_files.files_per_s"),
+    "aggregate-files0": (lambda p: p.update(aggregate_files_per_s=0), "aggregate_files_per_s"),
+    "replay-seconds0": (lambda p: p["replay"].update(seconds=0), "replay.seconds"),
+    "replay-seconds-subnormal": (lambda p: p["replay"].update(seconds=1e-320), "replay.seconds"),
+    "replay-full0": (lambda p: p["replay"].update(full_scale_seconds=0), "replay.full_scale_seconds"),
+    "replay-scale0": (lambda p: p["replay"].update(scale=0), "replay.scale"),
+    "replay-fixed-negative": (lambda p: p["replay"].update(fixed_seconds=-1), "replay.fixed_seconds"),
+    "read-replay-seconds0": (lambda p: p["read_replay"].update(seconds=0), "read_replay.seconds"),
+    "read-replay-full0": (lambda p: p["read_replay"].update(full_scale_seconds=0), "read_replay.full_scale_seconds"),
+    "calibration-rate0": (
+        lambda p: p["calibration"]["serialize_bytes_per_s"].update({"torch.save": 0}),
+        "calibration.serialize_bytes_per_s.torch.save",
+    ),
+    "calibration-rate-subnormal": (
+        lambda p: p["calibration"]["serialize_bytes_per_s"].update({"dcp": 1e-320}),
+        "calibration.serialize_bytes_per_s.dcp",
+    ),
+    "calibration-read-rate0": (
+        lambda p: p["calibration"]["deserialize_bytes_per_s"].update({"torch.save": 0}),
+        "calibration.deserialize_bytes_per_s.torch.save",
+    ),
+    "calibration-dcp-negative": (
+        lambda p: p["calibration"].update(dcp_fixed_seconds=-0.01),
+        "calibration.dcp_fixed_seconds",
+    ),
+    "fsync-negative": (lambda p: p["fsync_latency"].update(p50_s=-1e-3), "fsync_latency.p50_s"),
+    "fsync-subnormal": (lambda p: p["fsync_latency"].update(p50_s=1e-320), "fsync_latency.p50_s"),
+    "sync-write-negative": (
+        lambda p: p.update(sync_write_latency={"p50_s": -1, "p99_s": -1, "p999_s": -1}),
+        "sync_write_latency.p50_s",
+    ),
+    "bandwidth0": (lambda p: p["buffered_bandwidth"][0].update(bytes_per_s=0), "buffered_bandwidth.0.bytes_per_s"),
+    "bandwidth-subnormal": (
+        lambda p: p["buffered_bandwidth"][0].update(bytes_per_s=1e-320),
+        "buffered_bandwidth.0.bytes_per_s",
+    ),
+    "spread-subnormal": (
+        lambda p: p["buffered_bandwidth"][0].update(spread={"median": 1e-320, "min": 1e-320, "max": 1e-320}),
+        "buffered_bandwidth.0.spread.median",
+    ),
+    "best-write0": (lambda p: p.update(best_write_bytes_per_s=0), "best_write_bytes_per_s"),
+    "page-cache0": (lambda p: p.update(page_cache_write={"writers": 1, "bytes_per_s": 0}), "page_cache_write"),
+    "direct0": (lambda p: p.update(direct_bandwidth=[{"writers": 1, "bytes_per_s": 0}]), "direct_bandwidth.0"),
+    "read-bandwidth0": (lambda p: p.update(read_bandwidth=[{"writers": 1, "bytes_per_s": 0}]), "read_bandwidth.0"),
+    "limit-subnormal": (lambda p: p.update(aggregate_limit_bytes_per_s=1e-320), "aggregate_limit_bytes_per_s"),
+    "measured-negative": (lambda p: p["measurement"].update(duration_s=-5), "measurement.duration_s"),
+}
+
+
+def _full_profile() -> dict:
+    """The nfs class with every optional part a probe can add: a replay, a read replay, a calibration."""
+    from ckplan import catalog
+
+    profile = json.loads(catalog.storage_classes()["nfs"].model_dump_json())
+    replay = {"seconds": 2.0, "bytes": 10**9, "files": 4, "scale": 0.5, "plan_fingerprint": "0" * 16}
+    profile["replay"] = {**replay, "writers": 2, "full_scale_seconds": 4.0}
+    profile["read_replay"] = {**replay, "readers": 2, "full_scale_seconds": 4.0}
+    profile["calibration"] = {
+        "serialize_bytes_per_s": {"torch.save": 1e9, "safetensors": 1e9, "dcp": 1e9},
+        "deserialize_bytes_per_s": {"torch.save": 2e9},
+        "sample_bytes": 10**8,
+        "tensor_bytes": 10**6,
+        "dcp_fixed_seconds": 0.01,
+        "dcp_ranks": 2,
+        "torch_version": "2",
+        "host": "h",
+        "duration_s": 3.0,
+    }
+    return profile
+
+
+def _zero_bytes_plan(keep: int) -> dict:
+    """A 16-GPU plan whose files hold 0 bytes but the first `keep`, its totals made to agree (a consistent plan)."""
+    from ckplan import catalog
+    from ckplan.sizing.plan import build_plan, manifest_fields
+
+    plan = build_plan(arch=catalog.model("llama-3.1-8b"), model_name="llama-3.1-8b", gpus=16)
+    manifest = [f.model_copy(update={"bytes": f.bytes if i < keep else 0}) for i, f in enumerate(plan.manifest)]
+    doc = json.loads(plan.model_copy(update=manifest_fields(manifest, plan.operations.renames)).model_dump_json())
+    doc["small_file_bytes"] = doc["total_bytes"] - doc["state_bytes"]
+    return doc
+
+
+@pytest.fixture(scope="module")
+def edges(inputs, tmp_path_factory) -> dict[str, str]:
+    """The files of `inputs` and the edge cases': profiles, plans, checkpoint directories and logs."""
+    from ckplan import catalog
+    from ckplan.sizing.plan import build_plan, interval_demand
+
+    d = tmp_path_factory.mktemp("edges")
+    files = dict(inputs)
+
+    def put(name: str, data: bytes | str) -> str:
+        path = d / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data if isinstance(data, bytes) else data.encode())
+        files[name] = str(path)
+        return str(path)
+
+    full = _full_profile()
+    put("profile_full.json", json.dumps(full))
+    for name, (edit, _) in _PROFILE_EDITS.items():
+        doc = json.loads(json.dumps(full))
+        edit(doc)
+        put(f"profile_{name}.json", json.dumps(doc))
+    # 1e400 is valid JSON, and a float reads it as infinity
+    put("profile_calibration-duration-inf.json", json.dumps(full).replace('"duration_s": 3.0', '"duration_s": 1e400'))
+
+    plan = build_plan(arch=catalog.model("llama-3.1-8b"), model_name="llama-3.1-8b")
+    with_interval = json.loads(plan.model_copy(update={"interval": interval_demand(plan, 300, 0.05)}).model_dump_json())
+    for name, edit in {
+        "interval-subnormal": lambda p: p["interval"].update(interval_s=1e-320),
+        "interval-overhead0": lambda p: p["interval"].update(max_overhead=0),
+        "interval-budget-subnormal": lambda p: p["interval"].update(stall_budget_s=1e-320),
+        "bpp-subnormal": lambda p: p.update(bytes_per_parameter=1e-320),
+        "node-bytes0": lambda p: p["nodes"][0].update(bytes=0),
+    }.items():
+        doc = json.loads(json.dumps(with_interval))
+        edit(doc)
+        put(f"plan_{name}.json", json.dumps(doc))
+    put("plan_allzero.json", json.dumps(_zero_bytes_plan(0)))
+    put("plan_onefile.json", json.dumps(_zero_bytes_plan(1)))  # valid: one file holds bytes, the rest none
+
+    # checkpoint directories whose files hold nothing, or whose names are numbered no framework's way
+    for name, paths, size in (
+        (
+            "allzero",
+            ["global_step1/zero_pp_rank_0_mp_rank_00_optim_states.pt", "global_step1/mp_rank_00_model_states.pt"],
+            0,
+        ),
+        ("onezero", ["checkpoint-1/model.safetensors"], 0),
+        ("dcpzero", ["step-1/__0_0.distcp", "step-1/__1_0.distcp", "step-1/.metadata"], 0),
+        ("rank-ds", ["global_step1/zero_pp_rank_99999999999999999999_mp_rank_00_optim_states.pt"], 5),
+        ("rank-dcp", ["step-1/__999999999999_0.distcp", "step-1/.metadata"], 5),
+        ("rank-rng", ["checkpoint-1/rng_state_99999999999999999999.pth", "checkpoint-1/trainer_state.json"], 5),
+        ("rank-megatron", ["iter_0000001/mp_rank_99999999_999/model_optim_rng.pt"], 5),
+        ("rank-mp", ["global_step1/mp_rank_99999999_model_states.pt"], 5),
+        ("world", ["global_step1/zero_pp_rank_1048575_mp_rank_1048575_optim_states.pt"], 5),
+        ("dup-dcp", ["step-1/__01_0.distcp", "step-1/__1_0.distcp", "step-1/__0_0.distcp", "step-1/.metadata"], 5),
+        (
+            "dup-rng",
+            ["checkpoint-1/rng_state.pth", "checkpoint-1/rng_state_0.pth", "checkpoint-1/trainer_state.json"],
+            5,
+        ),
+        (
+            "dup-ds",
+            [
+                "global_step1/zero_pp_rank_0_mp_rank_00_optim_states.pt",
+                "global_step1/zero_pp_rank_00_mp_rank_00_optim_states.pt",
+            ],
+            5,
+        ),
+    ):
+        for path in paths:
+            put(f"from_{name}/{path}", b"x" * size)
+        files[f"from_{name}"] = str(d / f"from_{name}")
+
+    stamp = "[rank0]:2025-04-01 00:20:16,730 - root - INFO - "
+    put("log_torchtitan_1e308.log", f"{stamp}Finished saving the checkpoint in 1{'0' * 308} seconds.\n" * 3)
+    put(
+        "log_megatron_huge.log",
+        "successfully saved checkpoint from iteration 10 to /ckpt\nsave-checkpoint ......: (1.0, 1e17)\n".replace(
+            "1e17", "1" + "0" * 17
+        )
+        * 3,
+    )
+    put("log_took.log", "save took 1e-320s\nsave took 3s\nsave took -5s\nsave took 4s\n")
+    put("log_negative.log", "save took -5s\nsave took 3s\nsave took 4s\n")
+    put(
+        "log_span.log",
+        "save 0001-01-01 00:00:00 to 9999-01-01 00:00:00\nsave 2025-01-01 00:00:00 to 2025-01-01 00:00:05\n",
+    )
+    put(
+        "log_reversed.log",
+        "save 2025-01-01 00:10:00 to 2025-01-01 00:00:00\nsave 2025-01-01 00:10:00 to 2025-01-01 00:10:05\n",
+    )
+    put("log_backtrack.log", "took " + "a" * 40 + "!\ntook 3s\n")
+    files["nodir"] = str(d / "no-such-dir" / "out.json")
+    files["under_file"] = inputs["plan.json"] + "/out.json"
+    files["long"] = str(d / ("x" * 300 + ".json"))
+    return files
+
+
+_SPAN = r"save (?P<start>\S+ \S+) to (?P<end>\S+ \S+)"
+_TOOK = r"took (?P<duration>[-0-9.e]+)s"
+
+EDGE_CASES = [
+    # floats at the edges: subnormal, underflowing to 0, or below the least figure a flag takes
+    ("size-interval-subnormal", ["size", "--interval", "1e-320s"], "--interval is subnormal"),
+    ("size-interval-underflow", ["size", "--interval", "1e-400s"], "--interval is too close to zero"),
+    ("size-interval-below-1us", ["size", "--interval", "1e-300s"], "--interval must be at least 1 µs"),
+    ("size-interval-ms-subnormal", ["size", "--interval", "1e-318ms"], "--interval is subnormal"),
+    ("size-overhead-subnormal", ["size", "--interval", "5m", "--max-overhead", "1e-320"], "--max-overhead must lie"),
+    ("size-overhead-tiny", ["size", "--interval", "5m", "--max-overhead", "1e-300"], "--max-overhead must lie"),
+    ("size-overhead-percent-underflow", ["size", "--max-overhead", "1e-400%"], "--max-overhead is too close to zero"),
+    ("size-params-subnormal", ["size", "--params", "1e-320"], "--params is subnormal"),
+    ("recommend-iteration-subnormal", ["recommend", "--iteration-time", "1e-320s"], "--iteration-time is subnormal"),
+    ("recommend-iteration-below-1us", ["recommend", "--iteration-time", "1e-9s"], "--iteration-time must be at least"),
+    ("recommend-mtbf-picohours", ["recommend", "--mtbf", "1e-12h"], "--mtbf must be at least 1.0 s"),
+    ("recommend-mtbf-half-second", ["recommend", "--mtbf", "0.5s"], "--mtbf must be at least 1.0 s"),
+    ("recommend-mtbf-subnormal", ["recommend", "--mtbf", "1e-320h"], "--mtbf is subnormal"),
+    ("recommend-restart-subnormal", ["recommend", "--restart", "1e-320s"], "--restart is subnormal"),
+    ("recommend-restart-underflow", ["recommend", "--restart", "1e-400s"], "--restart is too close to zero"),
+    ("recommend-restart-below-1us", ["recommend", "--restart", "1e-9s"], "--restart must be at least 1 µs (or 0)"),
+    ("recommend-max-loss-subnormal", ["recommend", "--max-loss", "1e-310h"], "--max-loss must be at least 1 µs"),
+    ("recommend-save-time-subnormal", ["recommend", "--save-time", "1e-320s"], "--save-time is subnormal"),
+    (
+        "recommend-stall-subnormal",
+        ["recommend", "--mode", "async", "--stall-time", "5e-324s"],
+        "--stall-time is subnormal",
+    ),
+    (
+        "recommend-node-rate-subnormal",
+        ["recommend", "--node-failure-rate", "1e-320"],
+        "--node-failure-rate is subnormal",
+    ),
+    ("recommend-job-rate-subnormal", ["recommend", "--job-failure-rate", "5e-324"], "--job-failure-rate is subnormal"),
+    ("recommend-changed-subnormal", ["recommend", "--changed-fraction", "1e-320"], "--changed-fraction must lie"),
+    (
+        "recommend-snapshot-subnormal",
+        ["recommend", "--snapshot-bandwidth", "1e-320GB/s"],
+        "--snapshot-bandwidth is subnormal",
+    ),
+    ("recommend-host-memory-subnormal", ["recommend", "--host-memory", "1e-320"], "--host-memory is subnormal"),
+    ("recommend-local-disk-underflow", ["recommend", "--local-disk", "1e-400TB"], "--local-disk is too close to zero"),
+    (
+        "recommend-aggregate-subnormal",
+        ["recommend", "--aggregate-limit", "1e-320GB/s"],
+        "--aggregate-limit is subnormal",
+    ),
+    (
+        "recommend-serializer-subnormal",
+        ["recommend", "--serialize-bandwidth", "torch.save=1e-320GB/s"],
+        "--serialize-bandwidth is subnormal",
+    ),
+    ("report-mtbf-picohours", ["report", "--storage", "nfs", "--mtbf", "1e-12h"], "--mtbf must be at least 1.0 s"),
+    ("provision-mtbf-picohours", ["provision", "--gpus", "8", "--mtbf", "1e-12h"], "--mtbf must be at least 1.0 s"),
+    (
+        "provision-goodput-subnormal",
+        ["provision", "--gpus", "8", "--target-goodput", "1e-320"],
+        "--target-goodput must lie",
+    ),
+    ("probe-scale-subnormal", ["probe", "@target", "--scale", "1e-320"], "--scale is subnormal"),
+    ("probe-scale-tiny", ["probe", "@target", "--scale", "1e-9"], "--scale must be ≥"),
+    ("probe-max-bytes-subnormal", ["probe", "@target", "--max-bytes", "1e-320GB"], "--max-bytes is subnormal"),
+    (
+        "probe-agent-wait-subnormal",
+        ["probe", "@target", "--hosts", "127.0.0.1", "--agent-wait", "1e-320s"],
+        "--agent-wait is subnormal",
+    ),
+    ("probe-timeout-underflow", ["probe", "s3://bucket/x", "--timeout", "1e-400s"], "--timeout is too close to zero"),
+    ("probe-part-size-underflow", ["probe", "s3://bucket/x", "--part-size", "1e-400MiB"], "--part-size is too close"),
+    (
+        "validate-scale-subnormal",
+        ["validate", "@target", "--plan", "@plan.json", "--storage", "nfs", "--scale", "1e-320"],
+        "--scale is subnormal",
+    ),
+    ("watch-interval-subnormal", ["watch", "--interval", "1e-320s", "--duration", "1s"], "--interval is subnormal"),
+    ("watch-duration-below-1us", ["watch", "--duration", "1e-300s"], "--duration must be at least 1 µs"),
+    ("diagnose-interval-subnormal", ["diagnose", str(LOG), "--interval", "1e-320s"], "--interval is subnormal"),
+    # zeros and subnormals inside a hand-edited profile, refused at load naming the field
+    *[
+        (f"recommend-storage-{name}", ["recommend", "--storage", f"@profile_{name}.json"], field)
+        for name, (_, field) in _PROFILE_EDITS.items()
+    ],
+    (
+        "report-storage-files0",
+        ["report", "--storage", "@profile_files0.json"],
+        "small_files.files_per_s",
+    ),
+    (
+        "diagnose-storage-replay-seconds0",
+        ["diagnose", str(LOG), "--plan", "@plan.json", "--storage", "@profile_replay-seconds0.json"],
+        "replay.seconds",
+    ),
+    (
+        "validate-storage-calibration-rate0",
+        ["validate", "@target", "--plan", "@plan.json", "--storage", "@profile_calibration-rate0.json"],
+        "calibration.serialize_bytes_per_s",
+    ),
+    (
+        "provision-storage-fsync-negative",
+        ["provision", "--gpus", "8", "--storage", "@profile_fsync-negative.json"],
+        "fsync_latency.p50_s",
+    ),
+    # plans whose bytes are zero, or whose demand figures are subnormal
+    ("recommend-plan-allzero", ["recommend", "--plan", "@plan_allzero.json"], "hold 0 bytes"),
+    ("recommend-plan-node-bytes0", ["recommend", "--plan", "@plan_node-bytes0.json"], "nodes.0.bytes is 0"),
+    (
+        "recommend-storage-calibration-duration-inf",
+        ["recommend", "--storage", "@profile_calibration-duration-inf.json"],
+        "calibration.duration_s",
+    ),
+    ("recommend-plan-bpp-subnormal", ["recommend", "--plan", "@plan_bpp-subnormal.json"], "bytes_per_parameter"),
+    (
+        "recommend-plan-interval-subnormal",
+        ["recommend", "--plan", "@plan_interval-subnormal.json"],
+        "interval.interval_s",
+    ),
+    ("recommend-plan-overhead0", ["recommend", "--plan", "@plan_interval-overhead0.json"], "interval.max_overhead"),
+    (
+        "recommend-plan-budget-subnormal",
+        ["recommend", "--plan", "@plan_interval-budget-subnormal.json"],
+        "interval.stall_budget_s",
+    ),
+    ("report-plan-allzero", ["report", "--storage", "nfs", "--plan", "@plan_allzero.json"], "hold 0 bytes"),
+    (
+        "diagnose-plan-allzero",
+        ["diagnose", str(LOG), "--plan", "@plan_allzero.json", "--storage", "nfs"],
+        "hold 0 bytes",
+    ),
+    (
+        "validate-plan-allzero",
+        ["validate", "@target", "--plan", "@plan_allzero.json", "--storage", "nfs"],
+        "hold 0 bytes",
+    ),
+    ("probe-plan-allzero", ["probe", "@target", "--plan", "@plan_allzero.json"], "hold 0 bytes"),
+    # size --from: files holding nothing, ranks past any world, one writer's file numbered twice
+    ("size-from-allzero", ["size", "--from", "@from_allzero"], "hold 0 bytes"),
+    ("size-from-onezero", ["size", "--from", "@from_onezero"], "hold 0 bytes"),
+    ("size-from-dcpzero", ["size", "--from", "@from_dcpzero"], "hold 0 bytes"),
+    ("recommend-from-allzero", ["recommend", "--from", "@from_allzero"], "hold 0 bytes"),
+    ("size-from-rank-ds", ["size", "--from", "@from_rank-ds"], "more than the 1,048,576 GPUs"),
+    ("size-from-rank-dcp", ["size", "--from", "@from_rank-dcp"], "more than the 1,048,576 GPUs"),
+    ("size-from-rank-rng", ["size", "--from", "@from_rank-rng"], "more than the 1,048,576 GPUs"),
+    ("size-from-rank-megatron", ["size", "--from", "@from_rank-megatron"], "more than the 1,048,576 GPUs"),
+    ("size-from-rank-mp", ["size", "--from", "@from_rank-mp"], "more than the 1,048,576 GPUs"),
+    ("size-from-world", ["size", "--from", "@from_world"], "1,099,511,627,776 ranks"),
+    ("size-from-dup-dcp", ["size", "--from", "@from_dup-dcp"], "number the same writer's file twice"),
+    ("size-from-dup-rng", ["size", "--from", "@from_dup-rng"], "number the same writer's file twice"),
+    ("size-from-dup-ds", ["size", "--from", "@from_dup-ds"], "number the same writer's file twice"),
+    # logs: save times past any save's, subnormal or negative
+    ("diagnose-torchtitan-1e308", ["diagnose", "@log_torchtitan_1e308.log"], "lasts 1e+308 s"),
+    ("diagnose-megatron-huge", ["diagnose", "@log_megatron_huge.log"], "megatron log's save"),
+    ("diagnose-pattern-subnormal", ["diagnose", "@log_took.log", "--pattern", _TOOK], "(a subnormal number)"),
+    ("diagnose-pattern-negative", ["diagnose", "@log_negative.log", "--pattern", _TOOK], "ends before it starts"),
+    ("diagnose-pattern-span", ["diagnose", "@log_span.log", "--pattern", _SPAN], "lasts 3.15"),
+    ("diagnose-pattern-reversed", ["diagnose", "@log_reversed.log", "--pattern", _SPAN], "ends before it starts"),
+    # patterns that backtrack: a repeat in a repeat refused when read, anything else stopped by the line budget
+    (
+        "diagnose-pattern-nested-plus",
+        ["diagnose", str(LOG), "--pattern", r"in (?P<duration>(\d+)+)"],
+        "repeats a repeat",
+    ),
+    (
+        "diagnose-pattern-nested-star",
+        ["diagnose", str(LOG), "--pattern", r"(?P<duration>(\d*)*) s"],
+        "repeats a repeat",
+    ),
+    (
+        "diagnose-pattern-nested-optional",
+        ["diagnose", str(LOG), "--pattern", r"in (?P<duration>(?:\d+\.?)+) seconds"],
+        "repeats a repeat",
+    ),
+    (
+        "diagnose-pattern-nested-bounded",
+        ["diagnose", str(LOG), "--pattern", r"in (?P<duration>(?:[0-9.]{1,3}){1,9}) s"],
+        "repeats a repeat",
+    ),
+    (
+        "diagnose-pattern-nested-branch",
+        ["diagnose", str(LOG), "--pattern", r"in (?P<duration>(?:x|\d+)+)"],
+        "repeats a repeat",
+    ),
+    (
+        "diagnose-pattern-nested-lookahead",
+        ["diagnose", str(LOG), "--pattern", r"(?=(?:a+)+)in (?P<duration>\d+)"],
+        "repeats a repeat",
+    ),
+    (
+        "diagnose-pattern-nested-timestamps",
+        ["diagnose", str(LOG), "--pattern", r"(?P<start>(?:\S+\s?)+) to (?P<end>\S+)"],
+        "repeats a repeat",
+    ),
+    (
+        "diagnose-pattern-budget",
+        ["diagnose", "@log_backtrack.log", "--pattern", r"took (?P<duration>(?:a|a)+)$"],
+        "ran for over 1.0 s on one line",
+    ),
+    # output paths refused before the work: kernel file systems, missing or file parents, over-long names
+    ("probe-out-proc-new", ["probe", "@target", "--out", "/proc/ckplan-profile.json"], "is on a proc file system"),
+    ("probe-out-proc-existing", ["probe", "@target", "--out", "/proc/version"], "is on a proc file system"),
+    ("probe-out-sys", ["probe", "@target", "--out", "/sys/ckplan-profile.json"], "is on a sysfs file system"),
+    ("probe-out-no-parent", ["probe", "@target", "--out", "@nodir"], "cannot write --out"),
+    ("probe-out-parent-file", ["probe", "@target", "--out", "@under_file"], "Not a directory"),
+    ("probe-out-too-long", ["probe", "@target", "--out", "@long"], "File name too long"),
+    ("probe-out-socket", ["probe", "@target", "--out", "@socket"], "is a socket"),
+    ("probe-save-too-long", ["probe", "@target", "--save", "a" * 300], "--save is 300 bytes long"),
+    ("probe-save-too-long-utf8", ["probe", "@target", "--save", "é" * 126], "--save is 252 bytes long"),
+    ("probe-emit-jobs-proc", ["probe", "@target", "--emit-jobs", "/proc/ckplan-jobs"], "--emit-jobs /proc/ckplan-jobs"),
+    ("probe-emit-jobs-file", ["probe", "@target", "--emit-jobs", "@plan.json"], "is not a directory"),
+    ("calibrate-out-sys", ["calibrate", "--out", "/sys/ckplan-calibration.json"], "is on a sysfs file system"),
+    ("calibrate-out-proc-existing", ["calibrate", "--out", "/proc/version"], "is on a proc file system"),
+    ("calibrate-out-no-parent", ["calibrate", "--out", "@nodir"], "No such file or directory"),
+    ("report-out-file", ["report", "--storage", "nfs", "--out", "@plan.json"], "is not a directory"),
+    ("report-out-proc", ["report", "--storage", "nfs", "--out", "/proc/ckplan-report"], "is on a proc file system"),
+    ("provision-chart-proc", ["provision", "--gpus", "8", "--chart", "/proc/ckplan.png"], "--chart /proc/ckplan.png"),
+    ("provision-chart-no-parent", ["provision", "--gpus", "8", "--chart", "@nodir"], "cannot write --chart"),
+    ("watch-record-proc", ["watch", "--record", "/proc/ckplan.csv", "--duration", "1s"], "--record /proc/ckplan.csv"),
+    ("watch-record-socket", ["watch", "--record", "@socket", "--duration", "1s"], "is a socket"),
+]
+
+
+@pytest.mark.parametrize("argv,fragment", [pytest.param(a, f, id=i) for i, a, f in EDGE_CASES])
+def test_edge_input_is_refused_naming_it(run, edges, argv, fragment):
+    line = _check(*run(*_argv(argv, edges)), 2)
+    assert fragment in line, line
+
+
+def test_edge_cases_are_distinct_and_many():
+    assert len({i for i, _, _ in EDGE_CASES}) == len(EDGE_CASES)
+    assert len({tuple(a) for _, a, _ in EDGE_CASES}) == len(EDGE_CASES)
+    assert not {tuple(a) for _, a, _ in EDGE_CASES} & {tuple(a) for _, a, _ in CASES}
+    assert len(EDGE_CASES) >= 60

@@ -18,7 +18,7 @@ from pydantic import (
 
 from ckplan import __version__
 from ckplan.errors import InputError, did_you_mean
-from ckplan.schema import Fraction, Model, PositiveSeconds
+from ckplan.schema import Finite, Fraction, Model, PositiveSeconds
 from ckplan.sizing.architecture import Architecture, Tensor, parameter_count
 from ckplan.sizing.architecture import tensors as model_tensors
 from ckplan.sizing.layouts import LAYOUTS
@@ -49,7 +49,7 @@ MAX_MANIFEST_FILES = 2**19  # the shape_source of a plan read from a checkpoint 
 Count = Annotated[int, Field(ge=0)]
 Positive = Annotated[int, Field(ge=1)]
 Gpus = Annotated[int, Field(ge=1, le=MAX_GPUS)]
-Amount = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+Amount = Annotated[Finite, Field(ge=0)]
 
 
 class TrainingSetup(Model):
@@ -122,7 +122,7 @@ class Operations(Model):
 class IntervalDemand(Model):
     interval_s: PositiveSeconds
     max_overhead: Fraction
-    stall_budget_s: Annotated[float, Field(gt=0, allow_inf_nan=False)]  # at least 1 µs × 0.0001%: never 0
+    stall_budget_s: Annotated[Finite, Field(gt=0)]  # at least 1 µs × 0.0001%: never 0
     average_bandwidth_bytes_per_s: Amount
     burst_bandwidth_bytes_per_s: Amount
     burst_bandwidth_per_node_bytes_per_s: Amount  # the busiest node's share, within the stall budget
