@@ -68,14 +68,16 @@ def check_output_dir(path: Path, what: str) -> None:
     while not os.path.lexists(existing) and existing.parent != existing:
         existing = existing.parent
     if not existing.is_dir():
-        where = "" if existing == path else f" under {existing}"
-        raise InputError(f"{what} {path} cannot be a directory{where}: {existing} is not a directory")
+        if existing == path:
+            raise InputError(f"{what} {path} is not a directory: give a new directory, or one to write into")
+        raise InputError(f"cannot create the {what} directory {path}: {existing} is not a directory")
     try:
         with tempfile.TemporaryFile(dir=existing):
             pass
     except OSError as exc:
-        made = "write into" if existing == path else f"create it in {existing}"
-        raise InputError(f"{what} {path}: cannot {made}: {exc.strerror}") from None
+        if existing == path:
+            raise InputError(f"cannot write into the {what} directory {path}: {exc.strerror}") from None
+        raise InputError(f"cannot create the {what} directory {path} in {existing}: {exc.strerror}") from None
 
 
 def _check_file_system(path: Path, what: str) -> None:

@@ -33,7 +33,7 @@ def check_name(name: str) -> None:
         )
     from ckplan.outputs import check_output_dir
 
-    check_output_dir(saved_dir(), "‹save_name›: the profile directory")
+    check_output_dir(saved_dir(), "‹save_name› profile")
 
 
 def save(profile: StorageProfile, name: str) -> Path:

@@ -1376,8 +1376,8 @@ def test_config_home_that_is_a_file(run, edges, tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CONFIG_HOME", str(config))
     line = _check(*run("probe", edges["target"], "--save", "mine", "--json"), 2)
     assert line == (
-        f"ckplan: error: --save: the profile directory {config}/ckplan/profiles cannot be a directory under "
-        f"{config}: {config} is not a directory"
+        f"ckplan: error: cannot create the --save profile directory {config}/ckplan/profiles: {config} is not a "
+        "directory"
     ), line
     assert "unknown storage 'mine'" in _check(*run("recommend", "--storage", "mine", "--json"), 2)
     code, out, err = run("profiles", "--json")
