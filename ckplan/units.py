@@ -99,6 +99,17 @@ def _split(text: str, what: str) -> tuple[float, str]:
     return _value(match.group(1), text, what), match.group(2).lower()
 
 
+def parse_number(text: str, what: str) -> float:
+    """A plain number as typed: '2.46', '1e-3'; 'inf' and 'nan' are read, for check_range to refuse in its words."""
+    match = re.fullmatch(_NUMBER, str(text).strip())
+    if match:
+        return _value(match.group(1), text, what)
+    try:
+        return float(text)
+    except ValueError:
+        raise InputError(f"not a valid {what}: {text!r}") from None
+
+
 def _number(text: str | float, what: str, suffixes: Mapping[str, float], units: str) -> float:
     """A number with an optional unit suffix, scaled to the base unit."""
     if isinstance(text, (int, float)):

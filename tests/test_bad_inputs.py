@@ -1114,6 +1114,11 @@ EDGE_CASES = [
         "--node-failure-rate is subnormal",
     ),
     ("recommend-job-rate-subnormal", ["recommend", "--job-failure-rate", "5e-324"], "--job-failure-rate is subnormal"),
+    (
+        "recommend-node-rate-underflow",
+        ["recommend", "--node-failure-rate", "1e-400"],
+        "--node-failure-rate is too close to zero",
+    ),
     ("recommend-changed-subnormal", ["recommend", "--changed-fraction", "1e-320"], "--changed-fraction must lie"),
     (
         "recommend-snapshot-subnormal",

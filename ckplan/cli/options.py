@@ -333,13 +333,13 @@ def _policy_flags() -> list[PolicyFlag]:
         parse_bytes,
         parse_duration,
         parse_fraction,
+        parse_number,
         parse_rate,
     )
 
     def rate_check(maximum: float, limit: str) -> Callable[[Any, str], float]:
-        def check(value: float, flag: str) -> float:
-            check_range(value, flag, 0, maximum, limit=limit)
-            return value
+        def check(text: str, flag: str) -> float:
+            return check_range(parse_number(text, flag), flag, 0, maximum, text=text, limit=limit)
 
         return check
 
@@ -424,7 +424,7 @@ def _policy_flags() -> list[PolicyFlag]:
         flag(
             "node_failure_rate",
             "--node-failure-rate",
-            float,
+            str,
             "Interruptions per 1,000 node-days.",
             f"{p.DEFAULT_NODE_FAILURES_PER_1000_DAYS:g}",
             "Failures",
@@ -437,7 +437,7 @@ def _policy_flags() -> list[PolicyFlag]:
         flag(
             "job_failure_rate",
             "--job-failure-rate",
-            float,
+            str,
             "Job-level interruptions per day (software, network).",
             f"{p.DEFAULT_JOB_FAILURES_PER_DAY:g}",
             "Failures",
