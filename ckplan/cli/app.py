@@ -166,7 +166,6 @@ def _main() -> None:
     os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "1")
     try:
         result = app(standalone_mode=False)
-        sys.stdout.flush()  # here, not at exit: a full disk or a closed pipe is found while it can still be said
     except OutputLost as exc:
         _output_lost(exc)
     except InputError as exc:
@@ -179,6 +178,7 @@ def _main() -> None:
         print("ckplan: interrupted", file=sys.stderr)
         sys.exit(130)
     except typer.Exit as exc:
+        _flush()
         _exit(exc.exit_code)
     except typer.TyperException as exc:  # the parser's errors (click's, as typer vendors them)
         if len(sys.argv) <= 1:  # `ckplan` alone: the help was shown (no_args_is_help), not an error
@@ -194,7 +194,17 @@ def _main() -> None:
             file=sys.stderr,
         )
         sys.exit(1)
+    _flush()
     _exit(result if isinstance(result, int) else 0)
+
+
+def _flush() -> None:
+    """The output's last bytes, written now rather than at exit: a full disk or a closed pipe is found while it can
+    still be said."""
+    try:
+        sys.stdout.flush()
+    except OutputLost as exc:
+        _output_lost(exc)
 
 
 def _output_lost(exc: OutputLost) -> None:
