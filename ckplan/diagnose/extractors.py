@@ -62,7 +62,8 @@ class Save:
         if 0 <= self.seconds <= MAX_DURATION_S and not 0 < self.seconds < sys.float_info.min:
             return
         who = "‹pattern›'s" if self.source == "custom" else f"the {self.source} log's"
-        why = " (it ends before it starts)" if self.seconds < 0 else " (a subnormal number)" if self.seconds < 1 else ""
+        subnormal = 0 < self.seconds < sys.float_info.min
+        why = " (it ends before it starts)" if self.seconds < 0 else " (a subnormal number)" if subnormal else ""
         raise InputError(
             f"{who} save {self.label!r} lasts {self.seconds:g} s{why}: a save takes 0 to 10 years, so this is not "
             "a save's time"
@@ -231,7 +232,7 @@ class Lightning(Extractor):
         return TIMESTAMP_BYTES if self.path else None  # the next timestamped line ends the save
 
 
-# A user's pattern may backtrack for ever on one line ((a+)+$ on a long run of a's, .*.*.*= on a long line). A repeat
+# A user's pattern may backtrack for ever on one line ((a+)+$ on a long run of a's, (?:a|a)+$ too). A repeat
 # inside a repeat is refused when the pattern is read (nested_repeat); anything else gets LINE_BUDGET_S per line,
 # and a second more per 10 MB of it, after which diagnose stops with one line (Custom.watchdog).
 LINE_BUDGET_S = 1.0
