@@ -8,7 +8,12 @@ to every other is a guess, so the probe measures it here and stores it in the pr
   write into the page cache is what the probe's bandwidth curve measures, so a sink that keeps the bytes
   (BytesIO, tmpfs) would count that copy twice.
   - torch.save: `torch.save(state_dict, "/dev/null")` (DeepSpeed, Lightning, HF optimizer.pt);
-  - safetensors: `safetensors.torch.save_file(tensors, "/dev/null")` (HF shards);
+  - safetensors (HF shards): `safetensors.torch.save_file(tensors, FILE)` into a scratch directory in memory
+    (/dev/shm where it exists), the file removed after each run. Not onto /dev/null: since 0.8 save_file
+    writes a temporary file beside its target and renames it over, which made /dev/null a regular file when
+    run as root (and in /dev that temporary file was in memory all along, so the figure is unchanged). Not
+    `safetensors.torch.save` to bytes: it ran at 0.9 GB/s against save_file's 3.0 GB/s here (256 MiB, one
+    thread), a cost a real save does not pay;
   - dcp: one `torch.save(tensor, stream)` per tensor into an open file, which is what DCP's
     FileSystemWriter does for each tensor item (torch.distributed.checkpoint.filesystem._write_item).
   The sample is fp32 tensors (the optimizer states and master weights are most of a checkpoint's bytes);
@@ -45,7 +50,13 @@ def torch_available() -> bool:
     return importlib.util.find_spec("torch") is not None
 
 
-def _serializer_worker(sample_bytes: int, tensor_bytes: int, repeats: int, results) -> None:
+def memory_dir() -> Path:
+    """Where calibration files go: memory (/dev/shm) where it exists, so the target's per-file cost is not in them."""
+    shm = Path("/dev/shm")
+    return shm if shm.is_dir() and os.access(shm, os.W_OK) else Path(tempfile.gettempdir())
+
+
+def _serializer_worker(sample_bytes: int, tensor_bytes: int, repeats: int, scratch: Path, results) -> None:
     from ckplan.children import worker_dies_with_parent
 
     worker_dies_with_parent()
@@ -68,7 +79,11 @@ def _serializer_worker(sample_bytes: int, tensor_bytes: int, repeats: int, resul
         try:
             from safetensors.torch import save_file
 
-            savers["safetensors"] = lambda: save_file(tensors, os.devnull)
+            def safetensors_save() -> None:
+                save_file(tensors, scratch / "sample.safetensors")
+                (scratch / "sample.safetensors").unlink()
+
+            savers["safetensors"] = safetensors_save
         except ImportError:
             pass
         nbytes = count * (tensor_bytes // 4) * 4
@@ -84,15 +99,15 @@ def _serializer_worker(sample_bytes: int, tensor_bytes: int, repeats: int, resul
         results.put(("error", 0, f"{type(exc).__name__}: {exc}"))
 
 
-def measure_serializers(sample_bytes: int, repeats: int) -> tuple[int, dict[str, Spread]]:
-    """Bytes per run and throughput (bytes/s) of each serialiser, one process on one core."""
+def measure_serializers(sample_bytes: int, repeats: int, scratch: Path) -> tuple[int, dict[str, Spread]]:
+    """Bytes per run and throughput (bytes/s) of each serialiser, one process on one core; files go in `scratch`."""
     import multiprocessing as mp
 
     from ckplan.children import collect, stop_all
 
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
-    proc = ctx.Process(target=_serializer_worker, args=(sample_bytes, TENSOR_BYTES, repeats, results))
+    proc = ctx.Process(target=_serializer_worker, args=(sample_bytes, TENSOR_BYTES, repeats, scratch, results))
     proc.start()
     try:
         [(status, nbytes, payload)] = collect(
@@ -106,16 +121,12 @@ def measure_serializers(sample_bytes: int, repeats: int) -> tuple[int, dict[str,
     return nbytes, {name: Spread.of([nbytes / t for t in ts]) for name, ts in payload.items()}
 
 
-def measure_dcp_fixed(ranks: int, repeats: int) -> Spread:
-    """Wall time of a DCP save of a few KiB per rank, from `ranks` processes in a gloo group."""
-    from ckplan.probe.target import CALIBRATE_PREFIX, ScratchDir
+def measure_dcp_fixed(ranks: int, repeats: int, scratch: Path) -> Spread:
+    """Wall time of a DCP save of a few KiB per rank, from `ranks` processes in a gloo group, into `scratch`."""
     from ckplan.savers.saver import run_saves
 
-    base = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else tempfile.gettempdir()
-    # a scratch directory with its owner's pid, so `ckplan clean /dev/shm` removes one a kill -9 left
-    with ScratchDir(Path(base), prefix=CALIBRATE_PREFIX) as scratch:
-        files = {r: [{"path": f"tiny-{r}", "bytes": DCP_TINY_BYTES, "kind": "small", "rank": r}] for r in range(ranks)}
-        walls, _ = run_saves(scratch.path, files, "dcp", repeats + 1, "sync", what="the DCP calibration")
+    files = {r: [{"path": f"tiny-{r}", "bytes": DCP_TINY_BYTES, "kind": "small", "rank": r}] for r in range(ranks)}
+    walls, _ = run_saves(scratch / "dcp", files, "dcp", repeats + 1, "sync", what="the DCP calibration")
     return Spread.of(walls[1:])
 
 
@@ -136,11 +147,17 @@ def calibrate(preset: str = "default", dcp_ranks: int = 2, progress=None) -> Cal
     started = time.monotonic()
     repeats = REPEATS[preset]
     if progress:
-        progress.phase(f"calibrate: serialisers into /dev/null, {SAMPLE_BYTES[preset] / MiB:.0f} MiB × {repeats}", 0)
-    nbytes, rates = measure_serializers(SAMPLE_BYTES[preset], repeats)
-    if progress:
-        progress.phase(f"calibrate: DCP fixed cost, {dcp_ranks} ranks × {repeats} tiny saves", 0)
-    fixed = measure_dcp_fixed(dcp_ranks, repeats)
+        progress.phase(
+            f"calibrate: serialisers into /dev/null and memory, {SAMPLE_BYTES[preset] / MiB:.0f} MiB × {repeats}", 0
+        )
+    from ckplan.scratch import CALIBRATE_PREFIX, ScratchDir
+
+    # in memory, with its owner's pid, so `ckplan clean /dev/shm` removes one a kill -9 left
+    with ScratchDir(memory_dir(), prefix=CALIBRATE_PREFIX) as scratch:
+        nbytes, rates = measure_serializers(SAMPLE_BYTES[preset], repeats, scratch.path)
+        if progress:
+            progress.phase(f"calibrate: DCP fixed cost, {dcp_ranks} ranks × {repeats} tiny saves", 0)
+        fixed = measure_dcp_fixed(dcp_ranks, repeats, scratch.path)
     try:
         st_version: str | None = version("safetensors")
     except PackageNotFoundError:
