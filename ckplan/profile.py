@@ -80,6 +80,18 @@ class Latency(Model):
     mean_s: Seconds | None = None
     samples: int | None = Field(None, ge=1)
 
+    @classmethod
+    def of(cls, samples_s: list[float]) -> Latency:
+        """From timed samples, in seconds: nearest-rank percentiles (the rank rounded down, as fio reports them)."""
+        ordered = sorted(samples_s)
+
+        def at(p: float) -> float:
+            return ordered[min(len(ordered) - 1, int(p / 100 * len(ordered)))]
+
+        return cls(
+            p50_s=at(50), p99_s=at(99), p999_s=at(99.9), mean_s=sum(ordered) / len(ordered), samples=len(ordered)
+        )
+
     @model_validator(mode="after")
     def _ordered(self) -> Latency:
         if not self.p50_s <= self.p99_s <= self.p999_s:
@@ -183,7 +195,7 @@ class StorageProfile(Model):
     ckplan_version: str = __version__
     name: str
     source: Literal["measured", "builtin"] = "measured"
-    target_kind: TargetKind = "filesystem"  # set by the probe target that measured it (probe/interface.py)
+    target_kind: TargetKind = "filesystem"  # set by the probe backend that measured it (probe/engine.py)
     target: str
     fs_type: str
     storage_class: str

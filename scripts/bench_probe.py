@@ -59,7 +59,7 @@ def fio_bandwidth(directory: Path) -> float:
 
 def writer_bandwidth(directory: Path) -> float:
     root = directory / "replay"
-    files = [FileToWrite(f"f{w}", FILE_BYTES, w) for w in range(WRITERS)]
+    files = [FileToWrite(f"f{w}", FILE_BYTES, w, "weights") for w in range(WRITERS)]
     seconds = write_files(root, files)
     shutil.rmtree(root)
     return WRITERS * FILE_BYTES / seconds

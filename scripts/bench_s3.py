@@ -75,7 +75,7 @@ def main() -> None:
         data.write_bytes(os.urandom(TOTAL))
         import boto3.s3.transfer as t
 
-        from ckplan.probe.s3 import Scratch, Writer, client, parse_url, remove_prefix
+        from ckplan.probe.backends.s3 import Scratch, Writer, client, parse_url, remove_prefix
 
         loc = parse_url(f"s3://{BUCKET}/cmp", url)
         probe_client = client(loc, 30, 16)

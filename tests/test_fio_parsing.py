@@ -97,7 +97,7 @@ def test_nfs_options_and_secret_redaction():
 
 
 def test_noisy_repeats_are_flagged_and_steady_ones_are_not():
-    from ckplan.probe.base import noise_notes
+    from ckplan.probe.engine import noise_notes
     from ckplan.profile import BandwidthPoint, SmallFiles, Spread
 
     steady = [

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from ckplan.errors import InputError
 from ckplan.probe import hostlist
-from ckplan.probe.cluster import Host, parse_hosts
+from ckplan.probe.hostlist import Host, parse_hosts
 from tests.conftest import assert_one_line_error, ckplan_exe, run_cli
 
 

@@ -100,9 +100,9 @@ def test_writers_refuse_a_path_that_resolves_outside_their_directory(tmp_path, s
     bad = [f"../../{escape.name}", str(outside), "link/new.pt", "final", "a/../../x"]
     for path in bad:
         with pytest.raises(InputError, match="refusing to write"):
-            write_files(root, [FileToWrite(path, 4096, 0)])
+            write_files(root, [FileToWrite(path, 4096, 0, "weights")])
         with pytest.raises(InputError, match="refusing to write"):
-            write_files(root, [FileToWrite(path, 8192, 0)], direct=True)
+            write_files(root, [FileToWrite(path, 8192, 0, "weights")], direct=True)
         if not path.startswith(("link", "final")):  # symlinks belong to a filesystem, not to object keys
             with pytest.raises(InputError, match="refusing to write"):
                 confined_key("probe/", path)

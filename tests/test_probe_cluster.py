@@ -72,10 +72,15 @@ def test_three_hosts_bandwidth_scaling_and_replay(tmp_path):
     # the aggregate of all hosts exceeds any one host's share, and one host's figure is a real write rate
     assert p["aggregate_bandwidth"][-1]["bytes_per_s"] >= p["buffered_bandwidth"][-1]["bytes_per_s"]
     assert all(b["bytes_per_s"] > 10e6 for b in p["buffered_bandwidth"] + p["aggregate_bandwidth"])
-    assert "straggler" in p["notes"][0] and all(addr in p["notes"][0] for addr, _ in servers)
+    (straggler,) = [n for n in p["notes"] if "straggler" in n]
+    assert all(addr in straggler for addr, _ in servers)
     r = p["replay"]
     assert r["files"] == json.loads(plan.read_text())["file_count"] and r["seconds"] > 0
     assert r["nodes"] == 3  # one node per host: the plan's 3 nodes, so the replay covers the whole save
+    # exactly the plan's files at 1%: fio's io_bytes summed over hosts, against the manifest's sizes by hand
+    expected = sum(max(1, int(f["bytes"] * 0.01)) for f in json.loads(plan.read_text())["manifest"])
+    assert abs(r["bytes"] - expected) <= 0.001 * expected, (r["bytes"], expected)
+    assert r["method"] == "raw bytes" and r["serialize_seconds"] > 0  # the hosts' raw writes carry the serialiser
     assert scratch(target) == []
     assert os.listdir(server_cwd) == []  # fio's JOBNAME.prerun.txt output files are removed too
     rec = json.loads(run_cli("recommend", "--plan", str(plan), "--storage", str(out), "--json", check=True).stdout)
@@ -505,8 +510,11 @@ def test_a_second_agent_on_a_taken_port_is_refused(tmp_path):
 def test_a_running_multi_host_probes_scratch_is_kept_by_clean_and_seen_by_other_probes(tmp_path):
     import threading
 
-    from ckplan.probe import cluster, fio, target
-    from ckplan.probe.filesystem import _OtherProbes
+    from ckplan import scratch
+    from ckplan.probe import fio, hostlist
+    from ckplan.probe.backends.hosts import run_clients
+    from ckplan.probe.backends.local import LocalSession
+    from ckplan.probe.engine import Silent
 
     port = _free_port()
     server_cwd, path = tmp_path / "server", tmp_path / "target"
@@ -515,23 +523,25 @@ def test_a_running_multi_host_probes_scratch_is_kept_by_clean_and_seen_by_other_
     agent = _agent(["--port", str(port)], server_cwd)
     try:
         _wait_listening("127.0.0.1", port, agent)
-        host = cluster.Host("127.0.0.1", port)
-        run = cluster.ClusterRun([host], path, f"{socket.gethostname()}-{os.getpid()}-abc123")
+        host = hostlist.Host("127.0.0.1", port)
+        run = hosts_session(path, [host], f"{socket.gethostname()}-{os.getpid()}-abc123")
         hold = fio.FioJob("hold", {"stonewall": 1, "ioengine": "null", "size": "1G", "time_based": 1, "runtime": 4})
         done: list = []
-        driver = threading.Thread(target=lambda: done.append(cluster.run_clients(run, {host: [hold]}, "a test", 60)))
+        driver = threading.Thread(target=lambda: done.append(run_clients(run, {host: [hold]}, "a test", 60)))
         driver.start()
-        marker = Path(run.scratch(host)) / target.MARKER
+        marker = Path(run.scratch(host)) / scratch.MARKER
         deadline = time.monotonic() + 20
         while not (marker.exists() and marker.read_text()):
             assert driver.is_alive() and time.monotonic() < deadline, "the marker never appeared"
             time.sleep(0.05)
-        [found] = target.scratch_dirs(path)
+        [found] = scratch.scratch_dirs(path)
         assert (found.host, found.pid, found.live) == (socket.gethostname(), os.getpid(), True)
         cleaned = run_json("clean", str(path))  # no --force: the running probe's directory stays
         assert cleaned["removed"] == [] and found.path.exists()
-        others = _OtherProbes(path, path / "mine")  # a filesystem probe of the same target names it
-        assert list(others.pids) == [os.getpid()]
+        (path / "mine").mkdir()
+        others = LocalSession(path / "mine", Silent(), None).others()  # a filesystem probe of the same target names it
+        (path / "mine").rmdir()
+        assert others == [f"{found.path} (host {socket.gethostname()}, pid {os.getpid()})"]
         driver.join(60)
         assert done and not driver.is_alive()
     finally:
@@ -540,11 +550,11 @@ def test_a_running_multi_host_probes_scratch_is_kept_by_clean_and_seen_by_other_
 
 
 def test_clean_keeps_another_hosts_multi_host_scratch_unless_forced(tmp_path):
-    from ckplan.probe import cluster
+    from ckplan.probe import hostlist
 
     # laid out as a run driven from node07 lays it out: the fio server wrote the driver's marker
-    run = cluster.ClusterRun([cluster.Host("10.0.0.2")], tmp_path, "node07-4242-abc123", marker="")
-    scratch_dir = Path(run.scratch(run.hosts[0]))
+    run = hosts_session(tmp_path, [hostlist.Host("10.0.0.2")], "node07-4242-abc123")
+    scratch_dir = Path(run.scratch(run.all[0]))
     scratch_dir.mkdir()
     (scratch_dir / "ckplan-probe.json").write_text(json.dumps({"host": "node07", "pid": 4242, "started": 1.0}))
     (scratch_dir / "bw.0.0").write_bytes(b"x" * 4096)
@@ -552,3 +562,13 @@ def test_clean_keeps_another_hosts_multi_host_scratch_unless_forced(tmp_path):
     assert kept["removed"] == [] and kept["kept"] == [str(scratch_dir)] and scratch_dir.exists()
     forced = run_json("clean", str(tmp_path), "--force")
     assert forced["removed"] == [str(scratch_dir)] and not scratch_dir.exists()
+
+
+def hosts_session(path: Path, hosts: list, run_id: str):
+    """A multi-host session on `hosts` that has contacted none of them: for its job files and scratch names."""
+    from ckplan.probe.backends.hosts import HostsBackend, HostsSession
+    from ckplan.probe.engine import Silent, TargetSpec
+
+    backend = HostsBackend(TargetSpec(str(path), hosts=",".join(map(str, hosts))))
+    backend.hosts = hosts
+    return HostsSession(backend, run_id, Silent(), None)

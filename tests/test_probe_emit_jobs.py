@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ckplan.probe.base import NOISY_RANGE
+from ckplan.probe.engine import NOISY_RANGE
 from ckplan.probe.fio import json_documents
 from tests.conftest import assert_one_line_error, run_cli, run_json
 from tests.netns import fio_hosts
@@ -298,20 +298,30 @@ def test_multi_host_client_jobs_are_emitted_and_rerun(tmp_path):
             "probe", str(target), "--hosts", ",".join(addrs), "--quick", "--writers", "1", "--emit-jobs", str(jobs)
         )
         entries = p["measurement"]["jobs"]
-        assert [j["raw_fio"] for j in entries] == list(range(len(p["raw_fio"])))
+        # the direct-I/O check keeps no fio output; every other run's output is kept, in order
+        assert [j["raw_fio"] for j in entries] == [None] + list(range(len(p["raw_fio"])))
         assert [j["phase"] for j in entries] == [
-            "bandwidth, 1 writer(s) on every host",
-            "host scaling, 1 host(s) at once",
-            "host scaling, 2 host(s) at once",
-            "small files, then fsync latency",
+            "direct-I/O check",
+            "bandwidth, buffered",  # the warm-up
+            "bandwidth, buffered",
+            "bandwidth, direct",
+            "bandwidth, page-cache",
+            "host scaling, 1 host(s)",
+            "host scaling, 2 host(s)",
+            "small files",
+            "small files",
+            "small files",
+            "latency, fsync",
+            "latency, O_SYNC writes",
         ]
-        first = entries[0]
-        assert first["files"] == ["001-bw-1w.host0.fio", "001-bw-1w.host1.fio"]
-        assert entries[1]["files"] == ["002-scaling-1h.host0.fio"]  # one host in that run
+        first = entries[2]
+        assert entries[1]["files"] == ["002-warm-up-buffered-1-2h.host0.fio", "002-warm-up-buffered-1-2h.host1.fio"]
+        assert first["files"] == ["003-bw-buffered-1-2h.host0.fio", "003-bw-buffered-1-2h.host1.fio"]
+        assert entries[5]["files"] == ["006-bw-buffered-1-1h.host0.fio"]  # one host in that run
         script = (jobs / "run.sh").read_text()
         assert (
-            f"fio --output-format=json --client=ip:{addrs[0]},8765 001-bw-1w.host0.fio "
-            f"--client=ip:{addrs[1]},8765 001-bw-1w.host1.fio > 001-bw-1w.json"
+            f"fio --output-format=json --client=ip:{addrs[0]},8765 003-bw-buffered-1-2h.host0.fio "
+            f"--client=ip:{addrs[1]},8765 003-bw-buffered-1-2h.host1.fio > 003-bw-buffered-1-2h.json"
         ) in script
         for name in first["files"]:
             assert "buffered_bandwidth (writers=1)" in comment(jobs / name) and "ckplan agent" in comment(jobs / name)
@@ -320,20 +330,21 @@ def test_multi_host_client_jobs_are_emitted_and_rerun(tmp_path):
             assert sections["global"]["filename_format"].startswith(f"{target}/.ckplan-probe-")
             assert "ckplan-cleanup" in sections and "${CKPLAN_JOB_DIR}" not in str(sections)
         # rerun by hand against the same fio servers: both hosts report, and nothing is left on the target
-        run_sh(jobs, "001")
-        doc = final_doc(jobs / "001-bw-1w.json")
-        hosts = {c["hostname"] for c in doc["client_stats"] if c["jobname"] == "bw"}
+        run_sh(jobs, "003")
+        doc = final_doc(jobs / "003-bw-buffered-1-2h.json")
+        hosts = {c["hostname"] for c in doc["client_stats"] if c["jobname"] == "bw-buffered-1"}
         assert hosts == set(addrs)
-        assert all(c["write"]["bw_bytes"] > 10e6 for c in doc["client_stats"] if c["jobname"] == "bw")
+        assert all(c["write"]["bw_bytes"] > 10e6 for c in doc["client_stats"] if c["jobname"] == "bw-buffered-1")
     assert list(target.iterdir()) == []
     assert list(server_cwd.iterdir()) == []
 
 
 def test_a_multi_host_job_file_is_named_after_its_first_measuring_job(tmp_path):
-    from ckplan.probe import cluster, fio, jobfiles
+    from ckplan.probe import fio, hostlist, jobfiles
+    from tests.test_probe_cluster import hosts_session
 
-    run = cluster.ClusterRun([cluster.Host("10.0.0.2")], Path("/shared"), "drv-1-abc")
-    text = run.jobfile(run.hosts[0], [fio.FioJob("small", {"rw": "write"}), fio.FioJob("fsync", {"rw": "write"})])
+    run = hosts_session(Path("/shared"), [hostlist.Host("10.0.0.2")], "drv-1-abc")
+    text = run.jobfile(run.all[0], [fio.FioJob("small", {"rw": "write"}), fio.FioJob("fsync", {"rw": "write"})])
     sections = [line[1:-1] for line in text.splitlines() if line.startswith("[")]
     assert sections == ["global", "ckplan-marker", "small", "fsync", "ckplan-cleanup"]
     writer = jobfiles.JobWriter(tmp_path / "jobs", about="a test", fio_version="fio-3")

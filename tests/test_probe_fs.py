@@ -164,13 +164,13 @@ def test_figures_against_independent_measurements(tmp_path, monkeypatch):
     Deliberate breaks (issue 16) this catches: the small-file rate × 1.5 (ratio 1.5), and fio's first status-interval
     document used instead of the final one (the rate over the first second's runtime: the issue's 1,399 → 2,312 files/s).
     """
-    from ckplan.probe import base, filesystem, fio
+    from ckplan.probe import backends, engine, fio
 
-    monkeypatch.setitem(base.PRESETS, "quick", dataclasses.replace(base.PRESETS["quick"], small_files_budget_s=3.0))
-    monkeypatch.setattr(filesystem, "SMALL_FILES_PER_WRITER_CAP", 8192)
+    quick = dataclasses.replace(engine.PRESETS["quick"], small_files_budget_s=3.0, small_files_per_writer_cap=8192)
+    monkeypatch.setitem(engine.PRESETS, "quick", quick)
     watched = Watched(fio.run_fio)
     monkeypatch.setattr(fio, "run_fio", watched)
-    p = filesystem.run_probe(filesystem.prepare_probe(tmp_path, preset="quick", writers=2, calibrate=False))
+    p = backends.open_target(engine.TargetSpec(str(tmp_path), preset="quick", writers=2, calibrate=False)).run()
     assert scratch_dirs(tmp_path) == []
 
     small = watched.named("smallfiles")[-1]

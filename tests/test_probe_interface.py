@@ -8,29 +8,26 @@ import json
 import pytest
 
 from ckplan import catalog
-from ckplan.probe.base import TargetSpec
-from ckplan.probe.cluster import HostsTarget
-from ckplan.probe.filesystem import FilesystemTarget
-from ckplan.probe.interface import ProbeTarget, open_target
-from ckplan.probe.s3 import S3Target
+from ckplan.probe.backends import ProbeTarget, open_target
+from ckplan.probe.backends.hosts import HostsBackend
+from ckplan.probe.backends.local import LocalBackend
+from ckplan.probe.backends.s3 import S3Backend
+from ckplan.probe.engine import TargetSpec
 from ckplan.profile import StorageProfile
 from tests.conftest import run_json
 
 
 @pytest.mark.parametrize(
-    "spec,cls",
+    "spec,cls,kind",
     [
-        (TargetSpec("/var/tmp/x"), FilesystemTarget),
-        (TargetSpec("s3://bucket/prefix"), S3Target),
-        (TargetSpec("/mnt/lustre/x", hosts="h1,h2:8766"), HostsTarget),
+        (TargetSpec("/var/tmp/x"), LocalBackend, "filesystem"),
+        (TargetSpec("s3://bucket/prefix"), S3Backend, "s3"),
+        (TargetSpec("/mnt/lustre/x", hosts="h1,h2:8766"), HostsBackend, "hosts"),
     ],
 )
-def test_open_target_picks_the_kind_and_prepares_nothing(spec, cls):
+def test_open_target_picks_the_backend_and_prepares_nothing(spec, cls, kind):
     target: ProbeTarget = open_target(spec)
-    assert (
-        type(target) is cls
-        and target.kind == {FilesystemTarget: "filesystem", S3Target: "s3", HostsTarget: "hosts"}[cls]
-    )
+    assert type(target.backend) is cls and target.kind == kind
     assert target.plan is None
     for method in ("run", "clean"):
         assert callable(getattr(target, method))

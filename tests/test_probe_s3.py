@@ -240,9 +240,14 @@ class Phases:
     def update(self, bytes_written: int, elapsed_s: float) -> None:
         pass
 
-    def spans(self, prefix: str) -> list[tuple[float, float]]:
-        """(start, end) of each phase whose name starts with `prefix`: it ends where the next phase starts."""
-        return [(t, self.starts[i + 1][1]) for i, (name, t) in enumerate(self.starts[:-1]) if name.startswith(prefix)]
+    def spans(self, prefix: str, measured: bool = False) -> list[tuple[float, float]]:
+        """(start, end) of each phase whose name starts with `prefix` (`measured`: not a warm-up): it ends where the
+        next phase starts."""
+        return [
+            (t, self.starts[i + 1][1])
+            for i, (name, t) in enumerate(self.starts[:-1])
+            if name.startswith(prefix) and not (measured and "warm-up" in name)
+        ]
 
 
 def test_stream_bandwidth_against_bytes_the_server_received(endpoint, tmp_path, monkeypatch):
@@ -254,18 +259,19 @@ def test_stream_bandwidth_against_bytes_the_server_received(endpoint, tmp_path, 
     differ by the bookkeeping between them.
 
     Deliberate break (issue 16) this catches: S3 stream bandwidth × 2."""
-    from ckplan.probe import s3 as s3probe
+    from ckplan.probe import backends, engine
 
     for key, value in credentials_env(tmp_path).items():
         monkeypatch.setenv(key, value)
     proxy = CountingProxy(endpoint)
     phases = Phases()
     try:
-        job = s3probe.prepare_s3_probe(f"s3://{BUCKET}/counted", endpoint_url=proxy.endpoint, preset="quick", writers=2)
-        profile = s3probe.run_s3_probe(job, phases)
+        spec = engine.TargetSpec(f"s3://{BUCKET}/counted", preset="quick", writers=2, calibrate=False,
+                                 s3=engine.S3Options(endpoint_url=proxy.endpoint))  # fmt: skip
+        profile = backends.open_target(spec).run(phases)
     finally:
         proxy.close()
-    spans = phases.spans("bandwidth:")
+    spans = phases.spans("bandwidth, buffered", measured=True)
     assert [b.writers for b in profile.buffered_bandwidth] == [1, 2] and len(spans) == 2
     for point, (start, end) in zip(profile.buffered_bandwidth, spans, strict=False):
         received = proxy.bytes_between(start, end)
@@ -276,7 +282,7 @@ def test_stream_bandwidth_against_bytes_the_server_received(endpoint, tmp_path, 
 
 
 def _marker_keys(endpoint, prefix: str) -> list[str]:
-    from ckplan.probe.s3 import MARKER
+    from ckplan.scratch import MARKER
 
     return [k for k in leftovers(endpoint, BUCKET)[0] if k.startswith(prefix) and k.endswith("/" + MARKER)]
 
@@ -289,7 +295,7 @@ def _dead_pid() -> int:
 
 
 def test_liveness_rules():
-    from ckplan.probe.s3 import STALE_AFTER_S, probe_alive
+    from ckplan.scratch import STALE_AFTER_S, probe_alive
 
     here = socket.gethostname()
     me = os.getpid()
@@ -355,7 +361,7 @@ def test_clean_keeps_another_hosts_fresh_probe_unless_forced(endpoint, tmp_path)
 def test_remove_prefix_treats_an_upload_finished_meanwhile_as_done(endpoint):
     """The race of a killed probe, made certain: its upload completes on the server between clean's listing and
     its abort. The abort gets NoSuchUpload, and the object the upload became is deleted all the same."""
-    from ckplan.probe.s3 import remove_prefix
+    from ckplan.probe.backends.s3 import remove_prefix
 
     prefix = "race/.ckplan-probe-x-1-0/"
     writer = s3_client(endpoint)
@@ -384,7 +390,14 @@ def test_clean_gives_up_on_a_prefix_that_keeps_filling(endpoint, tmp_path, monke
     import threading
 
     from ckplan.errors import EnvironmentProblem
-    from ckplan.probe.s3 import clean_s3
+    from ckplan.probe.backends import s3 as s3mod
+    from ckplan.probe.engine import S3Options, TargetSpec
+
+    def clean_s3(url: str, endpoint_url: str):
+        return s3mod.S3Backend(TargetSpec(url, s3=S3Options(endpoint_url=endpoint_url))).clean()
+
+    monkeypatch.setattr(s3mod, "CLEAN_QUIET_S", 1.0)
+    monkeypatch.setattr(s3mod, "CLEAN_WAIT_S", 3.0)
 
     for key, value in credentials_env(tmp_path).items():
         monkeypatch.setenv(key, value)
@@ -409,7 +422,7 @@ def test_clean_gives_up_on_a_prefix_that_keeps_filling(endpoint, tmp_path, monke
             match=r"kept appearing under s3://ckpt/filling/\.ckplan-probe-x-1-0/ "
             r"for 3 s of clean-up",
         ):
-            clean_s3(f"s3://{BUCKET}/filling", endpoint_url=endpoint, quiet_s=1.0, wait_s=3.0)
+            clean_s3(f"s3://{BUCKET}/filling", endpoint_url=endpoint)
     finally:
         stop.set()
         writer.join()
@@ -552,7 +565,8 @@ def _client_error(code: str, status: int):
 )
 def test_a_busy_or_failing_endpoint_is_a_failed_measurement_never_bad_input(code, status):
     from ckplan.errors import EnvironmentProblem, MeasurementFailed
-    from ckplan.probe.s3 import describe, parse_url
+    from ckplan.probe.backends.s3 import parse_url
+    from ckplan.probe.s3errors import describe
 
     loc = parse_url("s3://bucket/p", "http://127.0.0.1:9")
     measuring = describe(_client_error(code, status), loc, "the bandwidth phase", measuring=True)
@@ -564,7 +578,8 @@ def test_a_broken_response_stream_is_a_failed_measurement():
     from botocore.exceptions import IncompleteReadError, ResponseStreamingError
 
     from ckplan.errors import EnvironmentProblem, MeasurementFailed
-    from ckplan.probe.s3 import describe, parse_url
+    from ckplan.probe.backends.s3 import parse_url
+    from ckplan.probe.s3errors import describe
 
     loc = parse_url("s3://bucket/p", "http://127.0.0.1:9")
     for exc in (IncompleteReadError(actual_bytes=1, expected_bytes=2), ResponseStreamingError(error="reset")):
@@ -574,7 +589,8 @@ def test_a_broken_response_stream_is_a_failed_measurement():
 
 def test_refusals_stay_bad_input_and_bugs_are_not_dressed_up():
     from ckplan.errors import InputError
-    from ckplan.probe.s3 import describe, parse_url
+    from ckplan.probe.backends.s3 import parse_url
+    from ckplan.probe.s3errors import describe
 
     loc = parse_url("s3://bucket/p", "http://127.0.0.1:9")
     assert isinstance(describe(_client_error("AccessDenied", 403), loc, "x", measuring=True), InputError)
@@ -605,7 +621,7 @@ class _StuckDeletes:
 
 
 def test_remove_prefix_retries_keys_the_endpoint_did_not_delete(endpoint, monkeypatch):
-    from ckplan.probe import s3 as s3mod
+    from ckplan.probe.backends import s3 as s3mod
 
     monkeypatch.setattr(s3mod, "DELETE_RETRY_S", 0.01)
     real = s3_client(endpoint)
@@ -619,7 +635,7 @@ def test_remove_prefix_retries_keys_the_endpoint_did_not_delete(endpoint, monkey
 
 def test_remove_prefix_names_clean_for_keys_that_stay(endpoint, monkeypatch):
     from ckplan.errors import EnvironmentProblem
-    from ckplan.probe import s3 as s3mod
+    from ckplan.probe.backends import s3 as s3mod
 
     monkeypatch.setattr(s3mod, "DELETE_RETRY_S", 0.01)
     real = s3_client(endpoint)
@@ -640,7 +656,7 @@ def test_max_bytes_bounds_what_each_run_uploads(endpoint, tmp_path, monkeypatch)
     """--max-bytes on S3: each bandwidth run's streams together upload at most the budget (its objects are deleted
     before the next run, so no more is ever kept), counted by a proxy in front of the endpoint, independently of
     the probe. Without the budget the same quick probe uploads more than it in a run, so the bound is not slack."""
-    from ckplan.probe import s3 as s3probe
+    from ckplan.probe import backends, engine
 
     for key, value in credentials_env(tmp_path).items():
         monkeypatch.setenv(key, value)
@@ -650,13 +666,12 @@ def test_max_bytes_bounds_what_each_run_uploads(endpoint, tmp_path, monkeypatch)
         proxy = CountingProxy(endpoint)
         phases = Phases()
         try:
-            job = s3probe.prepare_s3_probe(
-                f"s3://{BUCKET}/budget", endpoint_url=proxy.endpoint, preset="quick", writers=2, max_bytes=limit
-            )
-            s3probe.run_s3_probe(job, phases)
+            spec = engine.TargetSpec(f"s3://{BUCKET}/budget", preset="quick", writers=2, max_bytes=limit,
+                                     calibrate=False, s3=engine.S3Options(endpoint_url=proxy.endpoint))  # fmt: skip
+            backends.open_target(spec).run(phases)
         finally:
             proxy.close()
-        uploaded[limit] = [proxy.bytes_between(start, end) for start, end in phases.spans("bandwidth:")]
+        uploaded[limit] = [proxy.bytes_between(start, end) for start, end in phases.spans("bandwidth")]
     headers = 1.02  # request headers ride on the parts: ~0.01% of a part, far more of a small one
     assert uploaded[budget] and all(0 < b <= budget * headers for b in uploaded[budget]), uploaded
     assert max(uploaded[None]) > budget * headers, uploaded

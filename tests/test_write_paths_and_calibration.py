@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import time
 
 import pytest
@@ -16,7 +17,7 @@ from ckplan import catalog
 from ckplan.planning.policy import DEFAULT_DCP_FIXED_S, DEFAULT_SERIALIZE_BYTES_PER_S, Policy
 from ckplan.planning.recommend import recommend
 from ckplan.planning.savetime import predict_save
-from ckplan.probe.base import noise_notes
+from ckplan.probe.engine import noise_notes
 from ckplan.profile import (
     BandwidthPoint,
     Calibration,
@@ -262,6 +263,9 @@ def test_calibrate_measures_real_serialisers_near_an_independent_timing(tmp_path
     # a DCP save of a few KiB per rank on 2 ranks costs milliseconds to a second, never nothing
     assert 1e-4 < c["dcp_fixed_seconds"] < 2.0
     assert os.listdir(tmp_path) == ["cal.json"]
+    # safetensors' save_file renames a temporary file over its target: aimed at /dev/null it made that a regular file
+    assert stat.S_ISCHR(os.stat(os.devnull).st_mode)
+    assert not [p for p in os.listdir("/dev/shm") if p.startswith("ckplan-calibrate-")]
 
 
 @torch_needed

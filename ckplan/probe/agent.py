@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from ckplan import children
 from ckplan.errors import EnvironmentProblem, InputError
-from ckplan.probe.cluster import DEFAULT_PORT, agent_command, is_loopback
+from ckplan.probe.hostlist import DEFAULT_PORT, agent_command, is_loopback
 
 ENV_BIND = "CKPLAN_AGENT_BIND"
 ENV_PORT = "CKPLAN_AGENT_PORT"

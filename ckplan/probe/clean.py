@@ -6,8 +6,8 @@ import shutil
 import socket
 from pathlib import Path
 
+from ckplan import scratch
 from ckplan.errors import InputError
-from ckplan.probe import target
 from ckplan.schema import Model
 
 
@@ -21,13 +21,16 @@ class CleanResult(Model):
 def clean_target(path: Path, force: bool = False) -> CleanResult:
     if not path.is_dir():
         raise InputError(f"{path} is not a directory")
-    removed, kept = [], []
-    for found in target.scratch_dirs(path):
-        if found.live:
-            continue
-        if found.host not in (None, socket.gethostname()) and not force:
+    removed, kept, why = [], [], {}
+    for found in scratch.scratch_dirs(path):
+        elsewhere = found.host not in (None, socket.gethostname())
+        if found.live and not elsewhere:
+            continue  # a probe running on this host
+        if found.live and not force:  # its heartbeat is fresh: a probe running on another host
             kept.append(str(found.path))
+            why[str(found.path)] = f"a probe on {found.host} (pid {found.pid}) rewrote its marker within the last " \
+                f"{scratch.STALE_AFTER_S:.0f} s"  # fmt: skip
             continue
         shutil.rmtree(found.path, ignore_errors=True)
         removed.append(str(found.path))
-    return CleanResult(target=str(path), removed=removed, kept=kept)
+    return CleanResult(target=str(path), removed=removed, kept=kept, why=why)

@@ -28,6 +28,7 @@ from ckplan import children
 from ckplan.errors import InputError, MeasurementFailed
 from ckplan.probe import jobfiles
 
+MiB = 2**20
 INSTALL_HINT = (
     "fio is not installed; install it with `apt-get install fio` (Debian/Ubuntu) or `dnf install fio` (RHEL/Fedora)"
 )
@@ -231,3 +232,107 @@ def percentiles_s(section: dict, key: str = "clat_ns") -> tuple[float, float, fl
         return float("nan")
 
     return at("50"), at("99"), at("99.9"), lat.get("mean", 0) / 1e9, int(lat.get("N", 0))
+
+
+# --- the jobs the fio backends (local, hosts) run: one definition each -------------------------------------------
+
+PAGE_CACHE = "page-cache"
+
+
+def bandwidth_job(path: str, writers: int, size: int, seconds: float, warm_up: bool = False) -> tuple[FioJob, str]:
+    """Sequential 1 MiB writes, one file per writer: buffered or direct, ending with an fsync inside the runtime
+    cap; or (PAGE_CACHE) one writer's copy of a sample into the page cache, never flushed (unlinked while dirty).
+    Returns the job and what it measures, in words; a warm-up's job is named so in the raw fio output."""
+    if path == PAGE_CACHE:
+        flush: dict[str, str | int] = {"size": size}
+        measures = "one writer's copy of a sample into the page cache, never flushed (its file is unlinked while dirty)"
+    else:
+        flush = {"end_fsync": 1, "runtime": f"{seconds}s", "size": size}
+        how = "with O_DIRECT" if path == "direct" else "through the page cache"
+        measures = (
+            f"sequential 1 MiB writes by {writers} writer(s), one file each, {how}, ending with an fsync "
+            "(end_fsync=1) inside the runtime cap"
+        )
+    options = {
+        "rw": "write",
+        "bs": "1M",
+        **flush,
+        "numjobs": writers,
+        "ioengine": "psync",
+        "direct": int(path == "direct"),
+    }
+    name = f"{'warm-up' if warm_up else 'bw'}-{path}-{writers}"
+    job = FioJob(name, {**options, "fallocate": "none", "group_reporting": 1, "unlink": 1})
+    return job, measures
+
+
+def small_files_job(writers: int, low: int, high: int, nrfiles: int) -> tuple[FioJob, str]:
+    """Every writer creating, writing, fsyncing and closing `nrfiles` files of low…high bytes, one after another.
+    fio 3.33 ignores `runtime` between the files of a many-file job, so every file completes."""
+    job = FioJob(
+        "smallfiles",
+        {
+            "rw": "write",
+            "bs": min(64 * 1024, low),
+            "filesize": f"{low}-{high}" if high > low else low,
+            "nrfiles": nrfiles,
+            "openfiles": 1,
+            "create_on_open": 1,
+            "fsync_on_close": 1,
+            "file_service_type": "sequential",
+            "fallocate": "none",
+            "ioengine": "psync",
+            "numjobs": writers,
+        },
+    )
+    measures = (
+        f"{writers} writer(s) each creating, writing, fsyncing and closing {nrfiles} files of {low}-{high} bytes, "
+        "one after another"
+    )
+    return job, measures
+
+
+def latency_job(kind: str, size: int, seconds: float) -> tuple[FioJob, str, str]:
+    """One writer's 4 KiB writes, each followed by an fsync (fsync) or each O_SYNC (o_sync); the job, what it
+    measures and the latency section of fio's JSON that holds the figure."""
+    sync, section = ({"fsync": 1}, "sync.lat_ns") if kind == "fsync" else ({"sync": 1}, "write.clat_ns")
+    options: dict[str, str | int] = {
+        "rw": "write",
+        "bs": "4k",
+        "size": size,
+        "ioengine": "psync",
+        "runtime": f"{seconds}s",
+    }
+    job = FioJob(
+        "fsync-lat" if kind == "fsync" else "sync-write-lat",
+        {**options, "percentile_list": "50:99:99.9", "unlink": 1, **sync},
+    )
+    measures = (
+        "4 KiB writes by one writer, each followed by an fsync"
+        if kind == "fsync"
+        else "4 KiB O_SYNC writes by one writer"
+    )
+    return job, measures, section
+
+
+def file_jobs(files: list[tuple[str, int, int]], prefix: str) -> list[FioJob]:
+    """Write exactly these files, (path, bytes, writer): each writer's one after another (`wait_for` chains them),
+    the writers at once. A file is its whole MiB blocks in 1 MiB writes, then the rest in one write (fio takes only
+    whole blocks of `bs`), and is fsynced once written, as a durable save does."""
+    jobs: list[FioJob] = []
+    last: dict[int, str] = {}
+    for i, (path, size, writer) in enumerate(files):
+        head, tail = size - size % MiB, size % MiB
+        parts = [(0, head, "1M")] if head else []
+        parts += [(head, tail, str(tail))] if tail else []
+        for k, (offset, length, bs) in enumerate(parts):
+            name = f"{prefix}{i}-{k}"
+            options: dict[str, str | int] = {"filename": escape_path(path), "rw": "write", "bs": bs, "size": length}
+            options.update(offset=offset, ioengine="psync", fallocate="none")
+            if k == len(parts) - 1:
+                options["fsync_on_close"] = 1
+            if writer in last:
+                options["wait_for"] = last[writer]
+            last[writer] = name
+            jobs.append(FioJob(name, options))
+    return jobs

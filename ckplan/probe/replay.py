@@ -17,36 +17,16 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 
 from ckplan.confine import confined_path
 from ckplan.errors import MeasurementFailed
+from ckplan.probe.engine import FileToWrite
 
 CHUNK_BYTES = 4 * 2**20  # one write() call; large enough that syscall cost is noise
 DIRECT_ALIGN = (
     4096  # O_DIRECT offsets and lengths: a multiple of the logical block size (4 KiB covers 512 and 4K disks)
 )
-
-
-@dataclass(frozen=True)
-class FileToWrite:
-    path: str  # relative to the save directory
-    bytes: int
-    writer: int
-
-
-def node_share(manifest, node: int | None = None) -> tuple[int, list]:
-    """The files of one node (default: the node writing the most bytes, which bounds the save)."""
-    per_node: dict[int, int] = defaultdict(int)
-    for f in manifest:
-        per_node[f.node] += f.bytes
-    chosen = max(per_node, key=lambda n: per_node[n]) if node is None else node
-    return chosen, [f for f in manifest if f.node == chosen]
-
-
-def scaled_files(files, scale: float) -> list[FileToWrite]:
-    return [FileToWrite(f.path, max(1, int(f.bytes * scale)), f.rank) for f in files]
 
 
 class Cancelled(Exception):
@@ -68,7 +48,7 @@ def write_files(
     """
     by_writer: dict[int, list[FileToWrite]] = defaultdict(list)
     for f in files:
-        by_writer[f.writer].append(f)
+        by_writer[f.rank].append(f)
     root.mkdir(parents=True, exist_ok=True)
     finals = {f.path: confined_path(root, f.path) for f in files}  # every directory made, and inside root
     dirs = sorted({p.parent for p in finals.values()})

@@ -1,28 +1,17 @@
-"""A filesystem target: where it is mounted, what it is, and a safe scratch directory on it.
+"""A filesystem target: where it is mounted, what it is, whether the probe may write there, and its free space.
 
-The probe is a guest on shared storage. It writes only inside a new, uniquely
-named scratch directory, which it removes on every exit path; `ckplan clean`
-removes those left by a probe killed with -9.
+The probe is a guest on shared storage: it writes only inside a new scratch directory (ckplan/scratch.py),
+which it removes on every exit path; `ckplan clean` removes those left by a probe killed with -9.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import secrets
-import shutil
-import socket
 import stat
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ckplan.errors import InputError
-from ckplan.probe.base import SCRATCH_PREFIX
-
-CALIBRATE_PREFIX = "ckplan-calibrate-"  # the calibration's DCP saves, in /dev/shm where it exists
-SCRATCH_PREFIXES = (SCRATCH_PREFIX, CALIBRATE_PREFIX)
-MARKER = "ckplan-probe.json"
 
 # fs type -> storage class; fuse.* maps to 'fuse'
 FS_CLASSES = {
@@ -142,81 +131,3 @@ def free_bytes(path: Path) -> int | None:
     if st.f_blocks == 0:
         return None
     return st.f_bavail * st.f_frsize
-
-
-def marker_text() -> str:
-    """What a scratch directory's MARKER holds: the host and pid of the probe that owns it (every probe writes
-    this one; a multi-host probe names the host and pid that drive it)."""
-    return json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "started": time.time()})
-
-
-class ScratchDir:
-    """A uniquely named directory under the target, removed on exit, error, Ctrl-C or SIGTERM. Its marker
-    names the host and pid that own it, so a live one is told from one a `kill -9` left behind."""
-
-    def __init__(self, parent: Path, prefix: str = SCRATCH_PREFIX):
-        self.parent = parent
-        name = f"{prefix}{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(4)}"
-        self.path = parent / name
-
-    def __enter__(self) -> ScratchDir:
-        try:
-            self.path.mkdir(mode=0o700)
-            (self.path / MARKER).write_text(marker_text())
-        except OSError as exc:
-            shutil.rmtree(self.path, ignore_errors=True)
-            raise InputError(f"cannot create a scratch directory in {self.parent}: {exc.strerror}") from None
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.remove()
-
-    def remove(self) -> None:
-        shutil.rmtree(self.path, ignore_errors=True)
-
-
-@dataclass(frozen=True)
-class Scratch:
-    """A scratch directory found under a target, with what its marker says about its owner."""
-
-    path: Path
-    host: str | None
-    pid: int | None
-    live: bool  # its owner runs on this host now; another host's cannot be told, and counts as not live
-
-
-def scratch_dirs(parent: Path, prefixes: tuple[str, ...] = SCRATCH_PREFIXES) -> list[Scratch]:
-    """Every ckplan scratch directory directly under `parent`."""
-    out = []
-    try:
-        entries = list(parent.iterdir())
-    except OSError:
-        return []
-    for entry in entries:
-        if not entry.name.startswith(prefixes) or not entry.is_dir():
-            continue
-        try:
-            info = json.loads((entry / MARKER).read_text())
-            host, pid = info.get("host"), int(info.get("pid"))
-        except (OSError, ValueError, TypeError, AttributeError):
-            host, pid = None, None
-        live = host == socket.gethostname() and pid is not None and _alive(pid)
-        out.append(Scratch(entry, host, pid, live))
-    return out
-
-
-def leftovers(parent: Path) -> list[Path]:
-    """Scratch directories under `parent` whose probe or calibration is no longer running on this host."""
-    return [s.path for s in scratch_dirs(parent) if not s.live]
-
-
-def _alive(pid: int) -> bool:
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

@@ -6,7 +6,6 @@ from typing import Literal
 
 from ckplan import __version__
 from ckplan.planning.savetime import SaveTime, predict_save
-from ckplan.probe.replay import node_share
 from ckplan.profile import Spread, StorageProfile
 from ckplan.schema import Model
 from ckplan.sizing.plan import CheckpointPlan
@@ -45,7 +44,8 @@ class Validation(Model):
 
 def scaled_prediction(plan: CheckpointPlan, profile: StorageProfile, scale: float) -> tuple[int, list, SaveTime]:
     """The model's time for the busiest node's share of the plan at `scale`, written by that node alone."""
-    node, files = node_share(plan.manifest)
+    node = plan.busiest_node.node
+    files = [f for f in plan.manifest if f.node == node]
     node_bytes = sum(max(1, int(f.bytes * scale)) for f in files)
     one_node = plan.model_copy(update={"nodes": [n for n in plan.nodes if n.node == node], "nodes_writing": 1})
     prediction = predict_save(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ckplan import scratch as scratch_area
 from ckplan.errors import EnvironmentProblem, InputError
 from ckplan.frameworks import framework_of
 from ckplan.probe import target
@@ -49,7 +50,7 @@ def validate(
             f"the save writes {total / 1e9:.2f} GB at ‹scale› {scale:g}; the target allows {budget / 1e9:.2f} GB "
             f"(half the free space or --max-bytes): lower ‹scale›"
         )
-    with target.ScratchDir(path) as scratch:
+    with scratch_area.ScratchDir(path) as scratch:
         # one unrecorded warm-up save first, as the probe's replay has: the first save of a process pays
         # first-touch costs (host memory faulted back in, page-cache growth) that later saves do not
         walls, blocking = run_saves(scratch.path, by_rank, plan.setup.framework, repeats + 1, mode, what="the saves")

@@ -113,8 +113,8 @@ def probe(
         check_output_dir(emit_jobs, "--emit-jobs")
     chosen = o.preset(quick, thorough)
     check_scale(scale, "--scale")
-    from ckplan.probe.base import S3Options, TargetSpec
-    from ckplan.probe.interface import open_target
+    from ckplan.probe.backends import open_target
+    from ckplan.probe.engine import S3Options, TargetSpec
     from ckplan.units import parse_duration
 
     target = open_target(
@@ -147,7 +147,7 @@ def probe(
 
     with live_progress(estimate) as live:
         result = target.run(live)
-    from ckplan.probe.base import shared_target_warnings
+    from ckplan.probe.engine import shared_target_warnings
 
     for warning in shared_target_warnings(result.notes):  # in the profile too, but shared figures must not pass unseen
         print(f"ckplan: warning: {warning}", file=sys.stderr)
@@ -204,8 +204,8 @@ def clean(
     """Remove what a probe killed with -9 left behind: scratch directories, or objects and multipart uploads."""
     if not path.strip():  # Path("") is the current directory: an empty argument must not clean it
         raise InputError("clean needs a directory or s3://bucket/prefix, got an empty path")
-    from ckplan.probe.base import S3Options, TargetSpec
-    from ckplan.probe.interface import open_target
+    from ckplan.probe.backends import open_target
+    from ckplan.probe.engine import S3Options, TargetSpec
     from ckplan.units import parse_duration
 
     result = open_target(
@@ -259,7 +259,7 @@ def agent(
     import shlex
 
     from ckplan.probe.agent import agent_settings, check_port_free, run_agent
-    from ckplan.probe.cluster import agent_command, is_loopback
+    from ckplan.probe.hostlist import agent_command, is_loopback
 
     settings = agent_settings(bind, port, idle_timeout)
     check_port_free(settings.address, settings.port)

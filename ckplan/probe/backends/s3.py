@@ -1,0 +1,538 @@
+"""The S3 backend: an object-store prefix, measured with ckplan's own boto3 client (fio 3.33 has no S3 engine).
+
+- a stream is one multipart upload whose parts go one after another (the part size stated, --part-size);
+- a small file is one PUT of a small object: its PUT is the only operation the store serves for it;
+- the durable small write is one writer's 4 KiB PUT: an object is durable when its PUT returns;
+- the replay writes each of the plan's files as one object by its rank's thread, multipart above the part size,
+  as object-store writers do; there is no framework saver here, so the engine adds the serialiser term.
+Everything goes under one scratch prefix (scratch.py's name), whose first object is the owner marker, rewritten
+every HEARTBEAT_S; the prefix is deleted at the end, on error and on Ctrl-C, with every multipart upload it
+started aborted. Credentials come from the standard AWS chain and never reach output, profiles or errors.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import email.utils
+import json
+import os
+import random
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Literal
+from urllib.parse import urlsplit, urlunsplit
+
+from ckplan import scratch
+from ckplan.confine import confined_key
+from ckplan.errors import EnvironmentProblem, InputError, MeasurementFailed, missing_extra
+from ckplan.probe import replay
+from ckplan.probe.engine import Facts, FileToWrite, MiB, Progress, RunNote, SmallRun, Stream, StreamPath, TargetSpec
+from ckplan.probe.s3errors import describe
+from ckplan.profile import Latency, TargetKind
+
+DEFAULT_PART_BYTES = 8 * MiB  # boto3 TransferConfig's multipart_chunksize
+MIN_PART_BYTES = 5 * MiB  # S3's smallest part (all but the last)
+MAX_PART_BYTES = 5 * 2**30  # S3's largest part
+MAX_PARTS = 10_000  # parts of one multipart upload, at most
+LATENCY_PUT_BYTES = 4096
+# A probe killed with -9 leaves requests that the server has received and still processes: a multipart upload
+# being completed leaves the upload listing before its object appears (moto here: up to 0.9 s after the kill,
+# with a few hundred MB). So `clean` lists again until nothing has appeared for CLEAN_QUIET_S, giving up after
+# CLEAN_WAIT_S of objects that keep appearing (something still writes there).
+CLEAN_QUIET_S = 3.0
+CLEAN_WAIT_S = 60.0
+CLEAN_POLL_S = 0.5
+DELETE_ATTEMPTS = 4
+DELETE_RETRY_S = 0.25  # doubled after each failed attempt
+
+
+@dataclass(frozen=True)
+class S3Location:
+    bucket: str
+    prefix: str
+    endpoint_url: str | None
+    region: str | None
+    profile: str | None
+
+    @property
+    def url(self) -> str:
+        return f"s3://{self.bucket}/{self.prefix}".rstrip("/")
+
+    @property
+    def base(self) -> str:
+        """The user's prefix as a key prefix: where probes' scratch prefixes sit."""
+        return f"{self.prefix}/" if self.prefix else ""
+
+    @property
+    def safe_endpoint(self) -> str:
+        """The endpoint without any user:password@ part."""
+        if not self.endpoint_url:
+            return "AWS default"
+        parts = urlsplit(self.endpoint_url)
+        netloc = (parts.hostname or "") + (f":{parts.port}" if parts.port else "")
+        return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+def parse_url(
+    url: str, endpoint_url: str | None = None, region: str | None = None, profile: str | None = None
+) -> S3Location:
+    if not url.startswith("s3://"):
+        raise InputError(f"not an S3 URL: {url!r} (use s3://bucket/prefix)")
+    bucket, _, prefix = url[5:].partition("/")
+    if not (3 <= len(bucket) <= 63) or not all(c.isalnum() or c in ".-" for c in bucket) or bucket[0] in ".-":
+        raise InputError(f"malformed S3 URL {url!r}: {bucket!r} is not a valid bucket name")
+    loc = S3Location(bucket, prefix.strip("/"), endpoint_url, region, profile)
+    if endpoint_url is not None:
+        parts = urlsplit(endpoint_url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise InputError(f"--endpoint-url must be an http(s) URL, got {loc.safe_endpoint!r}")
+    return loc
+
+
+def client(loc: S3Location, timeout_s: float, pool: int) -> Any:
+    try:
+        import boto3
+        import botocore.config
+        import botocore.exceptions
+    except ImportError:
+        raise missing_extra("S3 probing", "boto3", "s3") from None
+    try:
+        session = boto3.session.Session(profile_name=loc.profile, region_name=loc.region)
+        if session.get_credentials() is None:
+            raise InputError("no AWS credentials found (environment variables, ~/.aws/credentials or --profile)")
+        config = botocore.config.Config(
+            connect_timeout=timeout_s,
+            read_timeout=timeout_s,
+            max_pool_connections=pool,
+            retries={"max_attempts": 2, "mode": "standard"},
+            region_name=loc.region or session.region_name or "us-east-1",
+        )
+        return session.client("s3", endpoint_url=loc.endpoint_url, config=config)
+    except botocore.exceptions.ProfileNotFound:
+        raise InputError(f"AWS profile {loc.profile!r} is not configured") from None
+    except botocore.exceptions.BotoCoreError as exc:  # a bad region name, half a key pair, an unreadable config
+        raise describe(exc, loc, "the S3 client's set-up") from None
+
+
+@dataclass(frozen=True)
+class Owner:
+    """Who wrote a scratch prefix, from its marker; age_s is the time since its last heartbeat."""
+
+    host: str | None
+    pid: int | None
+    age_s: float
+
+    @property
+    def live(self) -> bool:
+        return scratch.probe_alive(self.host, self.pid, self.age_s)
+
+    def __str__(self) -> str:
+        return f"host {self.host}, pid {self.pid}, last heartbeat {self.age_s:.0f} s ago"
+
+
+def owner_of(s3: Any, bucket: str, prefix: str) -> Owner | None:
+    """The owner named by the prefix's marker; None where there is none, or it is not ckplan's."""
+    import botocore.exceptions
+
+    try:
+        got = s3.get_object(Bucket=bucket, Key=prefix + scratch.MARKER)
+        info = json.loads(got["Body"].read(4096))  # bounded: anyone may have written an object by that name
+    except botocore.exceptions.ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404", "NotFound"):
+            return None
+        raise
+    except (ValueError, RecursionError):
+        return None
+    host, pid = scratch.owner(info)
+    if pid is None:
+        return None
+    # the age by the server's own clock (its Date header against the marker's LastModified), so that clock
+    # skew between the probe's host and this one cannot make a live probe look dead or a dead one live
+    try:
+        now = email.utils.parsedate_to_datetime(got["ResponseMetadata"]["HTTPHeaders"]["date"])
+    except (KeyError, TypeError, ValueError):
+        now = dt.datetime.now(dt.UTC)
+    return Owner(host, pid, max(0.0, (now - got["LastModified"]).total_seconds()))
+
+
+def scratch_prefixes(s3: Any, bucket: str, base: str) -> set[str]:
+    """Every probe prefix directly under `base`: those holding objects, and those holding only multipart uploads."""
+    found = set()
+    start = base + scratch.SCRATCH_PREFIX
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=start, Delimiter="/"):
+        found |= {p["Prefix"] for p in page.get("CommonPrefixes", [])}
+    for page in s3.get_paginator("list_multipart_uploads").paginate(Bucket=bucket, Prefix=start):
+        rests = (u["Key"][len(base) :] for u in page.get("Uploads", []))
+        found |= {base + rest.split("/", 1)[0] + "/" for rest in rests if "/" in rest}
+    return found
+
+
+def remove_prefix(s3: Any, bucket: str, prefix: str) -> int:
+    """Abort every multipart upload and delete every object under `prefix`, in one pass; the count removed.
+
+    An upload that is gone by the time it is aborted (NoSuchUpload) was completed or aborted by its writer in
+    the meantime: done here, and an object it completed into is deleted below or by the caller's next pass.
+    """
+    import botocore.exceptions
+
+    removed = 0
+    for page in s3.get_paginator("list_multipart_uploads").paginate(Bucket=bucket, Prefix=prefix):
+        for up in page.get("Uploads", []):
+            try:
+                s3.abort_multipart_upload(Bucket=bucket, Key=up["Key"], UploadId=up["UploadId"])
+            except botocore.exceptions.ClientError as exc:
+                if exc.response.get("Error", {}).get("Code") != "NoSuchUpload":
+                    raise
+            removed += 1
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+        keys = [o["Key"] for o in page.get("Contents", [])]
+        for i in range(0, len(keys), 1000):
+            removed += _delete_keys(s3, bucket, prefix, keys[i : i + 1000])
+    return removed
+
+
+def _delete_keys(s3: Any, bucket: str, prefix: str, keys: list[str]) -> int:
+    """Delete `keys` (at most 1000), retrying those the endpoint reports as not deleted: DeleteObjects answers
+    HTTP 200 and lists each key it did not delete under Errors; one already gone (NoSuchKey) is deleted."""
+    pending, codes = list(keys), set()
+    for attempt in range(DELETE_ATTEMPTS):
+        if attempt:
+            time.sleep(DELETE_RETRY_S * 2 ** (attempt - 1))
+        resp = s3.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": k} for k in pending], "Quiet": True})
+        errors = [e for e in resp.get("Errors", []) if e.get("Code") != "NoSuchKey"]
+        codes = {str(e.get("Code", "unknown")) for e in errors}
+        failed = {e.get("Key") for e in errors}
+        pending = [k for k in pending if k in failed]
+        if not pending:
+            return len(keys)
+    at = prefix.find(scratch.SCRATCH_PREFIX)
+    base = prefix[:at].rstrip("/") if at >= 0 else prefix.rstrip("/")
+    raise EnvironmentProblem(
+        f"the S3 endpoint did not delete {len(pending)} object(s) under s3://{bucket}/{prefix} "
+        f"({', '.join(sorted(codes))}) after {DELETE_ATTEMPTS} attempts: remove them with "
+        f"`ckplan clean {f's3://{bucket}/{base}'.rstrip('/')}`"
+    )
+
+
+class Scratch:
+    """A unique key prefix; every object and multipart upload under it is removed on exit. Its marker is written
+    before anything else, so that no listing ever shows the prefix without its owner, and rewritten every
+    HEARTBEAT_S by a thread that also looks for other live probes beside it."""
+
+    def __init__(self, s3: Any, loc: S3Location):
+        self.s3, self.loc = s3, loc
+        self.prefix = loc.base + scratch.scratch_name() + "/"
+        self.lock = threading.Lock()
+        self.others: dict[str, str] = {}  # scratch URL of another live probe -> its owner, as seen
+        self.heartbeat = scratch.Heartbeat(self._beat, "ckplan-s3-heartbeat")
+
+    def __enter__(self) -> Scratch:
+        try:  # until this returns, `with` will not call __exit__: a Ctrl-C in here must remove the marker itself
+            self.write_marker()
+            self.heartbeat.start()
+        except BaseException:
+            with contextlib.suppress(Exception):  # a PUT that timed out may still have landed
+                self.__exit__()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.heartbeat.thread.is_alive():
+            self.heartbeat.stop.set()
+            self.heartbeat.thread.join()  # a heartbeat landing after the removal would leave the marker behind
+        remove_prefix(self.s3, self.loc.bucket, self.prefix)
+
+    def write_marker(self) -> None:
+        self.s3.put_object(
+            Bucket=self.loc.bucket, Key=self.prefix + scratch.MARKER, Body=scratch.marker_text().encode()
+        )
+
+    def look_for_others(self) -> None:
+        """Record every other live probe under the same prefix; a dead probe's leftovers do not count."""
+        for prefix in scratch_prefixes(self.s3, self.loc.bucket, self.loc.base) - {self.prefix}:
+            owner = owner_of(self.s3, self.loc.bucket, prefix)
+            if owner is not None and owner.live:
+                with self.lock:
+                    self.others[f"s3://{self.loc.bucket}/{prefix}"] = str(owner)
+
+    def _beat(self) -> None:
+        self.write_marker()
+        self.look_for_others()
+
+
+def part_size(size: int | None, part_bytes: int) -> int:
+    """The part size for an object of `size` bytes: the chosen one, or larger where that many parts would pass S3's
+    MAX_PARTS (as boto3's transfer manager grows its chunks), in whole MiB."""
+    if size is None or size <= part_bytes * MAX_PARTS:
+        return part_bytes
+    return -(-size // MAX_PARTS // MiB) * MiB + MiB
+
+
+class Writer:
+    """Uploads from one shared random buffer (incompressible, like weights), tracking multipart uploads."""
+
+    def __init__(self, s3: Any, area: Scratch, part_bytes: int, cancel: threading.Event, on_bytes: _Counter):
+        self.s3, self.area, self.part_bytes, self.cancel, self.on_bytes = s3, area, part_bytes, cancel, on_bytes
+        self.bucket = area.loc.bucket
+        self.block = os.urandom(part_bytes)
+
+    def body(self, n: int) -> bytes:
+        return self.block[:n] if n <= len(self.block) else (self.block * -(-n // len(self.block)))[:n]
+
+    def put(self, key: str, size: int) -> float:
+        """One PUT of `size` bytes; returns its latency."""
+        if self.cancel.is_set():
+            raise replay.Cancelled()
+        body = self.body(size)
+        start = time.perf_counter()
+        self.s3.put_object(Bucket=self.bucket, Key=key, Body=body)
+        self.on_bytes(size)
+        return time.perf_counter() - start
+
+    def write(self, key: str, size: int) -> None:
+        """One object as a saver writes it: one PUT up to the part size, a multipart upload above."""
+        if size > self.part_bytes:
+            self.multipart(key, size)
+        else:
+            self.put(key, size)
+
+    def multipart(self, key: str, size: int, deadline: float | None = None) -> int:
+        """Upload parts one after another until `size` bytes or the deadline; returns the bytes uploaded."""
+        up = self.s3.create_multipart_upload(Bucket=self.bucket, Key=key)["UploadId"]
+        parts: list[dict[str, Any]] = []
+        sent, part = 0, part_size(size, self.part_bytes)
+        while sent < size:
+            if self.cancel.is_set():
+                raise replay.Cancelled()
+            n = min(part, size - sent)
+            number = len(parts) + 1
+            etag = self.s3.upload_part(Bucket=self.bucket, Key=key, UploadId=up, PartNumber=number, Body=self.body(n))
+            parts.append({"ETag": etag["ETag"], "PartNumber": number})
+            sent += n
+            self.on_bytes(n)
+            if deadline is not None and time.perf_counter() >= deadline:
+                break
+        self.s3.complete_multipart_upload(Bucket=self.bucket, Key=key, UploadId=up, MultipartUpload={"Parts": parts})
+        return sent
+
+
+class S3Backend:
+    kind: TargetKind = "s3"
+
+    def __init__(self, spec: TargetSpec):
+        o = spec.s3
+        self.spec = spec
+        self.loc = parse_url(spec.path, o.endpoint_url, o.region, o.profile)
+        self.part_bytes = o.part_bytes or DEFAULT_PART_BYTES
+        self.s3: Any = None
+        self.writers = 1
+
+    def prepare(self, spec: TargetSpec) -> Facts:
+        if not MIN_PART_BYTES <= self.part_bytes <= MAX_PART_BYTES:
+            raise InputError(
+                f"‹part_bytes› must be 5 MiB to 5 GiB (S3's smallest and largest part), got {self.part_bytes:,} bytes"
+            )
+        writers = spec.writers or (spec.plan.max_writers_per_node if spec.plan else os.cpu_count() or 1)
+        self.writers = writers
+        self.s3 = client(self.loc, spec.s3.timeout_s, 2 * writers + 4)
+        try:
+            self.s3.head_bucket(Bucket=self.loc.bucket)
+        except Exception as exc:  # noqa: BLE001 — every failure becomes one line
+            raise describe(exc, self.loc, "the bucket check") from None
+        import boto3
+        import botocore
+
+        return Facts(
+            target=self.loc.url,
+            name=self.loc.url,
+            fs_type="s3",
+            storage_class="s3",
+            shared=True,
+            tool=f"ckplan-s3 (boto3 {boto3.__version__}, botocore {botocore.__version__})",
+            mount_options={
+                "endpoint": self.loc.safe_endpoint,
+                "region": self.s3.meta.region_name,
+                "part_size": str(self.part_bytes),
+            },
+            free_bytes=None,
+            notes=(
+                f"object store: one multipart upload per stream, parts of {self.part_bytes // MiB} MiB one after "
+                "another; fsync latency is one writer's 4 KiB PUT latency (an object is durable when PUT returns); "
+                "a small file is one PUT, its only operation (ops_per_s = files_per_s)",
+            ),
+        )
+
+    @contextlib.contextmanager
+    def open(self, facts: Facts, progress: Progress) -> Iterator[S3Session]:
+        cancel = threading.Event()
+        try:
+            with Scratch(self.s3, self.loc) as area, ThreadPoolExecutor(self.writers) as pool:
+                try:
+                    yield S3Session(Writer(self.s3, area, self.part_bytes, cancel, _Counter(progress)), pool)
+                except BaseException:
+                    cancel.set()
+                    raise
+        except (InputError, EnvironmentProblem, MeasurementFailed):
+            raise
+        except replay.Cancelled:
+            raise KeyboardInterrupt from None
+        except Exception as exc:  # noqa: BLE001 — every endpoint failure becomes one line
+            raise describe(exc, self.loc, "the S3 probe", measuring=True) from None
+
+    def clean(self, force: bool = False) -> Any:
+        """Remove every scratch prefix (objects and multipart uploads) under the URL whose probe is gone; a live
+        probe's is kept unless `force`. After removing anything, it lists again until nothing new has appeared for
+        CLEAN_QUIET_S (a killed probe's last requests land late), and gives up after CLEAN_WAIT_S."""
+        from ckplan.probe.clean import CleanResult
+
+        loc, s3 = self.loc, client(self.loc, self.spec.s3.timeout_s, 4)
+        removed: set[str] = set()
+        kept: dict[str, str] = {}
+        deadline, quiet_from = time.monotonic() + CLEAN_WAIT_S, 0.0
+        try:
+            while True:
+                doomed = []
+                for prefix in sorted(scratch_prefixes(s3, loc.bucket, loc.base) - set(kept)):
+                    if prefix not in removed and not force:  # judged once: a dead probe's marker may land again
+                        owner = owner_of(s3, loc.bucket, prefix)
+                        if owner is not None and owner.live:
+                            kept[prefix] = f"a live probe owns it ({owner})"
+                            continue
+                    doomed.append(prefix)
+                for prefix in doomed:
+                    remove_prefix(s3, loc.bucket, prefix)
+                removed |= set(doomed)
+                if doomed:
+                    quiet_from = time.monotonic()
+                elif not removed or time.monotonic() - quiet_from >= CLEAN_QUIET_S:
+                    break  # a dead probe's prefix always holds its marker, so finding none at all needs no wait
+                if doomed and time.monotonic() > deadline:
+                    raise EnvironmentProblem(
+                        f"objects or multipart uploads kept appearing under "
+                        f"{', '.join(f's3://{loc.bucket}/{p}' for p in doomed)} for {CLEAN_WAIT_S:.0f} s of "
+                        "clean-up: a probe may still be writing there; stop it and rerun clean"
+                    )
+                time.sleep(CLEAN_POLL_S)
+        except (InputError, EnvironmentProblem):
+            raise
+        except Exception as exc:  # noqa: BLE001
+            raise describe(exc, loc, "the clean-up") from None
+        url = {p: f"s3://{loc.bucket}/{p}" for p in removed | set(kept)}
+        return CleanResult(
+            target=loc.url,
+            removed=sorted(url[p] for p in removed),
+            kept=sorted(url[p] for p in kept),
+            why={url[p]: w for p, w in kept.items()},
+        )
+
+
+class _Counter:
+    """The bytes uploaded since the phase began, for the progress bar, from every writer thread."""
+
+    def __init__(self, progress: Progress):
+        self.progress, self.lock = progress, threading.Lock()
+        self.bytes, self.t0 = 0, time.perf_counter()
+
+    def reset(self) -> None:
+        self.bytes, self.t0 = 0, time.perf_counter()
+
+    def __call__(self, n: int) -> None:
+        with self.lock:
+            self.bytes += n
+            self.progress.update(self.bytes, time.perf_counter() - self.t0)
+
+
+class S3Session:
+    hosts = 1
+    page_cache = False  # no page cache between the client and the store
+    write_paths: tuple[Literal["buffered", "direct"], ...] = ("buffered",)
+
+    def __init__(self, writer: Writer, pool: ThreadPoolExecutor):
+        self.writer, self.pool, self.area = writer, pool, writer.area
+        self.host = socket.gethostname()
+        self.notes: list[str] = []
+        self.raw: list[dict[str, Any]] = []
+        self.runs = 0
+
+    def _root(self, what: str) -> str:
+        self.runs += 1
+        self.writer.on_bytes.reset()
+        return f"{self.area.prefix}{what}-{self.runs}/"
+
+    def _done(self, root: str) -> None:
+        remove_prefix(self.writer.s3, self.writer.bucket, root)  # so that no more than the byte budget is kept
+
+    def _each(self, work: Callable[[int], Any], writers: int) -> list[Any]:
+        return [f.result() for f in [self.pool.submit(work, w) for w in range(writers)]]
+
+    def stream(self, path: StreamPath, writers: int, hosts: int, size: int, seconds: float, note: RunNote) -> Stream:
+        root = self._root("bw")
+        start = time.perf_counter()
+        deadline = start + seconds
+        sent = sum(self._each(lambda w: self.writer.multipart(f"{root}{w}", size, deadline), writers))
+        rate = sent / (time.perf_counter() - start)
+        self._done(root)
+        return Stream({self.host: rate}, rate)
+
+    def small_files(self, writers: int, low: int, high: int, files_per_writer: int, note: RunNote) -> SmallRun:
+        root = self._root("small")
+        draw = random.Random(self.runs)  # sizes drawn uniformly from [low, high], as fio's filesize=low-high does
+        sizes = [[draw.randint(low, high) for _ in range(files_per_writer)] for _ in range(writers)]
+
+        def loop(w: int) -> None:
+            for i, size in enumerate(sizes[w]):
+                self.writer.put(f"{root}{w}-{i}", size)
+
+        start = time.perf_counter()
+        self._each(loop, writers)
+        seconds = max(time.perf_counter() - start, 1e-3)
+        self._done(root)
+        files = writers * files_per_writer
+        return SmallRun({self.host: files / seconds}, {self.host: files / seconds}, files, seconds)
+
+    def latency(
+        self, kind: Literal["fsync", "o_sync"], seconds: float, file_bytes: int, note: RunNote
+    ) -> Latency | None:
+        if kind == "o_sync":
+            return None  # no O_SYNC on an object store: every PUT is durable
+        root = self._root("latency")
+        samples: list[float] = []
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end and len(samples) * LATENCY_PUT_BYTES < file_bytes:
+            samples.append(self.writer.put(f"{root}{len(samples)}", LATENCY_PUT_BYTES))
+        self._done(root)
+        return Latency.of(samples)
+
+    def write_files(self, nodes: list[list[FileToWrite]], path: str, run: int) -> tuple[float, int]:
+        root = self._root("replay")
+        by_writer: dict[int, list[FileToWrite]] = {}
+        for f in nodes[0]:
+            by_writer.setdefault(f.rank, []).append(f)
+        keys = {id(f): confined_key(root, f.path) for f in nodes[0]}  # refused before an object is written
+        groups = list(by_writer.values())
+        start = time.perf_counter()
+
+        def write(w: int) -> None:
+            for f in groups[w]:
+                self.writer.write(keys[id(f)], f.bytes)
+
+        self._each(write, len(groups))
+        seconds = time.perf_counter() - start
+        self._done(root)
+        return seconds, sum(f.bytes for f in nodes[0])
+
+    def save_files(self, files: list[FileToWrite], framework: str, runs: int) -> None:
+        return None  # no framework saver writes to an object store here: the engine adds the serialiser term
+
+    def others(self) -> list[str]:
+        self.area.look_for_others()
+        with self.area.lock:
+            return [f"{p}: {who}" for p, who in sorted(self.area.others.items())]
+
+    def phase_ran(self, phase: str, why: str) -> None:
+        pass

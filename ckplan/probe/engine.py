@@ -1,0 +1,624 @@
+"""The probe engine: what a probe measures and how, written once; each kind of target is a backend behind it.
+
+A probe is prepared (every check that can fail runs before a byte is written: the backend's, the byte budget,
+the replay's size), then run through the phases below in this order, each with the same rules whatever the
+target: a directory from this host (fio), the same directory from many hosts at once (fio --client), or an
+object store (boto3). The backends (probe/backends/) only do what a target must do: make and remove a scratch
+area, stream writes at w writers, write small files of given sizes, time durable small writes, write exactly
+the given files, and name other probes they see (`Session`).
+
+1. Bandwidth: one unrecorded warm-up run at the most writers (the first writes after idle run slow: a VM
+   faulting its memory back in, an SSD leaving a power state, a rate limiter's burst credit), whose overhead
+   beyond its runtime sets the measured runs' runtime cap; then the repeats go round every point: each write
+   path the target takes (buffered, direct) at 1, 2, 4 … writers per host on every host at once (a point is
+   the slowest host's figure: a save ends with its slowest writer), one writer's copy into the page cache
+   where there is one, and with more than one host the aggregate of 1, 2, 4 … hosts writing at once.
+2. Small files: create, write, fsync, close many files from every writer. No backend stops between files,
+   so a calibration run sizes the file count to the time budget and a warm-up run comes before the repeats.
+3. Latency: one writer's durable 4 KiB writes (fsync after each, and O_SYNC where there is such a thing).
+4. Calibration (PyTorch installed): this machine's serialisers, which the replay's raw-bytes term and every
+   prediction use.
+5. Replay (a plan given): the busiest node's files (with many hosts, one node per host, the busiest first),
+   written exactly as listed, a warm-up and the repeats; then one extrapolation to full size
+   (`full_scale_seconds`).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import socket
+import time
+from collections import Counter
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+from ckplan.errors import InputError
+from ckplan.profile import BandwidthPoint, Latency, Measurement, Replay, SmallFiles, Spread, StorageProfile
+
+if TYPE_CHECKING:
+    from ckplan.probe.clean import CleanResult
+    from ckplan.profile import Calibration, TargetKind
+    from ckplan.sizing.plan import CheckpointPlan
+
+MiB = 2**20
+StreamPath = Literal["buffered", "direct", "page-cache"]
+NOISY_RANGE = 0.10  # repeats spanning more than this are flagged: the bar for two probes to agree
+MIN_RUNTIME_S = 1.0  # shortest runtime cap of a bandwidth run, however tight the budget
+PAGE_CACHE_SAMPLE_BYTES = 256 * MiB  # one writer's page-cache copy: well under the kernel's dirty limits
+LATENCY_FILE_BYTES = 64 * MiB  # the latency runs' file, unless the byte budget is smaller
+DEFAULT_SMALL_FILE_RANGE = (4 * 1024, 256 * 1024)  # RNG states (~15 KB) up to index and metadata files
+SMALL_FILE_BOUNDS = (4 * 1024, 16 * MiB)  # a plan's small files are measured within these sizes
+# held back from the byte budget for ckplan's own files (its marker, fio's job files, directories); the data
+# files are sized in whole pages or MiB, so rounding cannot take them past the budget either
+SCRATCH_RESERVE_BYTES = MiB
+PAGE_BYTES = 4096
+# every target's note that another live probe shared the target ends so; the CLI repeats such notes on stderr
+SHARED_TARGET = "the bandwidth measured here was shared with it: probe again when it is done"
+
+
+@dataclass(frozen=True)
+class Preset:
+    """Every figure that sizes a probe: time budgets split over the points and repeats (longer runs per point
+    give steadier figures), and the counts each phase takes."""
+
+    name: str
+    bytes_per_writer: int  # upper bound per writer for a bandwidth point; the runtime cap usually ends it first
+    bandwidth_budget_s: float  # the warm-up and every bandwidth point and repeat together
+    small_files_budget_s: float  # all small-file repeats together
+    latency_runtime_s: float  # each latency run
+    repeats: int  # bandwidth points and replays
+    warm_up_s: float  # the unrecorded bandwidth run before the measured ones (a third of it for small files)
+    small_files_repeats: int
+    # Files per writer in one small-file run, unless the plan's busiest rank writes more. Creates slow down as a
+    # directory grows (/dev/shm here, alternating runs: median 17.4k files/s with 5,000 files, 14.5k with 36,000),
+    # so a count sized by time alone would make the rate depend on how fast the calibration ran.
+    small_files_per_writer_cap: int = 1024
+    small_files_calibration: int = 32  # files per writer in the run that sizes the warm-up
+
+    @property
+    def small_files_runtime_s(self) -> float:
+        return self.small_files_budget_s / self.small_files_repeats
+
+
+PRESETS = {
+    "quick": Preset("quick", 256 * MiB, 6.0, 2.0, 1.0, 1, warm_up_s=1.0, small_files_repeats=1),
+    "default": Preset("default", 2048 * MiB, 36.0, 12.0, 3.0, 3, warm_up_s=3.0, small_files_repeats=5),
+    "thorough": Preset("thorough", 8192 * MiB, 180.0, 40.0, 10.0, 5, warm_up_s=10.0, small_files_repeats=9),
+}
+
+
+class Progress(Protocol):
+    """What the probe reports while it runs; the CLI draws it with rich."""
+
+    def phase(self, name: str, budget_s: float) -> None: ...
+    def update(self, bytes_written: int, elapsed_s: float) -> None: ...
+
+
+class Silent:
+    def phase(self, name: str, budget_s: float) -> None:
+        pass
+
+    def update(self, bytes_written: int, elapsed_s: float) -> None:
+        pass
+
+
+@dataclass(frozen=True)
+class S3Options:
+    endpoint_url: str | None = None
+    region: str | None = None
+    profile: str | None = None
+    part_bytes: int | None = None  # None: the S3 backend's default part size
+    timeout_s: float = 30.0
+
+
+@dataclass(frozen=True)
+class TargetSpec:
+    """What to probe or clean, parsed: a directory, s3://bucket/prefix, or a directory as many hosts see it."""
+
+    path: str
+    preset: str = "default"
+    writers: int | None = None
+    plan: CheckpointPlan | None = None
+    scale: float = 1.0
+    max_bytes: int | None = None  # the byte budget: the most the probe keeps on the target at once
+    name: str | None = None  # the profile's name (--save)
+    calibrate: bool = True  # measure this machine's serialisers (PyTorch installed)
+    emit_jobs: Path | None = None  # write every fio job file and command line that ran here (fio backends)
+    hosts: str | None = None  # host[:port],… as given (--hosts), parsed by the hosts backend
+    hosts_file: Path | None = None  # one host[:port] per line (--hosts-file)
+    agent_wait_s: float | None = None  # hosts: wait this long for every agent to answer before probing
+    notice: Callable[[str], None] | None = None  # where a backend says what it found (the hosts Slurm gave)
+    s3: S3Options = field(default_factory=S3Options)
+
+
+# --- the backend protocol -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RunNote:
+    """What one run is for, in the profile's terms; fio backends write it into `--emit-jobs`' job files."""
+
+    phase: str  # e.g. "bandwidth, buffered"
+    figure: str  # the profile figure it produced, or why it produced none (a warm-up, a calibration)
+    warm_up: bool = False
+    group: str | None = None  # the runs that share a warm-up (default: the phase)
+
+
+@dataclass(frozen=True)
+class FileToWrite:
+    path: str  # relative to the save directory
+    bytes: int
+    rank: int  # the rank writing it
+    kind: str  # the manifest's kind (weights, optimizer, …): the framework saver picks its tensors' dtype by it
+
+
+@dataclass(frozen=True)
+class Stream:
+    """One bandwidth run: bytes/s of every host that wrote, and of them all together."""
+
+    per_host: dict[str, float]
+    total: float
+
+
+@dataclass(frozen=True)
+class SmallRun:
+    """One small-file run: files written, the operations the target served for them (per file its create, write
+    calls, fsync and close; per object its PUT), and the longest writer's time, for every host and in all."""
+
+    files_per_s: dict[str, float]  # per host
+    ops_per_s: dict[str, float]  # per host
+    files: int
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What a backend found while preparing: the target as the profile records it, and what it may hold."""
+
+    target: str
+    name: str  # the profile's default name
+    fs_type: str
+    storage_class: str
+    shared: bool
+    tool: str
+    hosts: int = 1
+    mount_point: str | None = None
+    mount_options: dict[str, str] = field(default_factory=dict)
+    free_bytes: int | None = None  # None: not known here (an object store; shared storage the driver cannot see)
+    notes: tuple[str, ...] = ()
+
+
+class Session(Protocol):
+    """A backend opened on its target, its scratch area made; everything it writes goes inside it."""
+
+    hosts: int  # hosts writing at once when a call names them all
+    write_paths: tuple[Literal["buffered", "direct"], ...]  # the paths the target takes, buffered first
+    page_cache: bool  # one writer's copy into a page cache can be measured apart from the flush
+    notes: list[str]  # what the backend says about how it measured
+    raw: list[dict[str, Any]]  # every fio output, for the profile's audit trail
+
+    def stream(self, path: StreamPath, writers: int, hosts: int, bytes_per_writer: int, seconds: float,
+               note: RunNote) -> Stream: ...  # fmt: skip
+    def small_files(self, writers: int, low: int, high: int, files_per_writer: int, note: RunNote) -> SmallRun: ...
+    def latency(self, kind: Literal["fsync", "o_sync"], seconds: float, file_bytes: int,
+                note: RunNote) -> Latency | None: ...  # fmt: skip
+    def write_files(self, nodes: list[list[FileToWrite]], path: str, run: int) -> tuple[float, int]: ...
+    def save_files(self, files: list[FileToWrite], framework: str, runs: int) -> list[float] | None: ...
+    def others(self) -> list[str]: ...
+    def phase_ran(self, phase: str, why: str) -> None: ...  # a phase that ran no fio, for `--emit-jobs`' run.sh
+
+
+class Backend(Protocol):
+    kind: TargetKind
+
+    def prepare(self, spec: TargetSpec) -> Facts: ...
+    def open(self, facts: Facts, progress: Progress) -> AbstractContextManager[Session]: ...
+    def clean(self, force: bool = False) -> CleanResult: ...
+
+
+# --- the engine -------------------------------------------------------------------------------------------------
+
+
+def writer_counts(max_writers: int) -> list[int]:
+    counts, w = [], 1
+    while w < max_writers:
+        counts.append(w)
+        w *= 2
+    return counts + [max_writers]
+
+
+def scaled_files(files: list[Any], scale: float) -> list[FileToWrite]:
+    """A plan's manifest files at `scale`, at least one byte each."""
+    return [FileToWrite(f.path, max(1, int(f.bytes * scale)), f.rank, f.kind) for f in files]
+
+
+def replay_nodes(plan: CheckpointPlan, hosts: int) -> list[int]:
+    """The nodes a replay writes: the busiest (it bounds a save), and with many hosts one per host, busiest first."""
+    return [n.node for n in sorted(plan.nodes, key=lambda n: (-n.bytes, n.node))[:hosts]]
+
+
+@dataclass(frozen=True)
+class Job:
+    """A prepared probe: the checks have passed and every size is fixed."""
+
+    spec: TargetSpec
+    facts: Facts
+    preset: Preset
+    writers: int
+    bytes_per_writer: int
+    data_bytes: int | None  # what one phase's files may take; None: no byte bound but the runtime cap
+    replay: list[list[FileToWrite]]  # one list per host (node), at scale; empty without a plan
+    calibrate: bool
+    notes: tuple[str, ...]
+
+    @property
+    def estimated_seconds(self) -> float:
+        from ckplan.savers.calibrate import ESTIMATE_S
+
+        p = self.preset
+        hosts = len(writer_counts(self.facts.hosts)) if self.facts.hosts > 1 else 0
+        overhead = 0.4 * (p.small_files_repeats + 6 + hosts)  # each non-bandwidth run's start and end
+        return (
+            p.bandwidth_budget_s
+            + p.small_files_budget_s
+            + 2 * p.latency_runtime_s
+            + overhead
+            + (ESTIMATE_S[p.name] if self.calibrate else 0)
+        )
+
+
+def prepare(spec: TargetSpec, backend: Backend) -> Job:
+    """Every check that can fail before a byte is written: the backend's, then the byte budget and the replay."""
+    preset = PRESETS[spec.preset]
+    facts = backend.prepare(spec)
+    plan = spec.plan
+    writers = spec.writers or (plan.max_writers_per_node if plan else os.cpu_count() or 1)
+    notes = list(facts.notes)
+    budget = None if facts.free_bytes is None else facts.free_bytes // 2
+    if spec.max_bytes is not None:
+        budget = spec.max_bytes if budget is None else min(budget, spec.max_bytes)
+    data = None if budget is None else max(0, budget - SCRATCH_RESERVE_BYTES)
+    replay: list[list[FileToWrite]] = []
+    if plan is not None:
+        nodes = replay_nodes(plan, facts.hosts)
+        replay = [scaled_files([f for f in plan.manifest if f.node == n], spec.scale) for n in nodes]
+        need = sum(-(-f.bytes // PAGE_BYTES) * PAGE_BYTES for files in replay for f in files)
+        if budget is not None and data is not None and need > data:
+            full = sum(f.bytes for f in plan.manifest if f.node in nodes)
+            raise InputError(
+                f"replaying the plan at ‹scale› {spec.scale:g} writes {need / 1e9:.2f} GB but the probe may use "
+                f"{budget / 1e9:.2f} GB here (half the free space or ‹max_bytes›); try ‹scale› {data / full * 0.9:.2g}"
+            )
+    per_writer = preset.bytes_per_writer
+    if data is not None:
+        per_writer = min(per_writer, data // (writers * facts.hosts) // MiB * MiB)  # whole 1 MiB blocks
+        if per_writer < 4 * MiB and budget is not None:
+            raise InputError(
+                f"too little free space on {facts.target}: the probe may use {budget / 1e6:.1f} MB (half the free space "
+                f"or ‹max_bytes›), and needs at least {4 * writers * facts.hosts + SCRATCH_RESERVE_BYTES // MiB} MiB "
+                f"for {writers} writer(s) on {facts.hosts} host(s)"
+            )
+    from ckplan.savers.calibrate import torch_available
+
+    calibrate = spec.calibrate and torch_available()
+    if not calibrate:
+        notes.append(
+            "serialisers not calibrated (PyTorch is not installed, or --no-calibrate): predictions use the named "
+            "defaults"
+        )
+    return Job(spec, facts, preset, writers, per_writer, data, replay, calibrate, tuple(notes))
+
+
+def run(job: Job, backend: Backend, progress: Progress | None = None) -> StorageProfile:
+    """Run the phases on `backend` and assemble the StorageProfile."""
+    progress = progress or Silent()
+    started = time.monotonic()
+    date = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+    notes = list(job.notes)
+    others: dict[str, None] = {}
+    calibration = None
+    with backend.open(job.facts, progress) as session:
+
+        def look() -> None:
+            others.update(dict.fromkeys(session.others()))
+
+        look()
+        bandwidth = _bandwidth(job, session, progress)
+        notes += bandwidth.notes
+        look()
+        small, aggregate_files = _small_files(job, session, progress)
+        look()
+        size = LATENCY_FILE_BYTES if job.data_bytes is None else min(LATENCY_FILE_BYTES, job.data_bytes // MiB * MiB)
+        latencies = [_latency(job, session, progress, kind, size) for kind in ("fsync", "o_sync")]
+        look()
+        if job.calibrate:
+            calibration = _calibrate(job, session, progress)
+            if job.facts.hosts > 1:
+                notes.append(f"serialisers calibrated on the probing host {calibration.host}, not on the hosts")
+        replayed = _replay(job, session, calibration, progress) if job.replay else None
+        look()
+        notes += session.notes
+    if others:
+        notes.append(f"another probe of this target ran at the same time ({'; '.join(others)}); {SHARED_TARGET}")
+    fsync, sync_write = latencies
+    assert fsync is not None, "every backend times durable small writes"
+    return StorageProfile(
+        target_kind=backend.kind,
+        name=job.spec.name or job.facts.name,
+        target=job.facts.target,
+        fs_type=job.facts.fs_type,
+        storage_class=job.facts.storage_class,
+        mount_point=job.facts.mount_point,
+        mount_options=job.facts.mount_options,
+        shared=job.facts.shared,
+        hosts=job.facts.hosts,
+        direct_io=None if job.facts.fs_type == "s3" else "direct" in session.write_paths,
+        buffered_bandwidth=bandwidth.curves["buffered"],
+        direct_bandwidth=bandwidth.curves.get("direct", []),
+        page_cache_write=bandwidth.page_cache,
+        aggregate_bandwidth=bandwidth.aggregate,
+        best_write_bytes_per_s=max(p.bytes_per_s for p in bandwidth.curves["buffered"]),
+        small_files=small,
+        aggregate_files_per_s=aggregate_files,
+        fsync_latency=fsync,
+        sync_write_latency=sync_write,
+        replay=replayed,
+        calibration=calibration,
+        notes=notes + noise_notes(bandwidth.curves["buffered"], small, replayed, bandwidth.curves.get("direct")),
+        raw_fio=session.raw,
+        measurement=Measurement(
+            tool=job.facts.tool,
+            date=date,
+            host=socket.gethostname(),
+            preset=job.preset.name,
+            duration_s=time.monotonic() - started,
+            bandwidth_bytes_per_writer=job.bytes_per_writer,
+            runtime_cap_s=bandwidth.runtime_s,
+            repeats=job.preset.repeats,
+            jobs_dir=str(job.spec.emit_jobs) if job.spec.emit_jobs else None,
+            jobs=getattr(session, "jobs", []),
+        ),
+    )
+
+
+@dataclass
+class _Bandwidth:
+    curves: dict[str, list[BandwidthPoint]]
+    page_cache: BandwidthPoint | None
+    aggregate: list[BandwidthPoint]
+    runtime_s: float
+    notes: list[str]  # what the run of every host at once showed: the straggler
+
+
+def _point(values: list[float], writers: int, hosts: int = 1) -> BandwidthPoint:
+    spread = Spread.of(values)
+    return BandwidthPoint(writers=writers, hosts=hosts, bytes_per_s=spread.median, spread=spread)
+
+
+def _bandwidth(job: Job, session: Session, progress: Progress) -> _Bandwidth:
+    """The warm-up, then every point of every path, the page-cache copy and the host scaling, round by round."""
+    p, w, hosts, per_writer = job.preset, job.writers, session.hosts, job.bytes_per_writer
+    counts, host_counts = writer_counts(w), writer_counts(hosts) if hosts > 1 else []
+    of = f"the profile keeps the median of its {p.repeats} run(s), with their min…max (spread)"
+
+    def stream(path: StreamPath, writers: int, on: int, seconds: float, label: str, note: RunNote) -> Stream:
+        where = f" on {on} host(s)" if hosts > 1 else ""
+        progress.phase(f"bandwidth, {path}: {writers} writer(s){where}, {label}", seconds)
+        size = min(per_writer, PAGE_CACHE_SAMPLE_BYTES) if path == "page-cache" else per_writer
+        return session.stream(path, writers, on, size, seconds, note)
+
+    started = time.monotonic()
+    warm = RunNote(
+        "bandwidth, buffered",
+        "none: a warm-up, not counted (the first writes after idle run slow); how long it took beyond its runtime "
+        "sets the measured runs' runtime cap (measurement.runtime_cap_s)",
+        warm_up=True,
+        group="bandwidth",
+    )
+    stream("buffered", w, hosts, p.warm_up_s, "warm-up (not counted)", warm)
+    spent = time.monotonic() - started
+    runs = p.repeats * (len(counts) * len(session.write_paths) + len(host_counts))
+    runtime = round(max(MIN_RUNTIME_S, (p.bandwidth_budget_s - spent) / runs - max(0.0, spent - p.warm_up_s)), 1)
+    values: dict[tuple[str, int], list[float]] = {}
+    notes: list[str] = []
+    for r in range(p.repeats):
+        label = f"run {r + 1} of {p.repeats}"
+        for path in session.write_paths:
+            for n in counts:
+                figure = f"{path}_bandwidth (writers={n}).bytes_per_s: the slowest host's, {label}; {of}"
+                got = stream(path, n, hosts, runtime, label, RunNote(f"bandwidth, {path}", figure, group="bandwidth"))
+                values.setdefault((path, n), []).append(min(got.per_host.values()))
+                if hosts > 1 and path == "buffered" and n == w and r == 0:
+                    notes.append(straggler_note(got, w))
+        if session.page_cache:
+            figure = f"page_cache_write.bytes_per_s: {label}; {of}"
+            got = stream("page-cache", 1, hosts, 0, f"no flush, {label}", RunNote("bandwidth, page-cache", figure))
+            values.setdefault(("page-cache", 1), []).append(min(got.per_host.values()))
+        for h in host_counts:
+            figure = f"aggregate_bandwidth (hosts={h}).bytes_per_s: all hosts together, {label}; {of}"
+            got = stream("buffered", w, h, runtime, label, RunNote(f"host scaling, {h} host(s)", figure))
+            values.setdefault(("hosts", h), []).append(got.total)
+    curves: dict[str, list[BandwidthPoint]] = {
+        path: [_point(values[path, n], n) for n in counts] for path in session.write_paths
+    }
+    page_cache = _point(values["page-cache", 1], 1) if session.page_cache else None
+    aggregate = [_point(values["hosts", h], w, h) for h in host_counts]
+    return _Bandwidth(curves, page_cache, aggregate, runtime, notes)
+
+
+def straggler_note(got: Stream, writers: int) -> str:
+    """Each host's rate in one run of all hosts at once: a save waits for the slowest, so name it."""
+    rates = got.per_host
+    fast, slow = max(rates, key=rates.__getitem__), min(rates, key=rates.__getitem__)
+    return (
+        f"per host at {writers} writers: "
+        + ", ".join(f"{h} {v / 1e6:.0f} MB/s" for h, v in sorted(rates.items()))
+        + f"; straggler {slow} at {rates[slow] / rates[fast]:.0%} of {fast}; all hosts {got.total / 1e6:.0f} MB/s"
+    )
+
+
+def small_file_range(plan: CheckpointPlan | None) -> tuple[int, int]:
+    """The sizes small files are written at: the plan's small files, within SMALL_FILE_BOUNDS."""
+    sizes = [f.bytes for f in plan.manifest if f.kind == "small"] if plan is not None else []
+    if not sizes:
+        return DEFAULT_SMALL_FILE_RANGE
+    low, high = SMALL_FILE_BOUNDS
+    return min(max(low, min(sizes)), high), min(max(low, max(sizes)), high)
+
+
+def _small_files(job: Job, session: Session, progress: Progress) -> tuple[SmallFiles, float | None]:
+    """A calibration run sizes the warm-up's file count, the warm-up the measured runs', so that each takes about
+    its share of the budget; once warm, the run-to-run scatter is larger than any trend, so a median of more, short
+    runs moves less. With many hosts, the profile keeps the slowest host's rate and the sum over hosts."""
+    p, low, high = job.preset, *small_file_range(job.spec.plan)
+    writers = job.writers * session.hosts
+    plan = job.spec.plan
+    busiest_rank = max(Counter(f.rank for f in plan.manifest).values()) if plan is not None else 0
+    cap = max(p.small_files_per_writer_cap, busiest_rank)
+    space = cap if job.data_bytes is None else max(8, job.data_bytes // (writers * high))
+
+    def run(files: int, label: str, figure: str, warm_up: bool = False) -> SmallRun:
+        progress.phase(
+            f"small files: create, write, fsync, close ({job.writers} writers){label}", p.small_files_runtime_s
+        )
+        note = RunNote("small files", figure, warm_up=warm_up)
+        return session.small_files(job.writers, low, high, files, note)
+
+    def count(got: SmallRun, seconds: float) -> int:
+        return int(max(8, min(cap, space, got.files / got.seconds * seconds / writers)))
+
+    first = run(min(p.small_files_calibration, space), " calibration", "none: a calibration run, sizes the warm-up")
+    warm = run(
+        count(first, p.warm_up_s / 3), " warm-up (not counted)", "none: a warm-up, sizes the measured runs", True
+    )
+    files = count(warm, p.small_files_runtime_s)
+    rates, ops, sums = [], [], []
+    for r in range(p.small_files_repeats):
+        figure = (
+            f"small_files.files_per_s and ops_per_s: run {r + 1} of {p.small_files_repeats}, the slowest host's; "
+            "the profile keeps the median, with the files/s min…max (spread)"
+        )
+        got = run(files, f", run {r + 1} of {p.small_files_repeats}", figure)
+        slowest = min(got.files_per_s, key=lambda h: got.files_per_s[h])
+        rates.append(got.files_per_s[slowest])
+        ops.append(got.ops_per_s[slowest])
+        sums.append(sum(got.files_per_s.values()))
+    spread = Spread.of(rates)
+    small = SmallFiles(
+        files_per_s=spread.median,
+        ops_per_s=Spread.of(ops).median,
+        file_bytes_min=low,
+        file_bytes_max=high,
+        writers=job.writers,
+        spread=spread,
+    )
+    return small, Spread.of(sums).median if session.hosts > 1 else None
+
+
+def _latency(
+    job: Job, session: Session, progress: Progress, kind: Literal["fsync", "o_sync"], size: int
+) -> Latency | None:
+    what = "4 KiB write + fsync" if kind == "fsync" else "4 KiB O_SYNC writes"
+    progress.phase(f"latency: {what}", job.preset.latency_runtime_s)
+    field_name = "fsync_latency" if kind == "fsync" else "sync_write_latency"
+    phase = "latency, fsync" if kind == "fsync" else "latency, O_SYNC writes"
+    note = RunNote(phase, f"{field_name} (p50_s, p99_s, p999_s, mean_s, samples): the worst host's")
+    return session.latency(kind, job.preset.latency_runtime_s, size, note)
+
+
+def _calibrate(job: Job, session: Session, progress: Progress) -> Calibration:
+    from ckplan.savers.calibrate import calibrate
+    from ckplan.savers.saver import max_save_processes
+
+    session.phase_ran("calibration", "PyTorch's serialisers into /dev/null, not fio; `ckplan calibrate` runs it again")
+    return calibrate(job.preset.name, min(job.writers, max_save_processes()), progress)
+
+
+def full_scale_seconds(
+    measured: float, fixed: float, serialize: float, bytes_ratio: float, framework_saver: bool
+) -> float:
+    """A replay at scale, extrapolated to full size: the fixed cost per save (a collective save's coordination,
+    which does not grow with the bytes) + the rest × full bytes ÷ replayed bytes (bandwidth-bound), + the busiest
+    writer's serialisation at full size where the replay wrote raw bytes (a framework saver's run holds both its
+    fixed cost and its serialisation already)."""
+    scaled = max(0.0, measured - (fixed if framework_saver else 0.0))
+    return fixed + scaled * bytes_ratio + (0.0 if framework_saver else serialize)
+
+
+def _replay(job: Job, session: Session, calibration: Calibration | None, progress: Progress) -> Replay:
+    """The replay of the plan's busiest node(s), a warm-up (the first run was the slowest every time: 3.45 s
+    against 1.46-1.65 s for the next three of the same two 1.2 GB files on the development VM's disk) and the
+    repeats. Buffered writers go through the framework's own saver where the backend can run it (one process
+    per rank): on a fast target the serialiser is most of the save. Otherwise the backend writes raw bytes
+    through the plan's write path and the busiest writer's serialisation is added from the calibration (or the
+    named defaults)."""
+    from ckplan.planning.savetime import machine_figures, writer_loads
+    from ckplan.savers.calibrate import torch_available
+    from ckplan.savers.saver import max_save_processes
+
+    plan, scale, repeats = job.spec.plan, job.spec.scale, job.preset.repeats
+    assert plan is not None
+    nodes = replay_nodes(plan, session.hosts)
+    files = [f for fs in job.replay for f in fs]
+    written = sum(f.bytes for f in files)
+    writers = max(len({f.rank for f in fs}) for fs in job.replay)
+    path = plan.write_path if plan.write_path in session.write_paths else "buffered"
+    machine = machine_figures(calibration)
+    fixed = machine.coordination_seconds.value if plan.coordinated_save else 0.0
+    saver = path == "buffered" and torch_available() and writers <= max_save_processes()
+    where = f"{len(files)} files, {writers} writers" + (f" per host on {len(nodes)} hosts" if len(nodes) > 1 else "")
+    progress.phase(f"replay ({path}): {where}, scale {scale:g}, warm-up + {repeats} runs", 0)
+    walls = session.save_files(job.replay[0], plan.setup.framework, repeats + 1) if saver else None
+    saver = walls is not None  # a backend without the framework's saver writes raw bytes
+    if walls is None:
+        walls = []
+        for r in range(repeats + 1):
+            seconds, written = session.write_files(job.replay, path, r)
+            walls.append(seconds)
+    serialize = 0.0 if saver else max(ser for n in nodes for _, ser in writer_loads(plan, n, machine.rates()).values())
+    spread = Spread.of(walls[1:])
+    full_bytes = sum(f.bytes for f in plan.manifest if f.node in nodes)
+    return Replay(
+        method="framework saver" if saver else "raw bytes",
+        write_path=path,
+        seconds=spread.median,
+        bytes=written,
+        files=len(files),
+        writers=writers,
+        scale=scale,
+        plan_fingerprint=plan.fingerprint,
+        full_scale_seconds=full_scale_seconds(spread.median, fixed, serialize, full_bytes / written, saver),
+        fixed_seconds=fixed,
+        serialize_seconds=serialize,
+        spread=spread,
+        nodes=len(nodes),
+    )
+
+
+def noise_notes(bandwidth, small_files=None, replay=None, direct=None) -> list[str]:
+    """Warn, as hyperfine does on outliers, where a figure's own repeats disagree by more than NOISY_RANGE: a second
+    probe of such a target can differ by as much, whatever the probe does."""
+    best = max(bandwidth, key=lambda b: b.bytes_per_s)
+    figures = [(f"the {best.writers}-writer {'buffered ' if direct else ''}bandwidth", best.spread)]
+    if direct:
+        top = max(direct, key=lambda b: b.bytes_per_s)
+        figures.append((f"the {top.writers}-writer direct bandwidth", top.spread))
+    if small_files is not None:
+        figures.append(("the small-file rate", small_files.spread))
+    if replay is not None:
+        figures.append(("the replay's save time", replay.spread))
+    return [
+        f"{label} varied by {spread.relative_range:.0%} across its {spread.repeats} repeats (min…max): this target "
+        "is noisy now, and a second probe may differ as much; the median is used (--thorough runs more, longer repeats)"
+        for label, spread in figures
+        if spread is not None and spread.repeats > 1 and spread.relative_range > NOISY_RANGE
+    ]
+
+
+def shared_target_warnings(notes: list[str]) -> list[str]:
+    """The notes that say another probe ran at the same time, whatever the target."""
+    return [n for n in notes if n.endswith(SHARED_TARGET)]

@@ -1,0 +1,208 @@
+"""The probe engine's rules against a scripted backend: no I/O, so every figure is known in advance.
+
+The real backends (fio, fio servers in namespaces, the S3 test server) are tested in test_probe_fs.py,
+test_probe_cluster.py and test_probe_s3.py; these tests pin what the engine does with what a backend reports.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+
+import pytest
+
+from ckplan import catalog
+from ckplan.errors import InputError, MeasurementFailed
+from ckplan.probe import engine
+from ckplan.probe.engine import Facts, FileToWrite, RunNote, SmallRun, Stream, TargetSpec
+from ckplan.profile import Latency
+from ckplan.sizing.plan import build_plan
+
+MiB = 2**20
+
+
+@dataclass
+class Script:
+    """What the fake target reports: bandwidth per run (in call order, warm-up first), small-file runs, latency."""
+
+    streams: list[dict[str, float]]
+    small: list[tuple[float, float]] = field(default_factory=lambda: [(1000.0, 4000.0)] * 10)  # files/s, ops/s
+    replay_seconds: list[float] = field(default_factory=list)
+    others: list[str] = field(default_factory=list)
+    fail_in: str | None = None  # a phase that raises mid-probe
+
+
+class FakeSession:
+    def __init__(self, script: Script, hosts: int):
+        self.script, self.hosts = script, hosts
+        self.write_paths: tuple = ("buffered",)
+        self.page_cache = False
+        self.notes: list[str] = []
+        self.raw: list[dict] = []
+        self.calls: list[tuple[str, RunNote | None, tuple]] = []
+        self.written: list[list[FileToWrite]] = []
+
+    def stream(self, path, writers, hosts, size, seconds, note):
+        self.calls.append(("stream", note, (path, writers, hosts, size)))
+        per_host = self.script.streams.pop(0)
+        return Stream(per_host, sum(per_host.values()))
+
+    def small_files(self, writers, low, high, files_per_writer, note):
+        if self.script.fail_in == "small files":
+            raise MeasurementFailed("the small-file phase failed: No space left on device")
+        self.calls.append(("small", note, (writers, low, high, files_per_writer)))
+        files_s, ops_s = self.script.small.pop(0)
+        per_host = {f"h{i}": files_s for i in range(self.hosts)}
+        files = files_per_writer * writers * self.hosts
+        return SmallRun(per_host, {h: ops_s for h in per_host}, files, files / files_s / self.hosts)
+
+    def latency(self, kind, seconds, file_bytes, note):
+        return Latency.of([0.001, 0.002, 0.003]) if kind == "fsync" else None
+
+    def write_files(self, nodes, path, run):
+        self.written.append([f for fs in nodes for f in fs])
+        return self.script.replay_seconds[run], sum(f.bytes for fs in nodes for f in fs)
+
+    def save_files(self, files, framework, runs):
+        return None  # no framework saver here: the engine writes raw bytes and adds the serialiser term
+
+    def others(self):
+        return self.script.others
+
+    def phase_ran(self, phase, why):
+        pass
+
+
+class FakeBackend:
+    kind = "filesystem"
+
+    def __init__(self, script: Script, hosts: int = 1, free_bytes: int | None = None):
+        self.script, self.hosts, self.free_bytes = script, hosts, free_bytes
+        self.closed = False
+        self.session: FakeSession | None = None
+
+    def prepare(self, spec):
+        return Facts(
+            target="/fake", name="fake", fs_type="ext4", storage_class="local-nvme", shared=False, tool="fake",
+            hosts=self.hosts, free_bytes=self.free_bytes,
+        )  # fmt: skip
+
+    @contextlib.contextmanager
+    def open(self, facts, progress):
+        self.session = FakeSession(self.script, self.hosts)
+        try:
+            yield self.session
+        finally:
+            self.closed = True
+
+    def clean(self, force=False):
+        raise AssertionError("not called")
+
+
+def probe(backend: FakeBackend, **spec):
+    spec = {"preset": "default", "writers": 2, "calibrate": False, **spec}
+    job = engine.prepare(TargetSpec("/fake", **spec), backend)
+    return job, engine.run(job, backend)
+
+
+def test_warm_up_is_not_counted_and_each_point_keeps_the_median_of_its_repeats():
+    # default preset: 3 repeats of writers 1 and 2, after one warm-up at 2 writers
+    gb = 1e9
+    script = Script(streams=[{"h": 0.1 * gb}] + [{"h": v * gb} for v in (1.0, 2.0, 1.2, 2.2, 1.1, 2.1)])
+    backend = FakeBackend(script)
+    _, p = probe(backend)
+    calls = [c for c in backend.session.calls if c[0] == "stream"]
+    assert calls[0][1].warm_up and calls[0][2][1] == 2  # the warm-up at the most writers
+    assert not any(note.warm_up for _, note, _ in calls[1:])
+    points = {b.writers: b for b in p.buffered_bandwidth}
+    assert points[1].bytes_per_s == pytest.approx(1.1 * gb) and points[2].bytes_per_s == pytest.approx(2.1 * gb)
+    assert (points[1].spread.min, points[1].spread.max) == pytest.approx((1.0 * gb, 1.2 * gb))
+    assert p.best_write_bytes_per_s == pytest.approx(2.1 * gb)  # the slow warm-up (0.1 GB/s) appears nowhere
+    # only the best point's noise is judged: 2.0…2.2 GB/s is 9.5% of its median, within NOISY_RANGE
+    assert not [n for n in p.notes if "varied by" in n]
+
+
+def test_a_noisy_best_point_is_flagged_and_a_steady_one_is_not():
+    gb = 1e9
+    steady = Script(streams=[{"h": gb}] + [{"h": v * gb} for v in (1.0, 2.0, 1.0, 2.05, 1.0, 2.1)])
+    _, p = probe(FakeBackend(steady))
+    assert not [n for n in p.notes if "varied by" in n]
+    noisy = Script(streams=[{"h": gb}] + [{"h": v * gb} for v in (1.0, 2.0, 1.0, 3.0, 1.0, 2.5)])
+    _, p = probe(FakeBackend(noisy))
+    (note,) = [n for n in p.notes if "varied by" in n]
+    assert "the 2-writer bandwidth varied by 40% across its 3 repeats" in note  # (3.0 − 2.0) ÷ 2.5
+
+
+def test_with_many_hosts_a_point_is_the_slowest_host_and_the_aggregate_is_the_sum():
+    gb = 1e9
+    two = {"a": 1.0 * gb, "b": 0.6 * gb}
+    # quick: 1 repeat; writers 1 and 2 on both hosts, then the host scaling runs at 1 and 2 hosts
+    script = Script(streams=[two, two, two, {"a": 1.5 * gb}, {"a": 0.8 * gb, "b": 0.7 * gb}])
+    _, p = probe(FakeBackend(script, hosts=2), preset="quick")
+    assert [b.bytes_per_s for b in p.buffered_bandwidth] == [0.6 * gb, 0.6 * gb]
+    assert [(b.hosts, b.bytes_per_s) for b in p.aggregate_bandwidth] == [(1, 1.5 * gb), (2, 1.5 * gb)]
+    assert p.hosts == 2 and p.aggregate_files_per_s == pytest.approx(2 * 1000.0)
+
+
+def test_small_files_are_calibrated_warmed_up_then_repeated_and_their_median_kept():
+    gb = 1e9
+    rates = [(500.0, 2000.0), (800.0, 3000.0)] + [(v, 4 * v) for v in (1000.0, 1300.0, 900.0, 1200.0, 1100.0)]
+    script = Script(streams=[{"h": gb}] * 7, small=rates)
+    backend = FakeBackend(script)
+    _, p = probe(backend)
+    small = [c for c in backend.session.calls if c[0] == "small"]
+    assert len(small) == 2 + 5 and small[1][1].warm_up and not small[0][1].warm_up
+    assert p.small_files.files_per_s == 1100.0 and p.small_files.ops_per_s == 4400.0
+    assert (p.small_files.spread.min, p.small_files.spread.max) == (900.0, 1300.0)
+    # the measured runs' count: the warm-up's rate × the per-run budget (12 s ÷ 5) ÷ the 2 writers, capped
+    files = small[2][2][3]
+    assert files == min(1024, int(800.0 * (12.0 / 5) / 2))
+    assert (p.small_files.file_bytes_min, p.small_files.file_bytes_max) == engine.DEFAULT_SMALL_FILE_RANGE
+
+
+def test_the_byte_budget_sizes_each_writer_and_refuses_too_little_room():
+    gb = 1e9
+    # free 2 × 65 MiB: half of it may be used, less the 1 MiB reserve → 64 MiB over 2 writers
+    job, _ = probe(FakeBackend(Script(streams=[{"h": gb}] * 7), free_bytes=2 * 65 * MiB))
+    assert job.data_bytes == 64 * MiB and job.bytes_per_writer == 32 * MiB
+    with pytest.raises(InputError, match="too little free space on /fake"):
+        engine.prepare(TargetSpec("/fake", writers=2, calibrate=False), FakeBackend(Script([]), free_bytes=16 * MiB))
+
+
+def test_full_scale_extrapolation_is_fixed_plus_scaled_plus_serialiser():
+    # raw bytes: 0.5 s fixed + 2.0 s × 10 + 1.0 s serialising at full size
+    assert engine.full_scale_seconds(2.0, 0.5, 1.0, 10.0, framework_saver=False) == pytest.approx(21.5)
+    # a framework saver's run holds its fixed cost and serialisation: only the rest scales
+    assert engine.full_scale_seconds(2.0, 0.5, 1.0, 10.0, framework_saver=True) == pytest.approx(0.5 + 1.5 * 10)
+
+
+def test_the_replay_writes_the_plans_files_exactly_and_carries_the_serialiser_term():
+    gb = 1e9
+    plan = build_plan(arch=catalog.model("llama-3.1-8b"), model_name="llama-3.1-8b", gpus=4)
+    scale = 0.001
+    script = Script(streams=[{"h": gb}] * 7, replay_seconds=[9.0, 2.0, 2.4, 2.2])  # warm-up + 3 repeats
+    backend = FakeBackend(script)
+    _, p = probe(backend, plan=plan, scale=scale)
+    busiest = plan.busiest_node
+    expected = {(f.path, max(1, int(f.bytes * scale))) for f in plan.manifest if f.node == busiest.node}
+    assert all({(f.path, f.bytes) for f in run} == expected for run in backend.session.written)
+    r = p.replay
+    assert r is not None and r.method == "raw bytes" and r.seconds == 2.2 and r.spread.repeats == 3
+    assert r.bytes == sum(b for _, b in expected) and r.serialize_seconds > 0
+    ratio = busiest.bytes / r.bytes
+    assert r.full_scale_seconds == pytest.approx(r.fixed_seconds + 2.2 * ratio + r.serialize_seconds)
+
+
+def test_another_live_probe_is_named_in_the_notes():
+    script = Script(streams=[{"h": 1e9}] * 7, others=["/fake/.ckplan-probe-x (host h2, pid 7)"])
+    _, p = probe(FakeBackend(script))
+    (note,) = engine.shared_target_warnings(p.notes)
+    assert "/fake/.ckplan-probe-x (host h2, pid 7)" in note
+
+
+def test_a_backend_failing_mid_phase_propagates_and_the_session_is_closed():
+    backend = FakeBackend(Script(streams=[{"h": 1e9}] * 7, fail_in="small files"))
+    job = engine.prepare(TargetSpec("/fake", writers=2, calibrate=False), backend)
+    with pytest.raises(MeasurementFailed, match="No space left on device"):
+        engine.run(job, backend)
+    assert backend.closed  # the backend's scratch area is removed on the way out
