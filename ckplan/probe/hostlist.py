@@ -1,4 +1,8 @@
-"""Slurm hostlist expressions: `gpu[001-016,020],io[1-2]-ib` → gpu001 … gpu016, gpu020, io1-ib, io2-ib.
+"""The hosts of a multi-host probe: `--hosts` and `--hosts-file` entries, Slurm hostlist expressions, the agents.
+
+Entries: host, host:port, [ipv6]:port, a Slurm host list such as node[01-16]:8765 (the port applies to each of
+its hosts), or `slurm` (the job's nodes). Expressions: `gpu[001-016,020],io[1-2]-ib` → gpu001 … gpu016, gpu020,
+io1-ib, io2-ib.
 
 The syntax is Slurm's (and pdsh's): a comma outside brackets separates parts; inside a part, each
 `[…]` holds a comma-separated list of numbers and low-high ranges, every combination of the groups is
@@ -14,10 +18,17 @@ dependency; ClusterShell builds every name before its size can be checked: 3 mil
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
+import socket
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from itertools import product
+from pathlib import Path
 
-from ckplan.errors import InputError
+from ckplan.errors import EnvironmentProblem, InputError
 from ckplan.units import MAX_HOSTS
 
 _RANGE = re.compile(r"(\d+)(?:-(\d+))?")
@@ -96,3 +107,184 @@ def expand(expr: str, limit: int = MAX_HOSTS) -> list[str]:
         ]
         names += ["".join(p) for p in product(*choices)]
     return names
+
+
+DEFAULT_PORT = 8765
+V6_ENTRY = re.compile(r"\[(?P<v6>[0-9A-Fa-f.]*:[0-9A-Fa-f:.]*)\](?::(?P<port>[^:]*))?")
+HOST_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9.-]*")
+SLURM_VARIABLES = ("SLURM_JOB_NODELIST", "SLURM_NODELIST")
+ENTRY_FORMS = "use host, host:port, [ipv6]:port, a Slurm host list such as node[01-16]:8765, or slurm"
+
+
+@dataclass(frozen=True)
+class Host:
+    name: str
+    port: int = DEFAULT_PORT
+
+    @property
+    def client_arg(self) -> str:
+        family = "ip6" if ":" in self.name else "ip"
+        return f"--client={family}:{self.name},{self.port}"
+
+    def __str__(self) -> str:
+        return f"[{self.name}]:{self.port}" if ":" in self.name else f"{self.name}:{self.port}"
+
+
+def slurm_nodelist(environ: Mapping[str, str]) -> tuple[str, str]:
+    """The job's node list as (variable, hostlist expression): SLURM_JOB_NODELIST, else SLURM_NODELIST."""
+    for var in SLURM_VARIABLES:
+        if environ.get(var, "").strip():
+            return var, environ[var].strip()
+    raise InputError(
+        "‹hosts› slurm reads the job's nodes from SLURM_JOB_NODELIST or SLURM_NODELIST, and neither is set: "
+        "run it inside a Slurm job (sbatch, salloc) or name the hosts"
+    )
+
+
+def parse_hosts(
+    spec: str | None,
+    hosts_file: Path | None,
+    environ: Mapping[str, str] | None = None,
+    notice: Callable[[str], None] | None = None,
+    limit: int = MAX_HOSTS,
+) -> list[Host]:
+    """The hosts of `--hosts` and `--hosts-file`: comma-separated entries, each a host, a Slurm host list
+    (`gpu[001-016,020]`, `io[1-2]-ib`) or `slurm` (the job's nodes), optionally followed by :PORT, which applies to
+    every host of that entry. `notice` is told which nodes `slurm` found."""
+    environ = os.environ if environ is None else environ
+    sources: list[tuple[str, str]] = [("‹hosts›", spec)] if spec else []
+    if hosts_file:
+        from ckplan.readers import read_text_file
+
+        lines = read_text_file(hosts_file, "‹hosts_file›").splitlines()
+        sources += [(f"‹hosts_file› line {i}", line.split("#")[0].strip()) for i, line in enumerate(lines, 1)]
+    hosts: list[Host] = []
+    for where, text in sources:
+        try:
+            entries = [e.strip() for e in split_top(text)]
+        except InputError as exc:
+            raise InputError(f"{where}: {exc}") from None
+        for entry in filter(None, entries):
+            hosts += _entry(entry, where, environ, notice, limit - len(hosts), len(hosts))
+    if not hosts:
+        raise InputError("‹hosts› or ‹hosts_file› names no hosts")
+    seen: set[Host] = set()
+    for h in hosts:
+        if h in seen:
+            raise InputError(f"host {h} is listed twice")
+        seen.add(h)
+    return hosts
+
+
+def _entry(
+    entry: str, where: str, environ: Mapping[str, str], notice: Callable[[str], None] | None, room: int, before: int
+) -> list[Host]:
+    """The hosts of one entry; `room` more may be added to the `before` already named."""
+    m = V6_ENTRY.fullmatch(entry)
+    expr, port_text = (m["v6"], m["port"]) if m else entry.split(":", 1) if entry.count(":") == 1 else (entry, None)
+    if ":" in entry and not m and entry.count(":") != 1:
+        raise InputError(f"{where}: bad host entry {entry!r}: {ENTRY_FORMS}")
+    port = DEFAULT_PORT
+    if port_text is not None:
+        if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+            raise InputError(f"{where}: bad port in host entry {entry!r}: give a number 1-65535 after the colon")
+        port = int(port_text)
+    if m:
+        return [Host(expr, port)]
+    source = ""
+    if expr == "slurm":
+        var, expr = slurm_nodelist(environ)
+        source = f" (slurm: {var}={expr})"
+    try:
+        n = count(expr)
+        if n > room:
+            total = f", {before + n:,} in all" if before else ""
+            raise InputError(f"{expr!r} expands to {n:,} hosts{total}; at most {room + before:,} are allowed")
+        names = expand(expr, limit=room)
+    except InputError as exc:
+        raise InputError(f"{where}{source}: {exc}") from None
+    for name in names:
+        if not HOST_NAME.fullmatch(name):
+            raise InputError(f"{where}{source}: bad host name {name!r} in {entry!r}: {ENTRY_FORMS}")
+    if source and notice:
+        shown = ", ".join(names[:8]) + (f", … ({len(names) - 8} more)" if len(names) > 8 else "")
+        notice(f"--hosts slurm: {len(names)} node{'s' if len(names) != 1 else ''} in ${var} ({expr}): {shown}")
+    return [Host(name, port) for name in names]
+
+
+def wait_for_agents(hosts: list[Host], timeout_s: float, poll_s: float = 0.5) -> None:
+    """Return once every host's agent has run a job for us (agents that srun started a moment ago), or raise naming
+    those that did not within `timeout_s`: first a TCP connection on its port, then fio's own handshake, a null
+    job that writes nothing. A port that takes the connection and never answers (not a fio server, or one
+    stopped with SIGSTOP) would otherwise hold the probe until its first phase's deadline."""
+    deadline = time.monotonic() + timeout_s
+    pending = list(hosts)
+    while True:
+        for host in list(pending):
+            try:
+                with socket.create_connection((host.name, host.port), timeout=min(2.0, max(0.1, timeout_s))):
+                    pending.remove(host)
+            except socket.gaierror:
+                raise InputError(
+                    f"host {host.name!r} does not resolve to an address: check ‹hosts› or ‹hosts_file›"
+                ) from None
+            except OSError:
+                pass
+        if not pending:
+            break
+        if time.monotonic() >= deadline:
+            raise _no_answer(pending, timeout_s, "answered")
+        time.sleep(poll_s)
+    silent = _no_handshake(hosts, deadline)
+    if silent:
+        raise _no_answer(silent, timeout_s, "ran fio's handshake (a null job)")
+
+
+def _no_answer(hosts: list[Host], timeout_s: float, what: str) -> EnvironmentProblem:
+    return EnvironmentProblem(
+        f"no agent {what} on {', '.join(map(str, hosts))} within {timeout_s:g} s "
+        "(start one on each host with `ckplan agent`)"
+    )
+
+
+def _no_handshake(hosts: list[Host], deadline: float) -> list[Host]:
+    """The hosts whose fio server did not run a null job by `deadline`; every client is stopped by then."""
+    import subprocess
+    import tempfile
+
+    from ckplan import children
+    from ckplan.probe.fio import fio_binary
+
+    with tempfile.NamedTemporaryFile("w", suffix=".fio") as job:
+        job.write("[ckplan-handshake]\nioengine=null\nsize=4k\n")
+        job.flush()
+        procs = {
+            host: subprocess.Popen(
+                [fio_binary(), host.client_arg, job.name],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                preexec_fn=children.preexec(),
+            )
+            for host in hosts
+        }
+        try:
+            for proc in procs.values():
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        finally:
+            for proc in procs.values():
+                if proc.poll() is None:
+                    proc.kill()  # a client waiting on a silent server holds nothing to flush
+                    proc.wait()
+    return [host for host, proc in procs.items() if proc.returncode != 0]
+
+
+def agent_command(bind: str, port: int) -> list[str]:
+    from ckplan.probe.fio import fio_binary
+
+    family = "ip6" if ":" in bind else "ip"
+    return [fio_binary(), f"--server={family}:{bind},{port}"]
+
+
+def is_loopback(addr: str) -> bool:
+    return addr in ("localhost", "::1") or addr.startswith("127.")
