@@ -289,12 +289,28 @@ def main() -> None:
     own_files_as_rank()
     if args.kind == "deepspeed":
         run_deepspeed(args.config, args.out, args.cases)
-        return
-    (case,) = args.cases
-    {"hf": run_hf, "lightning": run_lightning, "dcp": run_dcp, "megatron": run_megatron}[args.kind](
-        args.config, args.out, case
-    )
+    else:
+        (case,) = args.cases
+        {"hf": run_hf, "lightning": run_lightning, "dcp": run_dcp, "megatron": run_megatron}[args.kind](
+            args.config, args.out, case
+        )
+    leave_after_every_rank_saved()
+
+
+def leave_after_every_rank_saved() -> None:
+    """Wait for every rank's save, then end without the interpreter's teardown: DeepSpeed's CPU shm_comm op
+    leaves a joinable C++ thread that aborts the process at exit now and then ("terminate called without an
+    active exception", SIGABRT), after every file is written, which would fail the run for a reason that is not
+    the checkpoint's."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -283,7 +283,8 @@ def test_paths_fio_cannot_take_are_refused_before_writing(tmp_path, name):
         (["/etc/hostname"], "not a directory"),
         (["--quick", "--thorough", "/tmp"], "not both"),
         (["/tmp", "--scale", "2"], "--scale"),
-        (["/tmp", "--max-bytes", "1MB"], "too little free space"),
+        (["/tmp", "--max-bytes", "1MB"], "--max-bytes of 1,000,000 bytes is too little"),
+        (["/tmp", "--max-bytes", "5MiB", "--writers", "4"], "too little free space"),
         (["/tmp", "--plan", "/nonexistent.json"], "cannot read plan"),
     ],
 )

@@ -55,6 +55,7 @@ SMALL_FILE_BOUNDS = (4 * 1024, 16 * MiB)  # a plan's small files are measured wi
 # held back from the byte budget for ckplan's own files (its marker, fio's job files, directories); the data
 # files are sized in whole pages or MiB, so rounding cannot take them past the budget either
 SCRATCH_RESERVE_BYTES = MiB
+MIN_BYTES_PER_WRITER = 4 * MiB  # one writer's smallest bandwidth run
 PAGE_BYTES = 4096
 # every target's note that another live probe shared the target ends so; the CLI repeats such notes on stderr
 SHARED_TARGET = "the bandwidth measured here was shared with it: probe again when it is done"
@@ -274,6 +275,12 @@ class Job:
 def prepare(spec: TargetSpec, backend: Backend) -> Job:
     """Every check that can fail before a byte is written: the backend's, then the byte budget and the replay."""
     preset = PRESETS[spec.preset]
+    least = MIN_BYTES_PER_WRITER + SCRATCH_RESERVE_BYTES
+    if spec.max_bytes is not None and spec.max_bytes < least:  # refused before the target is touched
+        raise InputError(
+            f"‹max_bytes› of {spec.max_bytes:,} bytes is too little: a probe needs at least {least // MiB} MiB "
+            f"({MIN_BYTES_PER_WRITER // MiB} MiB for one writer and {SCRATCH_RESERVE_BYTES // MiB} MiB for its scratch)"
+        )
     facts = backend.prepare(spec)
     plan = spec.plan
     writers = spec.writers or (plan.max_writers_per_node if plan else os.cpu_count() or 1)
@@ -296,10 +303,11 @@ def prepare(spec: TargetSpec, backend: Backend) -> Job:
     per_writer = preset.bytes_per_writer
     if data is not None:
         per_writer = min(per_writer, data // (writers * facts.hosts) // MiB * MiB)  # whole 1 MiB blocks
-        if per_writer < 4 * MiB and budget is not None:
+        if per_writer < MIN_BYTES_PER_WRITER and budget is not None:
+            least = MIN_BYTES_PER_WRITER * writers * facts.hosts + SCRATCH_RESERVE_BYTES
             raise InputError(
                 f"too little free space on {facts.target}: the probe may use {budget / 1e6:.1f} MB (half the free space "
-                f"or ‹max_bytes›), and needs at least {4 * writers * facts.hosts + SCRATCH_RESERVE_BYTES // MiB} MiB "
+                f"or ‹max_bytes›), and needs at least {least // MiB} MiB "
                 f"for {writers} writer(s) on {facts.hosts} host(s)"
             )
     from ckplan.savers.calibrate import torch_available
