@@ -1493,3 +1493,29 @@ def test_valid_neighbours_of_the_edges_still_run(run, edges, tmp_path):
     plan = json.loads(out)
     assert plan["total_bytes"] == 1000
     assert any("1 state file(s) hold 0 bytes (global_step1/zero_pp_rank_0" in a for a in plan["assumptions"])
+
+
+def test_a_backtracking_pattern_ends_within_seconds(edges):
+    """The regex budget, in a process of its own: a budget that stopped working would hang the in-process case
+    above, and the suite with it, where this one fails at 20 s."""
+    started = time.monotonic()
+    proc = run_cli(
+        "diagnose", edges["log_backtrack.log"], "--pattern", r"took (?P<duration>(?:a|a)+)$", "--json", timeout=20
+    )
+    assert time.monotonic() - started < 20
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 2 and len(lines) == 1 and "ran for over 1.0 s on one line" in lines[0], proc.stderr
+
+
+def test_a_marker_whose_pid_overflows_a_c_long_is_stale(tmp_path):
+    """A scratch marker naming this host and a pid past a C long (os.kill raises OverflowError) names no process:
+    its directory is stale, and `clean` removes it."""
+    from ckplan.scratch import MARKER, SCRATCH_PREFIX, scratch_dirs
+
+    stale = tmp_path / f"{SCRATCH_PREFIX}{socket.gethostname()}-1-0000"
+    stale.mkdir()
+    (stale / MARKER).write_text(json.dumps({"host": socket.gethostname(), "pid": 2**70, "started": time.time()}))
+    assert [(s.pid, s.live) for s in scratch_dirs(tmp_path)] == [(2**70, False)]
+    proc = run_cli("clean", str(tmp_path), "--json", timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["removed"] == [str(stale)] and not stale.exists()

@@ -127,7 +127,9 @@ PLAN_CASES = [
     ("manifest.1.path", "@0", "listed twice"),
     ("manifest.0.path", "a//b.pt", "empty component"),
     ("manifest.0.path", "a/./b.pt", "'.' component"),
-    ("manifest.0.path", "x\n.pt", "control character"),
+    ("manifest.0.path", "x\n.pt", "control or format character"),
+    ("manifest.0.path", "x\u0085.pt", "control or format character"),  # C1: NEL
+    ("manifest.0.path", "gpj.\u202ept", "control or format character"),  # a bidi override shows 'tp.jpg'
     ("nodes.0.writers", 0, "nodes.0.writers"),
     ("nodes.0.bytes", 5, "nodes"),
     ("setup.nodes", 3, "setup: nodes 3 is not gpus 2"),

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import stat
 import time
+from pathlib import Path
 
 import pytest
 
@@ -239,10 +241,14 @@ torch_needed = pytest.mark.skipif(not __import__("importlib").util.find_spec("to
 
 @torch_needed
 def test_calibrate_measures_real_serialisers_near_an_independent_timing(tmp_path):
-    def calibration_scratch() -> set[str]:
-        return {p for p in os.listdir("/dev/shm") if p.startswith("ckplan-calibrate-")}
+    from ckplan.scratch import CALIBRATE_PREFIX, MARKER, scratch_dirs
 
-    before = calibration_scratch()  # a killed run's stale scratch (the kill -9 test's) is not this run's
+    shm = Path("/dev/shm")
+    # what a kill -9 leaves: a marker naming this host and a pid that runs no process, and a sample's bytes
+    stale = shm / f"{CALIBRATE_PREFIX}{socket.gethostname()}-1-0000"
+    stale.mkdir(exist_ok=True)
+    (stale / MARKER).write_text(json.dumps({"host": socket.gethostname(), "pid": 2**70, "started": 0}))
+    (stale / ".sample.safetensors").write_bytes(b"\0" * 2**20)
     c = run_json("calibrate", "--quick", "--ranks", "2", "--out", str(tmp_path / "cal.json"))
     assert json.loads((tmp_path / "cal.json").read_text()) == c
     assert set(c["serialize_bytes_per_s"]) == {"torch.save", "dcp", "safetensors"}
@@ -269,7 +275,9 @@ def test_calibrate_measures_real_serialisers_near_an_independent_timing(tmp_path
     assert os.listdir(tmp_path) == ["cal.json"]
     # safetensors' save_file renames a temporary file over its target: aimed at /dev/null it made that a regular file
     assert stat.S_ISCHR(os.stat(os.devnull).st_mode)
-    assert calibration_scratch() <= before
+    # this run's scratch is gone, and so is the stale one; only a live calibration's may remain
+    assert not stale.exists()
+    assert [d for d in scratch_dirs(shm, (CALIBRATE_PREFIX,)) if not d.live] == []
 
 
 @torch_needed

@@ -27,6 +27,7 @@ to every other is a guess, so the probe measures it here and stores it in the pr
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import tempfile
 import time
@@ -150,9 +151,13 @@ def calibrate(preset: str = "default", dcp_ranks: int = 2, progress=None) -> Cal
         progress.phase(
             f"calibrate: serialisers into /dev/null and memory, {SAMPLE_BYTES[preset] / MiB:.0f} MiB × {repeats}", 0
         )
-    from ckplan.scratch import CALIBRATE_PREFIX, ScratchDir
+    from ckplan.scratch import CALIBRATE_PREFIX, ScratchDir, scratch_dirs
 
-    # in memory, with its owner's pid, so `ckplan clean /dev/shm` removes one a kill -9 left
+    # in memory, with its owner's pid: what a kill -9 left (up to a sample's size of RAM) is removed by the next
+    # calibration here, or by `ckplan clean /dev/shm`
+    for stale in scratch_dirs(memory_dir(), (CALIBRATE_PREFIX,)):
+        if not stale.live:
+            shutil.rmtree(stale.path, ignore_errors=True)
     with ScratchDir(memory_dir(), prefix=CALIBRATE_PREFIX) as scratch:
         nbytes, rates = measure_serializers(SAMPLE_BYTES[preset], repeats, scratch.path)
         if progress:

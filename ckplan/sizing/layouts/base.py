@@ -8,6 +8,7 @@ save produces, with the rank that writes each one.
 from __future__ import annotations
 
 import re
+import unicodedata
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
@@ -73,17 +74,18 @@ _PLAIN_PATH = re.compile(r"(?!\.\.?(?:/|$))[^/\x00-\x1f\x7f]{1,255}(?:/(?!\.\.?(
 
 def manifest_path_error(path: str) -> str | None:
     """Why `path` cannot name a file of a save, or None. A save's files live under its checkpoint directory, so
-    a path is relative, with no empty, `.` or `..` component, no control character (they break fio's job files
-    and terminals) and within Linux's length limits: a plan file that arrives from elsewhere cannot name a file
-    outside the directory ckplan writes into. Every writer checks the resolved path again (ckplan.confine)."""
+    a path is relative, with no empty, `.` or `..` component, no control or format character (they break fio's
+    job files, and terminals show a bidi override's name reversed) and within Linux's length limits: a plan file
+    that arrives from elsewhere cannot name a file outside the directory ckplan writes into. Every writer checks
+    the resolved path again (ckplan.confine)."""
     if path.isascii() and len(path) <= MAX_PATH_BYTES and _PLAIN_PATH.fullmatch(path):
         return None  # the common case, checked in one match: a plan may list a million files
     if not path:
         return "is empty"
     if path.startswith("/"):
         return "is absolute: a save's files are relative to its directory"
-    if re.search(r"[\x00-\x1f\x7f]", path):
-        return "holds a control character"
+    if any(unicodedata.category(c) in ("Cc", "Cf") for c in path):  # C0, DEL, C1; bidi and zero-width marks
+        return "holds a control or format character"
     if len(path.encode()) > MAX_PATH_BYTES:
         return f"is longer than {MAX_PATH_BYTES} bytes"
     for part in path.split("/"):
