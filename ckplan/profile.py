@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, model_validator
 
 from ckplan import __version__
-from ckplan.schema import Bytes, Finite, Hosts, Model, PerSecond, PositiveSeconds, Rate, Seconds, Writers
+from ckplan.schema import Bytes, Finite, Hosts, Int, Model, PerSecond, PositiveSeconds, Rate, Seconds, Writers
 from ckplan.sizing.layouts.base import WritePath
 from ckplan.units import MAX_BYTES
 
@@ -107,7 +107,7 @@ class Replay(Model):
     method: Literal["framework saver", "raw bytes"] = "raw bytes"
     write_path: WritePath = "buffered"
     seconds: PositiveSeconds  # median over repeats, at the replayed scale
-    bytes: Annotated[int, Field(ge=1, le=MAX_BYTES)]  # bytes written at the replayed scale
+    bytes: Annotated[Int, Field(ge=1, le=MAX_BYTES)]  # bytes written at the replayed scale
     files: int = Field(ge=1)
     writers: Writers
     scale: Annotated[Finite, Field(gt=0, le=1)]  # 1.0 = full size
@@ -128,7 +128,7 @@ class ReadReplay(Model):
     # "raw bytes": plain sequential reads of the files, their deserialiser time added from the calibration
     method: Literal["framework loader", "raw bytes"] = "raw bytes"
     seconds: PositiveSeconds  # median over repeats, at the replayed scale
-    bytes: Annotated[int, Field(ge=1, le=MAX_BYTES)]  # bytes read at the replayed scale
+    bytes: Annotated[Int, Field(ge=1, le=MAX_BYTES)]  # bytes read at the replayed scale
     files: int = Field(ge=1)
     readers: Writers
     scale: Annotated[Finite, Field(gt=0, le=1)]
@@ -153,8 +153,8 @@ class Calibration(Model):
     # per file format, one reader on one core, from memory: torch.load, safetensors.load, DCP's per-item torch.load
     deserialize_bytes_per_s: dict[str, Rate] = Field(default_factory=dict)
     serialize_spread: dict[str, Spread] = Field(default_factory=dict)
-    sample_bytes: Annotated[int, Field(ge=1, le=MAX_BYTES)]  # bytes serialised per run
-    tensor_bytes: Annotated[int, Field(ge=1, le=MAX_BYTES)]  # size of each tensor in the sample
+    sample_bytes: Annotated[Int, Field(ge=1, le=MAX_BYTES)]  # bytes serialised per run
+    tensor_bytes: Annotated[Int, Field(ge=1, le=MAX_BYTES)]  # size of each tensor in the sample
     dcp_fixed_seconds: Seconds | None = None
     dcp_fixed_spread: Spread | None = None
     dcp_ranks: Writers | None = None
@@ -180,7 +180,7 @@ class Measurement(Model):
     host: str
     preset: str
     duration_s: Seconds
-    bandwidth_bytes_per_writer: Annotated[int, Field(ge=1, le=MAX_BYTES)] | None = None
+    bandwidth_bytes_per_writer: Annotated[Int, Field(ge=1, le=MAX_BYTES)] | None = None
     runtime_cap_s: Seconds | None = None
     repeats: int = Field(1, ge=1, le=1_000_000)
     # `probe --emit-jobs DIR`: where every fio run's job file and run.sh went, and what each run produced. Optional

@@ -14,7 +14,7 @@ from __future__ import annotations
 import sys
 from typing import Annotated
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict
 
 from ckplan.units import (
     MAX_BYTES,
@@ -40,7 +40,11 @@ def _normal(value: float) -> float:
     return value
 
 
-Finite = Annotated[float, Field(allow_inf_nan=False), AfterValidator(_normal)]
+# A figure in a file is a JSON number: in lax mode pydantic reads "1e9" or true as one, and a boolean that became
+# a writer count, or a quoted figure, is a hand edit gone wrong rather than a value. Strict mode (checked in
+# pydantic's core, so a million manifest rows cost nothing more) takes an int for a float, and nothing else.
+Finite = Annotated[float, Strict(), Field(allow_inf_nan=False), AfterValidator(_normal)]
+Int = Annotated[int, Strict()]
 # bytes per second: at least one (a figure below that is a unit slip) and at most 1 PB/s
 Rate = Annotated[Finite, Field(ge=1, le=MAX_RATE_BYTES_PER_S)]
 # events per second (files, operations, requests): at least one in ten years, since the model divides by them
@@ -49,11 +53,11 @@ Seconds = Annotated[Finite, Field(ge=0, le=MAX_DURATION_S)]
 # a time the model divides by (a replay's wall time, an interval, a step): 1 µs to ten years
 PositiveSeconds = Annotated[Finite, Field(ge=MIN_DURATION_S, le=MAX_DURATION_S)]
 MtbfSeconds = Annotated[Finite, Field(ge=MIN_MTBF_S, le=MAX_DURATION_S)]
-Bytes = Annotated[int, Field(ge=0, le=MAX_BYTES)]
+Bytes = Annotated[Int, Field(ge=0, le=MAX_BYTES)]
 ByteAmount = Annotated[Finite, Field(ge=1, le=MAX_BYTES)]  # a capacity given as a float (host memory, a disk)
 Fraction = Annotated[Finite, Field(ge=MIN_FRACTION, lt=1)]  # a share of time: 0.0001% up to, not including, all
 Share = Annotated[Finite, Field(ge=MIN_FRACTION, le=1)]  # a share of bytes, all of them included
 NodeFailureRate = Annotated[Finite, Field(ge=0, le=MAX_FAILURES_PER_1000_NODE_DAYS)]  # per 1,000 node-days
 JobFailureRate = Annotated[Finite, Field(ge=0, le=MAX_FAILURES_PER_DAY)]  # per day
-Writers = Annotated[int, Field(ge=1, le=MAX_GPUS)]
-Hosts = Annotated[int, Field(ge=1, le=MAX_HOSTS)]
+Writers = Annotated[Int, Field(ge=1, le=MAX_GPUS)]
+Hosts = Annotated[Int, Field(ge=1, le=MAX_HOSTS)]

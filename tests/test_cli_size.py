@@ -173,7 +173,9 @@ def test_version_and_shell_completion():
 
     proc = run_cli("--version")
     assert proc.returncode == 0 and proc.stdout.strip() == f"ckplan {__version__}" and not proc.stderr
-    script = run_cli("--show-completion", "bash")
+    # typer finds the shell from the process tree (a parent such as flock hides it); its test switch takes the
+    # shell from the argument instead
+    script = run_cli("--show-completion", "bash", env={"_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION": "1"})
     assert script.returncode == 0 and "_ckplan_completion()" in script.stdout and "complete " in script.stdout
     # what that function asks ckplan: commands and options complete through the lazily built command table
     for words, cword, expected in (

@@ -136,6 +136,8 @@ PLAN_CASES = [
     ("file_count", 1, "file_count"),
     ("bytes_per_rank_max", 0, "bytes_per_rank_max"),
     ("state_bytes", 0, "state_bytes"),
+    ("setup.gpus", "2", "setup.gpus: Input should be a valid integer"),
+    ("manifest.0.bytes", True, "manifest.0.bytes: Input should be a valid integer"),
 ]
 
 
@@ -225,6 +227,8 @@ PROFILE_CASES = [
     ("small_files.files_per_s", 0.0, "small_files.files_per_s"),
     ("aggregate_files_per_s", 0.0, "aggregate_files_per_s"),
     ("best_write_bytes_per_s", 0.0, "best_write_bytes_per_s"),
+    ("buffered_bandwidth.0.writers", True, "buffered_bandwidth.0.writers: Input should be a valid integer"),
+    ("buffered_bandwidth.0.bytes_per_s", "1e9", "buffered_bandwidth.0.bytes_per_s: Input should be a valid number"),
 ]
 
 

@@ -18,7 +18,7 @@ from pydantic import (
 
 from ckplan import __version__
 from ckplan.errors import InputError, did_you_mean
-from ckplan.schema import Finite, Fraction, Model, PositiveSeconds
+from ckplan.schema import Finite, Fraction, Int, Model, PositiveSeconds
 from ckplan.sizing.architecture import Architecture, Tensor, parameter_count
 from ckplan.sizing.architecture import tensors as model_tensors
 from ckplan.sizing.layouts import LAYOUTS
@@ -46,15 +46,15 @@ MAX_MANIFEST_FILES = 2**19  # the shape_source of a plan read from a checkpoint 
 
 # Bounds on what a plan file may hold: the constraints build_plan's own plans meet, so that a hand-edited
 # or truncated plan is refused where it is read rather than producing negative or infinite figures.
-Count = Annotated[int, Field(ge=0)]
-Positive = Annotated[int, Field(ge=1)]
-Gpus = Annotated[int, Field(ge=1, le=MAX_GPUS)]
+Count = Annotated[Int, Field(ge=0)]
+Positive = Annotated[Int, Field(ge=1)]
+Gpus = Annotated[Int, Field(ge=1, le=MAX_GPUS)]
 Amount = Annotated[Finite, Field(ge=0)]
 
 
 class TrainingSetup(Model):
     model: str | None = None
-    parameters: Annotated[int | None, Field(ge=1, le=MAX_PARAMETERS)]  # None: unknown (a plan measured from disk)
+    parameters: Annotated[Int | None, Field(ge=1, le=MAX_PARAMETERS)]  # None: unknown (a plan measured from disk)
     shape_source: str  # the catalog model whose tensor shapes were used, or "measured from disk: DIR" (size --from)
     optimizer: str = "adam"
     precision: str = "bf16-mixed"
@@ -65,7 +65,7 @@ class TrainingSetup(Model):
     tp: Positive = 1
     pp: Positive = 1
     dp: Positive = 8
-    zero: Annotated[int, Field(ge=0, le=3)] = 1
+    zero: Annotated[Int, Field(ge=0, le=3)] = 1
     ep: Positive = 1  # expert parallelism, within dp; left out of the JSON when 1 (plans without it read back as 1)
     dtype_overrides: dict[str, str] = Field(default_factory=dict)
     step: Count = 1000

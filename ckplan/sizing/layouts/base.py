@@ -14,7 +14,7 @@ from typing import Literal, Protocol
 
 from pydantic import Field, computed_field
 
-from ckplan.schema import Model
+from ckplan.schema import Int, Model
 from ckplan.sizing.architecture import Tensor
 from ckplan.sizing.states import StateBytes
 from ckplan.units import MAX_BYTES as MAX_FILE_BYTES
@@ -100,9 +100,9 @@ def manifest_path_error(path: str) -> str | None:
 
 class ManifestFile(Model):
     path: str
-    bytes: int = Field(ge=0, le=MAX_FILE_BYTES)  # bounded so that a hand-edited plan file is refused where it is read
-    rank: int = Field(ge=0)
-    node: int = Field(ge=0)
+    bytes: Int = Field(ge=0, le=MAX_FILE_BYTES)  # bounded so that a hand-edited plan file is refused where it is read
+    rank: Int = Field(ge=0)
+    node: Int = Field(ge=0)
     kind: FileKind
     # its path is checked with the plan's other rules (CheckpointPlan._consistent_manifest), in one pass
 
