@@ -4,8 +4,9 @@
 K fio agents in network namespaces (real fio servers, the test suite's fixture) share one directory, as nodes
 share one NFS server or one Lustre OST pool. On each target (the disk and /dev/shm by default):
 
-1. probes with 2 and with 4 hosts (no plan), and one with 4 hosts and `--plan` of the 16-node plan (its replay
-   covers 4 of the 16 nodes, so the coverage rule decides);
+1. probes with 2 and with 4 hosts, each without a plan and with `--plan` of the 16-node plan (its replay covers
+   2 or 4 of the 16 nodes, so the coverage rule decides); each profile's measured aggregate is printed under the
+   table;
 2. for each plan (DeepSpeed ZeRO-3, 2 GPUs per node, 4, 8 and 16 nodes, the same model so the same bytes),
    `recommend`'s predicted save from each profile, with serialisation switched off
    (`--serialize-bandwidth torch.save=1000GB/s`): 16 serialising processes on 2 cores would measure the CPU,
@@ -79,12 +80,13 @@ def concurrent_save(target: Path, plan: dict) -> float:
         time.sleep(0.5)  # every process started and waiting
         start = time.monotonic()
         go.set()
-        ends = [done.get(timeout=600) for _ in procs]
         for p in procs:
-            p.join()
-        if any(p.exitcode for p in procs):
+            p.join(timeout=600)
+        if any(p.exitcode != 0 for p in procs):  # a crash, or still running at 600 s (exitcode None)
+            for p in procs:
+                p.kill()
             sys.exit("a node's writer failed")
-        return max(ends) - start
+        return max(done.get(timeout=5) for _ in procs) - start
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
@@ -130,17 +132,28 @@ def main() -> None:
                      "--gpus", str(n * GPUS_PER_NODE), "--gpus-per-node", str(GPUS_PER_NODE))  # fmt: skip
         plans[n].write_text(json.dumps(doc))
     rows = []
+    curves: list[str] = []  # each profile's measured aggregate, so the table explains itself
     date = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     for target in map(Path, targets):
         with fio_hosts(4) as servers:
             addrs = [a for a, _ in servers]
             probes: dict[str, Path] = {}
-            for label, hosts, plan in (("2 hosts", 2, None), ("4 hosts", 4, None), ("4 hosts + replay", 4, 16)):
+            for label, hosts, plan in (
+                ("2 hosts", 2, None),
+                ("2 hosts + replay", 2, 16),
+                ("4 hosts", 4, None),
+                ("4 hosts + replay", 4, 16),
+            ):
                 out = work / f"{target.name}-{label.replace(' ', '_')}.json"
                 extra = ["--plan", str(plans[plan]), "--scale", "1"] if plan else []
                 ckplan("probe", str(target), "--hosts", ",".join(addrs[:hosts]), "--writers", str(GPUS_PER_NODE),
                        "--no-calibrate", "--out", str(out), *preset, *extra)  # fmt: skip
                 probes[label] = out
+                curve = ", ".join(
+                    f"{a['hosts']}: {a['bytes_per_s'] / 1e9:.2f}"
+                    for a in json.loads(out.read_text())["aggregate_bandwidth"]
+                )
+                curves.append(f"{target} {label}: aggregate GB/s by hosts {curve}")
                 print(f"probed {target} with {label}", file=sys.stderr)
         for n in NODE_COUNTS:
             plan = json.loads(plans[n].read_text())
@@ -163,6 +176,9 @@ def main() -> None:
         med = statistics.median(times)
         print(f"| {target} | {label} | {n} | {total / 1e9:.2f} | {pred:.2f} s | {how} | {med:.2f} s "
               f"({min(times):.2f} … {max(times):.2f}) | {pred / med:.2f}× | {judged} |")  # fmt: skip
+    print("\nThe profiles' measured aggregates (median of the repeats):\n")
+    for line in curves:
+        print(f"- {line}")
 
 
 if __name__ == "__main__":

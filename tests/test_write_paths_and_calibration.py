@@ -10,6 +10,7 @@ import json
 import os
 import socket
 import stat
+import subprocess
 import time
 from pathlib import Path
 
@@ -31,7 +32,8 @@ from ckplan.profile import (
     StorageProfile,
 )
 from ckplan.sizing.plan import build_plan
-from tests.conftest import assert_one_line_error, run_cli, run_json
+from tests.conftest import assert_one_line_error, ckplan_exe, run_cli, run_json
+from tests.mounts import needs_root
 
 GB = 1e9
 
@@ -297,3 +299,25 @@ def test_probe_stores_the_calibration_and_recommend_uses_it(tmp_path):
 def test_calibrate_bad_input():
     assert_one_line_error(run_cli("calibrate", "--quick", "--thorough"), "not both")
     assert_one_line_error(run_cli("calibrate", "--ranks", "0"), "--ranks")
+
+
+@torch_needed
+@needs_root
+def test_calibrate_fits_a_containers_small_dev_shm(tmp_path):
+    """A container's /dev/shm is often 64 MiB, less than the quick sample's 2 × 128 MiB: the calibration takes the
+    temporary directory instead (it failed with ENOSPC), and leaves nothing in either."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    script = (
+        "mount -t tmpfs -o size=64m tmpfs /dev/shm && "
+        f"TMPDIR={tmp} exec {' '.join(ckplan_exe())} calibrate --quick --ranks 1 --json"
+    )
+    proc = subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["serialize_bytes_per_s"]["safetensors"] > 0
+    assert os.listdir(tmp) == []

@@ -51,10 +51,24 @@ def torch_available() -> bool:
     return importlib.util.find_spec("torch") is not None
 
 
-def memory_dir() -> Path:
-    """Where calibration files go: memory (/dev/shm) where it exists, so the target's per-file cost is not in them."""
+def scratch_parents() -> list[Path]:
+    """Where a calibration's files may go, best first: memory (/dev/shm), so the target's per-file cost is not in
+    them, then the temporary directory."""
     shm = Path("/dev/shm")
-    return shm if shm.is_dir() and os.access(shm, os.W_OK) else Path(tempfile.gettempdir())
+    memory = [shm] if shm.is_dir() and os.access(shm, os.W_OK) else []
+    return [*memory, Path(tempfile.gettempdir())]
+
+
+def scratch_parent(need_bytes: int) -> Path:
+    """The first of scratch_parents() with room for `need_bytes`: a container's /dev/shm is often 64 MiB, less
+    than a sample."""
+    for parent in scratch_parents():
+        if shutil.disk_usage(parent).free >= need_bytes:
+            return parent
+    raise EnvironmentProblem(
+        f"the calibration needs {need_bytes / MiB:.0f} MiB of scratch space and neither "
+        f"{' nor '.join(map(str, scratch_parents()))} has it: free some, or probe with --no-calibrate"
+    )
 
 
 def _serializer_worker(sample_bytes: int, tensor_bytes: int, repeats: int, scratch: Path, results) -> None:
@@ -153,12 +167,14 @@ def calibrate(preset: str = "default", dcp_ranks: int = 2, progress=None) -> Cal
         )
     from ckplan.scratch import CALIBRATE_PREFIX, ScratchDir, scratch_dirs
 
-    # in memory, with its owner's pid: what a kill -9 left (up to a sample's size of RAM) is removed by the next
-    # calibration here, or by `ckplan clean /dev/shm`
-    for stale in scratch_dirs(memory_dir(), (CALIBRATE_PREFIX,)):
-        if not stale.live:
-            shutil.rmtree(stale.path, ignore_errors=True)
-    with ScratchDir(memory_dir(), prefix=CALIBRATE_PREFIX) as scratch:
+    # with its owner's pid: what a kill -9 left (up to a sample's size, in RAM where it is /dev/shm) is removed by
+    # the next calibration here, or by `ckplan clean DIR`
+    for parent in scratch_parents():
+        for stale in scratch_dirs(parent, (CALIBRATE_PREFIX,)):
+            if not stale.live:
+                shutil.rmtree(stale.path, ignore_errors=True)
+    # the safetensors sample and its temporary file, renamed over it
+    with ScratchDir(scratch_parent(2 * SAMPLE_BYTES[preset]), prefix=CALIBRATE_PREFIX) as scratch:
         nbytes, rates = measure_serializers(SAMPLE_BYTES[preset], repeats, scratch.path)
         if progress:
             progress.phase(f"calibrate: DCP fixed cost, {dcp_ranks} ranks × {repeats} tiny saves", 0)
