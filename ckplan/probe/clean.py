@@ -28,8 +28,10 @@ def clean_target(path: Path, force: bool = False) -> CleanResult:
             continue  # a probe running on this host
         if found.live and not force:  # its heartbeat is fresh: a probe running on another host
             kept.append(str(found.path))
-            why[str(found.path)] = f"a probe on {found.host} (pid {found.pid}) rewrote its marker within the last " \
-                f"{scratch.STALE_AFTER_S:.0f} s"  # fmt: skip
+            why[str(found.path)] = (
+                f"a probe on {found.host} (pid {found.pid}) rewrote its marker within the last "
+                f"{scratch.STALE_AFTER_S:.0f} s"
+            )
             continue
         shutil.rmtree(found.path, ignore_errors=True)
         removed.append(str(found.path))

@@ -18,17 +18,14 @@ dependency; ClusterShell builds every name before its size can be checked: 3 mil
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
-import socket
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from itertools import product
 from pathlib import Path
 
-from ckplan.errors import EnvironmentProblem, InputError
+from ckplan.errors import InputError
 from ckplan.units import MAX_HOSTS
 
 _RANGE = re.compile(r"(\d+)(?:-(\d+))?")
@@ -210,73 +207,6 @@ def _entry(
         shown = ", ".join(names[:8]) + (f", … ({len(names) - 8} more)" if len(names) > 8 else "")
         notice(f"--hosts slurm: {len(names)} node{'s' if len(names) != 1 else ''} in ${var} ({expr}): {shown}")
     return [Host(name, port) for name in names]
-
-
-def wait_for_agents(hosts: list[Host], timeout_s: float, poll_s: float = 0.5) -> None:
-    """Return once every host's agent has run a job for us (agents that srun started a moment ago), or raise naming
-    those that did not within `timeout_s`: first a TCP connection on its port, then fio's own handshake, a null
-    job that writes nothing. A port that takes the connection and never answers (not a fio server, or one
-    stopped with SIGSTOP) would otherwise hold the probe until its first phase's deadline."""
-    deadline = time.monotonic() + timeout_s
-    pending = list(hosts)
-    while True:
-        for host in list(pending):
-            try:
-                with socket.create_connection((host.name, host.port), timeout=min(2.0, max(0.1, timeout_s))):
-                    pending.remove(host)
-            except socket.gaierror:
-                raise InputError(
-                    f"host {host.name!r} does not resolve to an address: check ‹hosts› or ‹hosts_file›"
-                ) from None
-            except OSError:
-                pass
-        if not pending:
-            break
-        if time.monotonic() >= deadline:
-            raise _no_answer(pending, timeout_s, "answered")
-        time.sleep(poll_s)
-    silent = _no_handshake(hosts, deadline)
-    if silent:
-        raise _no_answer(silent, timeout_s, "ran fio's handshake (a null job)")
-
-
-def _no_answer(hosts: list[Host], timeout_s: float, what: str) -> EnvironmentProblem:
-    return EnvironmentProblem(
-        f"no agent {what} on {', '.join(map(str, hosts))} within {timeout_s:g} s "
-        "(start one on each host with `ckplan agent`)"
-    )
-
-
-def _no_handshake(hosts: list[Host], deadline: float) -> list[Host]:
-    """The hosts whose fio server did not run a null job by `deadline`; every client is stopped by then."""
-    import subprocess
-    import tempfile
-
-    from ckplan import children
-    from ckplan.probe.fio import fio_binary
-
-    with tempfile.NamedTemporaryFile("w", suffix=".fio") as job:
-        job.write("[ckplan-handshake]\nioengine=null\nsize=4k\n")
-        job.flush()
-        procs = {
-            host: subprocess.Popen(
-                [fio_binary(), host.client_arg, job.name],
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                preexec_fn=children.preexec(),
-            )
-            for host in hosts
-        }
-        try:
-            for proc in procs.values():
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-        finally:
-            for proc in procs.values():
-                if proc.poll() is None:
-                    proc.kill()  # a client waiting on a silent server holds nothing to flush
-                    proc.wait()
-    return [host for host, proc in procs.items() if proc.returncode != 0]
 
 
 def agent_command(bind: str, port: int) -> list[str]:

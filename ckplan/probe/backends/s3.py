@@ -337,9 +337,8 @@ class S3Backend:
             raise InputError(
                 f"‹part_bytes› must be 5 MiB to 5 GiB (S3's smallest and largest part), got {self.part_bytes:,} bytes"
             )
-        writers = spec.writers or (spec.plan.max_writers_per_node if spec.plan else os.cpu_count() or 1)
-        self.writers = writers
-        self.s3 = client(self.loc, spec.s3.timeout_s, 2 * writers + 4)
+        self.writers = spec.writers_per_host
+        self.s3 = client(self.loc, spec.s3.timeout_s, 2 * self.writers + 4)
         try:
             self.s3.head_bucket(Bucket=self.loc.bucket)
         except Exception as exc:  # noqa: BLE001 — every failure becomes one line
