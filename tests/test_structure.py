@@ -11,6 +11,7 @@ import pytest
 ROOT = Path(__file__).parent.parent / "ckplan"
 EDGES = (
     "ckplan.probe",
+    "ckplan.agent",
     "ckplan.render",
     "ckplan.cli",
     "ckplan.catalog",

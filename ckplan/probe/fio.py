@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from ckplan.probe.engine import RunNote
 
 MiB = 2**20
+DEFAULT_PORT = 8765  # fio --server's
 RUN_TIMEOUT_S = 3600  # a single-host fio run that takes longer has hung
 
 

@@ -26,6 +26,7 @@ from itertools import product
 from pathlib import Path
 
 from ckplan.errors import InputError
+from ckplan.probe.fio import DEFAULT_PORT
 from ckplan.units import MAX_HOSTS
 
 _RANGE = re.compile(r"(\d+)(?:-(\d+))?")
@@ -106,7 +107,6 @@ def expand(expr: str, limit: int = MAX_HOSTS) -> list[str]:
     return names
 
 
-DEFAULT_PORT = 8765
 V6_ENTRY = re.compile(r"\[(?P<v6>[0-9A-Fa-f.]*:[0-9A-Fa-f:.]*)\](?::(?P<port>[^:]*))?")
 HOST_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9.-]*")
 SLURM_VARIABLES = ("SLURM_JOB_NODELIST", "SLURM_NODELIST")
@@ -207,14 +207,3 @@ def _entry(
         shown = ", ".join(names[:8]) + (f", … ({len(names) - 8} more)" if len(names) > 8 else "")
         notice(f"--hosts slurm: {len(names)} node{'s' if len(names) != 1 else ''} in ${var} ({expr}): {shown}")
     return [Host(name, port) for name in names]
-
-
-def agent_command(bind: str, port: int) -> list[str]:
-    from ckplan.probe.fio import fio_binary
-
-    family = "ip6" if ":" in bind else "ip"
-    return [fio_binary(), f"--server={family}:{bind},{port}"]
-
-
-def is_loopback(addr: str) -> bool:
-    return addr in ("localhost", "::1") or addr.startswith("127.")
