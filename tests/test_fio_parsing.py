@@ -4,7 +4,8 @@ import errno
 
 import pytest
 
-from ckplan.probe import fio, target
+from ckplan import filesystem
+from ckplan.probe import fio
 from tests.conftest import FIXTURES
 
 FIO = FIXTURES / "fio"
@@ -57,7 +58,7 @@ def test_job_file_render():
     assert job.render() == "[bw]\nrw=write\nnumjobs=2\n"
 
 
-MOUNTS = target.parse_mounts((FIXTURES / "mounts" / "proc-mounts-samples.txt").read_text())
+MOUNTS = filesystem.parse_mounts((FIXTURES / "mounts" / "proc-mounts-samples.txt").read_text())
 
 
 @pytest.mark.parametrize(
@@ -85,7 +86,7 @@ def test_mount_detection_from_captured_lines(path, fs_type, cls):
         def resolve(self):
             return self
 
-    mount = target.mount_of(P(path), MOUNTS)
+    mount = filesystem.mount_of(P(path), MOUNTS)
     assert (mount.fs_type, mount.storage_class) == (fs_type, cls)
 
 

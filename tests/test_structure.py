@@ -12,6 +12,7 @@ ROOT = Path(__file__).parent.parent / "ckplan"
 EDGES = (
     "ckplan.probe",
     "ckplan.agent",
+    "ckplan.filesystem",
     "ckplan.render",
     "ckplan.cli",
     "ckplan.catalog",

@@ -20,10 +20,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Literal
 
-from ckplan import children, scratch
+from ckplan import children, filesystem, scratch
 from ckplan.confine import confined_key
 from ckplan.errors import EnvironmentProblem, InputError, MeasurementFailed
-from ckplan.probe import fio, hostlist, jobfiles, target
+from ckplan.probe import fio, hostlist, jobfiles
 from ckplan.probe.engine import PRESETS, Facts, FileToWrite, Progress, RunNote, SmallRun, Stream, StreamPath, TargetSpec
 from ckplan.profile import Latency, TargetKind
 
@@ -70,7 +70,7 @@ class HostsBackend:
             tool=f"{fio.fio_version()} client/server",
             hosts=len(self.hosts),
             mount_options={"hosts": ",".join(map(str, self.hosts))},
-            free_bytes=target.free_bytes(self.path) if visible else None,
+            free_bytes=filesystem.free_bytes(self.path) if visible else None,
             notes=notes,
         )
 

@@ -11,8 +11,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Literal
 
-from ckplan import scratch
-from ckplan.probe import fio, jobfiles, replay, target
+from ckplan import filesystem, scratch
+from ckplan.probe import fio, jobfiles, replay
 from ckplan.probe.engine import (
     Facts,
     FileToWrite,
@@ -46,11 +46,11 @@ class LocalBackend:
         self.path = Path(spec.path).expanduser()
 
     def prepare(self, spec: TargetSpec) -> Facts:
-        target.check_target(self.path)
+        filesystem.check_target(self.path)
         fio.check_ready(self.path.resolve(), spec.emit_jobs)
-        mount = target.mount_of(self.path, target.parse_mounts(Path("/proc/self/mounts").read_text()))
+        mount = filesystem.mount_of(self.path, filesystem.parse_mounts(Path("/proc/self/mounts").read_text()))
         notes = []
-        free = target.free_bytes(self.path)
+        free = filesystem.free_bytes(self.path)
         if free is None:
             free = 2 * (spec.max_bytes or UNSIZED_DEFAULT_BYTES)
             notes.append(
@@ -67,7 +67,7 @@ class LocalBackend:
             name=f"{socket.gethostname()}:{self.path}",
             fs_type=mount.fs_type,
             storage_class=mount.storage_class,
-            shared=mount.storage_class in target.SHARED_CLASSES,
+            shared=mount.storage_class in filesystem.SHARED_CLASSES,
             tool=fio.fio_version(),
             mount_point=mount.mount_point,
             mount_options=mount.options,
