@@ -5,6 +5,7 @@ import errno
 import pytest
 
 from ckplan import filesystem
+from ckplan.errors import describe_errno
 from ckplan.probe import fio
 from tests.conftest import FIXTURES
 
@@ -15,7 +16,7 @@ def test_text_before_json_and_enospc_error():
     docs = fio.json_documents((FIO / "enospc.stdout.txt").read_text())
     assert len(docs) == 1
     assert fio.job_errors(docs[0]) == [errno.ENOSPC]
-    assert "ENOSPC" in fio.describe_errno(errno.ENOSPC, "x")
+    assert "ENOSPC" in describe_errno(errno.ENOSPC, "x")
 
 
 def test_readonly_error():

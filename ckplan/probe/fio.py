@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from ckplan import children, scratch
+from ckplan import children, errors, scratch
 from ckplan.errors import InputError, MeasurementFailed
 from ckplan.probe import jobfiles
 from ckplan.profile import Latency
@@ -123,18 +123,6 @@ def job_errors(doc: dict) -> list[int]:
     return [int(j.get("error", 0)) for j in jobs if int(j.get("error", 0))]
 
 
-def describe_errno(code: int, what: str, failed: str = "fio failed") -> str:
-    if code == errno.ENOSPC:
-        return f"the target filled up (ENOSPC) during {what}; nothing was left behind"
-    if code == errno.EROFS:
-        return f"the target is read-only (EROFS) during {what}"
-    if code == errno.EACCES or code == errno.EPERM:
-        return f"permission denied during {what}"
-    if code == errno.EINVAL:
-        return f"the target refused the I/O mode (EINVAL) during {what}"
-    return f"{failed} during {what}: {os.strerror(code)} (errno {code})"
-
-
 def write_bytes(doc: dict) -> int:
     return sum(int(j["write"]["io_bytes"]) for j in doc.get("jobs", []))
 
@@ -158,7 +146,7 @@ def run_fio(
         jobfile.write_text(text)
     except OSError as exc:  # the target filled up (or went away) between two runs
         raise FioError(
-            describe_errno(exc.errno, what) if exc.errno else f"cannot write fio's job file: {exc}", exc.errno
+            errors.describe_errno(exc.errno, what) if exc.errno else f"cannot write fio's job file: {exc}", exc.errno
         ) from None
     cmd = [exe, "--output-format=json", "--status-interval=1", str(jobfile)]
     if note is not None:
@@ -193,7 +181,7 @@ def run_fio(
     final = docs[-1] if docs else None
     codes = job_errors(final) if final else []
     if codes:
-        raise FioError(describe_errno(codes[0], what), codes[0])
+        raise FioError(errors.describe_errno(codes[0], what), codes[0])
     if proc.returncode < 0:  # killed by a signal: its stderr, if any, is not the reason
         raise FioError(f"fio was {children.exit_reason(proc.returncode)} during {what}")
     if proc.returncode != 0 or final is None:

@@ -16,7 +16,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from ckplan.confine import confined_path
-from ckplan.errors import MeasurementFailed
 from ckplan.probe.engine import FileToWrite
 
 CHUNK_BYTES = 4 * 2**20  # one write() call; large enough that syscall cost is noise
@@ -97,12 +96,3 @@ def write_files(
         finally:
             os.close(dfd)
     return time.perf_counter() - start
-
-
-def oserror_message(exc: OSError, what: str) -> MeasurementFailed:
-    """A write that failed mid-measurement (the target filled up, went read-only): exit code 4."""
-    from ckplan.probe.fio import describe_errno
-
-    if exc.errno:
-        return MeasurementFailed(describe_errno(exc.errno, what, failed="a write failed"))
-    return MeasurementFailed(f"{what} failed: {exc}")

@@ -22,7 +22,7 @@ from typing import Literal
 
 from ckplan import children, filesystem, scratch
 from ckplan.confine import confined_key
-from ckplan.errors import EnvironmentProblem, InputError, MeasurementFailed
+from ckplan.errors import EnvironmentProblem, InputError, MeasurementFailed, describe_errno
 from ckplan.probe import fio, hostlist, jobfiles
 from ckplan.probe.engine import PRESETS, Facts, FileToWrite, Progress, RunNote, SmallRun, Stream, StreamPath, TargetSpec
 from ckplan.profile import Latency, TargetKind
@@ -271,7 +271,7 @@ def client_report(out: str, err: str, hosts: list[hostlist.Host], what: str) -> 
     for c in stats:
         if int(c.get("error", 0)):
             code = int(c["error"])
-            raise fio.FioError(f"host {c.get('hostname')}: {fio.describe_errno(code, what)}", code)
+            raise fio.FioError(f"host {c.get('hostname')}: {describe_errno(code, what)}", code)
     return docs[-1]
 
 

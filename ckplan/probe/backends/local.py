@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Literal
 
 from ckplan import filesystem, scratch
+from ckplan.errors import oserror_message
 from ckplan.probe import fio, jobfiles, replay
 from ckplan.probe.engine import (
     Facts,
@@ -87,7 +88,7 @@ class LocalBackend:
                 session.check_direct_io(DIRECT_CHECK, REFUSED_DIRECT)
                 yield session
             except OSError as exc:  # ckplan's own file operations on the target (mkdir, job files) mid-run
-                raise replay.oserror_message(exc, "the probe") from None
+                raise oserror_message(exc, "the probe") from None
 
     def clean(self, force: bool = False):
         from ckplan.probe.clean import clean_target
@@ -150,7 +151,7 @@ class LocalSession(fio.FioSession):
         try:
             seconds = replay.write_files(root, nodes[0], lambda done: self.progress.update(done, 0), path == "direct")
         except OSError as exc:
-            raise replay.oserror_message(exc, "the replay") from None
+            raise oserror_message(exc, "the replay") from None
         finally:
             shutil.rmtree(root, ignore_errors=True)
         return seconds, sum(f.bytes for f in nodes[0])
