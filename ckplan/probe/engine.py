@@ -31,9 +31,9 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from ckplan.errors import InputError
 from ckplan.profile import BandwidthPoint, Latency, Measurement, Replay, SmallFiles, Spread, StorageProfile
+from ckplan.schema import Model
 
 if TYPE_CHECKING:
-    from ckplan.probe.clean import CleanResult
     from ckplan.profile import Calibration, TargetKind
     from ckplan.sizing.plan import CheckpointPlan
 
@@ -135,6 +135,15 @@ class TargetSpec:
 
 
 # --- the backend protocol -------------------------------------------------------------------------------------
+
+
+class CleanResult(Model):
+    """What `ckplan clean` removed from a target, and what it kept."""
+
+    target: str
+    removed: list[str]
+    kept: list[str]  # probes that may still be running: other hosts', live S3 ones (remove with --force)
+    why: dict[str, str] = {}  # kept entry -> why, where more is known than "another host's"
 
 
 @dataclass(frozen=True)

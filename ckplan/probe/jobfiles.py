@@ -64,13 +64,6 @@ def check_dir(path: Path) -> Path:
     return path.absolute()
 
 
-def make_dir(path: Path) -> None:
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise InputError(f"cannot create the ‹emit_jobs› directory {path}: {exc.strerror}") from None
-
-
 class JobWriter:
     """Writes each run's job file as it starts (a failed run's too) and rewrites run.sh after each."""
 
@@ -215,7 +208,10 @@ class JobWriter:
         return "\n".join(head + [""] + self.blocks) + "\n"
 
     def _write(self, name: str, text: str) -> None:
-        make_dir(self.directory)  # here, not when the probe is prepared: nothing is left if it is refused
+        try:  # the directory is made here, not when the probe is prepared: nothing is left if it is refused
+            self.directory.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise InputError(f"cannot create the ‹emit_jobs› directory {self.directory}: {exc.strerror}") from None
         try:
             (self.directory / name).write_text(text)
         except OSError as exc:

@@ -12,9 +12,10 @@ from pathlib import Path
 from typing import Literal
 
 from ckplan import filesystem, scratch
-from ckplan.errors import oserror_message
+from ckplan.errors import InputError, oserror_message
 from ckplan.probe import fio, jobfiles, replay
 from ckplan.probe.engine import (
+    CleanResult,
     Facts,
     FileToWrite,
     Progress,
@@ -90,10 +91,27 @@ class LocalBackend:
             except OSError as exc:  # ckplan's own file operations on the target (mkdir, job files) mid-run
                 raise oserror_message(exc, "the probe") from None
 
-    def clean(self, force: bool = False):
-        from ckplan.probe.clean import clean_target
-
-        return clean_target(self.path, force)
+    def clean(self, force: bool = False) -> CleanResult:
+        """Remove the scratch directories killed probes left in the target; a live one is kept (another host's
+        unless `force`)."""
+        path = self.path
+        if not path.is_dir():
+            raise InputError(f"{path} is not a directory")
+        removed, kept, why = [], [], {}
+        for found in scratch.scratch_dirs(path):
+            elsewhere = found.host not in (None, socket.gethostname())
+            if found.live and not elsewhere:
+                continue  # a probe running on this host
+            if found.live and not force:  # its heartbeat is fresh: a probe running on another host
+                kept.append(str(found.path))
+                why[str(found.path)] = (
+                    f"a probe on {found.host} (pid {found.pid}) rewrote its marker within the last "
+                    f"{scratch.STALE_AFTER_S:.0f} s"
+                )
+                continue
+            shutil.rmtree(found.path, ignore_errors=True)
+            removed.append(str(found.path))
+        return CleanResult(target=str(path), removed=removed, kept=kept, why=why)
 
 
 class LocalSession(fio.FioSession):
