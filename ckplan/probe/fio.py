@@ -46,10 +46,7 @@ class FioJob:
     options: dict[str, str | int] = field(default_factory=dict)
 
     def render(self) -> str:
-        lines = [f"[{self.name}]"]
-        for key, value in self.options.items():
-            lines.append(f"{key}={value}")
-        return "\n".join(lines) + "\n"
+        return "".join([f"[{self.name}]\n"] + [f"{key}={value}\n" for key, value in self.options.items()])
 
 
 def check_job_path(path: Path | str) -> None:

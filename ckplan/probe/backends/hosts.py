@@ -52,15 +52,13 @@ class HostsBackend:
             wait_for_agents(self.hosts, spec.agent_wait_s)
         # the driver sees the target where it mounts it too (a login node): then its free space bounds the probe
         visible = self.path.is_dir()
-        notes = (
-            ()
-            if visible
-            else (
+        notes = []
+        if not visible:
+            notes.append(
                 f"{self.path} is not mounted on the probing host {socket.gethostname()}: its free space is unknown "
                 "here, so --max-bytes and the runtime caps bound what the hosts write, and other probes of it cannot "
-                "be seen",
+                "be seen"
             )
-        )
         return Facts(
             target=str(self.path),
             name=f"{len(self.hosts)} hosts:{self.path}",
@@ -71,7 +69,7 @@ class HostsBackend:
             hosts=len(self.hosts),
             mount_options={"hosts": ",".join(map(str, self.hosts))},
             free_bytes=filesystem.free_bytes(self.path) if visible else None,
-            notes=notes,
+            notes=tuple(notes),
         )
 
     @contextlib.contextmanager
