@@ -8,6 +8,7 @@ from ckplan's main thread only.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import queue
@@ -124,3 +125,46 @@ def stop_all(procs, grace_s: float = 5.0) -> None:
         if p.is_alive():
             p.kill()
             p.join()
+
+
+def stop_descendants(grace_s: float) -> None:
+    """SIGTERM every descendant of this process, SIGKILL those left after `grace_s`, and reap them all."""
+    import psutil
+
+    def alive() -> list[psutil.Process]:
+        _reap()
+        out = []
+        for p in psutil.Process().children(recursive=True):
+            try:
+                if p.status() != psutil.STATUS_ZOMBIE:
+                    out.append(p)
+            except psutil.NoSuchProcess:
+                pass
+        return out
+
+    deadline = time.monotonic() + grace_s
+    sig = signal.SIGTERM
+    signalled: set[int] = set()
+    while True:
+        left = alive()
+        if not left:
+            return
+        if time.monotonic() >= deadline:
+            sig = signal.SIGKILL
+        for p in left:
+            if sig == signal.SIGKILL or p.pid not in signalled:
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    p.send_signal(sig)
+                signalled.add(p.pid)
+        time.sleep(0.05)
+
+
+def _reap() -> None:
+    """Collect the exit status of every child that has ended (orphans reparented to this subreaper included)."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return

@@ -5,6 +5,9 @@ command (2), fix the machine (3), or look at the target and try again (4).
 Anything else that escapes a command is a bug in ckplan (exit code 1).
 """
 
+import errno
+import os
+
 
 class InputError(ValueError):
     """Bad input from the user: a flag, a file or a target. Never a bug in ckplan.
@@ -57,3 +60,23 @@ def did_you_mean(name: str, choices: list[str]) -> str:
 
     near = difflib.get_close_matches(name.lower(), choices, n=3, cutoff=0.4)
     return f"; did you mean {', '.join(near)}?" if near else f"; known: {', '.join(choices)}"
+
+
+def describe_errno(code: int, what: str, failed: str = "fio failed") -> str:
+    """A failed write's errno in words, for a MeasurementFailed: the probe's fio runs, the savers' saves."""
+    if code == errno.ENOSPC:
+        return f"the target filled up (ENOSPC) during {what}; nothing was left behind"
+    if code == errno.EROFS:
+        return f"the target is read-only (EROFS) during {what}"
+    if code == errno.EACCES or code == errno.EPERM:
+        return f"permission denied during {what}"
+    if code == errno.EINVAL:
+        return f"the target refused the I/O mode (EINVAL) during {what}"
+    return f"{failed} during {what}: {os.strerror(code)} (errno {code})"
+
+
+def oserror_message(exc: OSError, what: str) -> MeasurementFailed:
+    """A write that failed mid-measurement (the target filled up, went read-only): exit code 4."""
+    if exc.errno:
+        return MeasurementFailed(describe_errno(exc.errno, what, failed="a write failed"))
+    return MeasurementFailed(f"{what} failed: {exc}")

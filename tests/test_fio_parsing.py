@@ -4,7 +4,9 @@ import errno
 
 import pytest
 
-from ckplan.probe import fio, target
+from ckplan import filesystem
+from ckplan.errors import describe_errno
+from ckplan.probe import fio
 from tests.conftest import FIXTURES
 
 FIO = FIXTURES / "fio"
@@ -14,7 +16,7 @@ def test_text_before_json_and_enospc_error():
     docs = fio.json_documents((FIO / "enospc.stdout.txt").read_text())
     assert len(docs) == 1
     assert fio.job_errors(docs[0]) == [errno.ENOSPC]
-    assert "ENOSPC" in fio.describe_errno(errno.ENOSPC, "x")
+    assert "ENOSPC" in describe_errno(errno.ENOSPC, "x")
 
 
 def test_readonly_error():
@@ -57,7 +59,7 @@ def test_job_file_render():
     assert job.render() == "[bw]\nrw=write\nnumjobs=2\n"
 
 
-MOUNTS = target.parse_mounts((FIXTURES / "mounts" / "proc-mounts-samples.txt").read_text())
+MOUNTS = filesystem.parse_mounts((FIXTURES / "mounts" / "proc-mounts-samples.txt").read_text())
 
 
 @pytest.mark.parametrize(
@@ -85,7 +87,7 @@ def test_mount_detection_from_captured_lines(path, fs_type, cls):
         def resolve(self):
             return self
 
-    mount = target.mount_of(P(path), MOUNTS)
+    mount = filesystem.mount_of(P(path), MOUNTS)
     assert (mount.fs_type, mount.storage_class) == (fs_type, cls)
 
 

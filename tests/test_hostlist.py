@@ -1,4 +1,4 @@
-"""Slurm hostlist expressions in --hosts (ckplan/probe/hostlist.py) and `--hosts slurm` (issue 17)."""
+"""Slurm hostlist expressions (ckplan/slurm.py) in --hosts (ckplan/probe/hostlist.py) and `--hosts slurm` (issue 17)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from ckplan import slurm
 from ckplan.errors import InputError
-from ckplan.probe import hostlist
 from ckplan.probe.hostlist import Host, parse_hosts
+from ckplan.units import MAX_HOSTS
 from tests.conftest import assert_one_line_error, ckplan_exe, run_cli
 
 
@@ -34,8 +35,8 @@ from tests.conftest import assert_one_line_error, ckplan_exe, run_cli
     ],
 )
 def test_expand(expr, names):
-    assert hostlist.expand(expr) == names
-    assert hostlist.count(expr) == len(names)
+    assert slurm.expand(expr) == names
+    assert slurm.count(expr) == len(names)
 
 
 @given(
@@ -47,7 +48,7 @@ def test_expand_matches_a_plain_loop(ranges, suffix):
     bound's width, with the suffix after each."""
     items = [f"{low:0{w}d}-{low + span:0{w}d}" if span else f"{low:0{w}d}" for low, span, w in ranges]
     expected = [f"x{i:0{w}d}{suffix}" for low, span, w in ranges for i in range(low, low + span + 1)]
-    assert hostlist.expand(f"x[{','.join(items)}]{suffix}") == expected
+    assert slurm.expand(f"x[{','.join(items)}]{suffix}") == expected
 
 
 @pytest.mark.parametrize(
@@ -79,11 +80,11 @@ def test_a_bad_line_of_a_hosts_file_is_named(tmp_path):
 
 
 def test_expansion_is_bounded_before_any_name_is_made():
-    assert len(hostlist.expand("n[1-65536]")) == hostlist.MAX_HOSTS
+    assert len(slurm.expand("n[1-65536]")) == MAX_HOSTS
     with pytest.raises(InputError, match="65,537 hosts"):
-        hostlist.expand("n[1-65536],m")
+        slurm.expand("n[1-65536],m")
     with pytest.raises(InputError, match="100 hosts; at most 99"):
-        hostlist.expand("n[1-10]x[1-10]", limit=99)
+        slurm.expand("n[1-10]x[1-10]", limit=99)
     start = time.monotonic()
     proc = run_cli("probe", "/tmp", "--hosts", "n[1-999999999999]x[1-1000]")  # 1e15 names if they were made
     assert time.monotonic() - start < 20

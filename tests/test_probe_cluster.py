@@ -512,7 +512,6 @@ def test_a_running_multi_host_probes_scratch_is_kept_by_clean_and_seen_by_other_
 
     from ckplan import scratch
     from ckplan.probe import fio, hostlist
-    from ckplan.probe.backends.hosts import run_clients
     from ckplan.probe.backends.local import LocalSession
     from ckplan.probe.engine import Silent
 
@@ -527,7 +526,7 @@ def test_a_running_multi_host_probes_scratch_is_kept_by_clean_and_seen_by_other_
         run = hosts_session(path, [host], f"{socket.gethostname()}-{os.getpid()}-abc123")
         hold = fio.FioJob("hold", {"stonewall": 1, "ioengine": "null", "size": "1G", "time_based": 1, "runtime": 4})
         done: list = []
-        driver = threading.Thread(target=lambda: done.append(run_clients(run, {host: [hold]}, "a test", 60)))
+        driver = threading.Thread(target=lambda: done.append(run.clients({host: [hold]}, "a test", None)))
         driver.start()
         marker = Path(run.scratch(host)) / scratch.MARKER
         deadline = time.monotonic() + 20

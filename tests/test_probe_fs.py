@@ -117,7 +117,7 @@ class Watched:
         self.real = real
         self.runs: list[dict] = []
 
-    def __call__(self, jobs, workdir, what, global_options=None, on_status=None, timeout_s=3600, **rest):
+    def __call__(self, jobs, workdir, what, **rest):
         job = jobs[0]
         directory = Path(str(job.options["directory"]).replace("\\:", ":"))
         stop, seen = threading.Event(), []
@@ -125,7 +125,7 @@ class Watched:
         poller.start()
         start = time.perf_counter()
         try:
-            doc = self.real(jobs, workdir, what, global_options, on_status, timeout_s, **rest)
+            doc = self.real(jobs, workdir, what, **rest)
         finally:
             end = time.perf_counter()
             stop.set()

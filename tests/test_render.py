@@ -28,7 +28,7 @@ from ckplan.diagnose.trend import diagnose
 from ckplan.planning.policy import Policy
 from ckplan.planning.provision import provision_sweep
 from ckplan.planning.recommend import compare, recommend
-from ckplan.probe.clean import CleanResult
+from ckplan.probe.engine import CleanResult
 from ckplan.profile import BandwidthPoint, Replay, Spread
 from ckplan.profile_store import ProfileList, ProfileRow
 from ckplan.render import document

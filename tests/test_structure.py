@@ -11,6 +11,8 @@ import pytest
 ROOT = Path(__file__).parent.parent / "ckplan"
 EDGES = (
     "ckplan.probe",
+    "ckplan.agent",
+    "ckplan.filesystem",
     "ckplan.render",
     "ckplan.cli",
     "ckplan.catalog",
@@ -311,3 +313,9 @@ def test_probe_imports_nothing_from_validate():
     validate compares measured saves with the prediction, and nothing below it reaches up into it."""
     up = {m: sorted(d for d in deps if d.startswith("ckplan.validate")) for m, deps in GRAPH.items()}
     assert not {m: d for m, d in up.items() if d and m.startswith(("ckplan.probe", "ckplan.savers"))}
+
+
+def test_savers_import_nothing_from_the_probe():
+    """The savers sit below the probe (its replay runs them) and validate: neither reaches down into the other."""
+    up = {m: sorted(d for d in deps if d.startswith("ckplan.probe")) for m, deps in GRAPH.items()}
+    assert not {m: d for m, d in up.items() if d and m.startswith(("ckplan.savers", "ckplan.validate"))}

@@ -63,7 +63,7 @@ def device_of(target: str) -> str:
     """The block device name (as in /proc/diskstats) behind a path, or a device given directly."""
     import psutil
 
-    from ckplan.probe.target import mount_of, parse_mounts
+    from ckplan.filesystem import mount_of, parse_mounts
 
     disks = psutil.disk_io_counters(perdisk=True) or {}
     name = target.removeprefix("/dev/")

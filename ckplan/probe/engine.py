@@ -1,26 +1,19 @@
-"""The probe engine: what a probe measures and how, written once; each kind of target is a backend behind it.
+"""The probe engine: what a probe measures and how, written once; each kind of target is a backend behind it
+(probe/backends/: a `Backend` prepares and opens a target, a `Session` does what a target must do).
 
-A probe is prepared (every check that can fail runs before a byte is written: the backend's, the byte budget,
-the replay's size), then run through the phases below in this order, each with the same rules whatever the
-target: a directory from this host (fio), the same directory from many hosts at once (fio --client), or an
-object store (boto3). The backends (probe/backends/) only do what a target must do: make and remove a scratch
-area, stream writes at w writers, write small files of given sizes, time durable small writes, write exactly
-the given files, and name other probes they see (`Session`).
-
-1. Bandwidth: one unrecorded warm-up run at the most writers (the first writes after idle run slow: a VM
-   faulting its memory back in, an SSD leaving a power state, a rate limiter's burst credit), whose overhead
-   beyond its runtime sets the measured runs' runtime cap; then the repeats go round every point: each write
-   path the target takes (buffered, direct) at 1, 2, 4 … writers per host on every host at once (a point is
-   the slowest host's figure: a save ends with its slowest writer), one writer's copy into the page cache
-   where there is one, and with more than one host the aggregate of 1, 2, 4 … hosts writing at once.
-2. Small files: create, write, fsync, close many files from every writer. No backend stops between files,
-   so a calibration run sizes the file count to the time budget and a warm-up run comes before the repeats.
+A probe is prepared (every check that can fail runs before a byte is written), then runs these phases in order,
+with the same rules on every target:
+1. Bandwidth: an unrecorded warm-up at the most writers (the first writes after idle run slow: a VM faulting its
+   memory back in, an SSD leaving a power state, a rate limiter's burst credit), whose overhead beyond its runtime
+   sets the measured runs' cap; then the repeats go round every point: each write path at 1, 2, 4 … writers per
+   host on every host at once (the slowest host's figure: a save ends with its slowest writer), one writer's copy
+   into the page cache, and with many hosts the aggregate of 1, 2, 4 … hosts at once.
+2. Small files: no backend stops between files, so a calibration run sizes the file count to the time budget;
+   then a warm-up and the repeats.
 3. Latency: one writer's durable 4 KiB writes (fsync after each, and O_SYNC where there is such a thing).
-4. Calibration (PyTorch installed): this machine's serialisers, which the replay's raw-bytes term and every
-   prediction use.
-5. Replay (a plan given): the busiest node's files (with many hosts, one node per host, the busiest first),
-   written exactly as listed, a warm-up and the repeats; then one extrapolation to full size
-   (`full_scale_seconds`).
+4. Calibration (PyTorch installed): this machine's serialisers, for the replay's raw-bytes term and predictions.
+5. Replay (a plan given): the busiest node's files (one node per host, busiest first), a warm-up and the repeats,
+   extrapolated to full size (`full_scale_seconds`).
 """
 
 from __future__ import annotations
@@ -38,9 +31,9 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from ckplan.errors import InputError
 from ckplan.profile import BandwidthPoint, Latency, Measurement, Replay, SmallFiles, Spread, StorageProfile
+from ckplan.schema import Model
 
 if TYPE_CHECKING:
-    from ckplan.probe.clean import CleanResult
     from ckplan.profile import Calibration, TargetKind
     from ckplan.sizing.plan import CheckpointPlan
 
@@ -135,8 +128,22 @@ class TargetSpec:
     notice: Callable[[str], None] | None = None  # where a backend says what it found (the hosts Slurm gave)
     s3: S3Options = field(default_factory=S3Options)
 
+    @property
+    def writers_per_host(self) -> int:
+        """--writers, else the plan's most writers per node, else this host's CPU count."""
+        return self.writers or (self.plan.max_writers_per_node if self.plan else os.cpu_count() or 1)
+
 
 # --- the backend protocol -------------------------------------------------------------------------------------
+
+
+class CleanResult(Model):
+    """What `ckplan clean` removed from a target, and what it kept."""
+
+    target: str
+    removed: list[str]
+    kept: list[str]  # probes that may still be running: other hosts', live S3 ones (remove with --force)
+    why: dict[str, str] = {}  # kept entry -> why, where more is known than "another host's"
 
 
 @dataclass(frozen=True)
@@ -202,11 +209,13 @@ class Session(Protocol):
     notes: list[str]  # what the backend says about how it measured
     raw: list[dict[str, Any]]  # every fio output, for the profile's audit trail
 
-    def stream(self, path: StreamPath, writers: int, hosts: int, bytes_per_writer: int, seconds: float,
-               note: RunNote) -> Stream: ...  # fmt: skip
+    def stream(
+        self, path: StreamPath, writers: int, hosts: int, bytes_per_writer: int, seconds: float, note: RunNote
+    ) -> Stream: ...
     def small_files(self, writers: int, low: int, high: int, files_per_writer: int, note: RunNote) -> SmallRun: ...
-    def latency(self, kind: Literal["fsync", "o_sync"], seconds: float, file_bytes: int,
-                note: RunNote) -> Latency | None: ...  # fmt: skip
+    def latency(
+        self, kind: Literal["fsync", "o_sync"], seconds: float, file_bytes: int, note: RunNote
+    ) -> Latency | None: ...
     def write_files(self, nodes: list[list[FileToWrite]], path: str, run: int) -> tuple[float, int]: ...
     def save_files(self, files: list[FileToWrite], framework: str, runs: int) -> list[float] | None: ...
     def others(self) -> list[str]: ...
@@ -283,7 +292,7 @@ def prepare(spec: TargetSpec, backend: Backend) -> Job:
         )
     facts = backend.prepare(spec)
     plan = spec.plan
-    writers = spec.writers or (plan.max_writers_per_node if plan else os.cpu_count() or 1)
+    writers = spec.writers_per_host
     notes = list(facts.notes)
     budget = None if facts.free_bytes is None else facts.free_bytes // 2
     if spec.max_bytes is not None:
@@ -558,12 +567,10 @@ def full_scale_seconds(
 
 
 def _replay(job: Job, session: Session, calibration: Calibration | None, progress: Progress) -> Replay:
-    """The replay of the plan's busiest node(s), a warm-up (the first run was the slowest every time: 3.45 s
-    against 1.46-1.65 s for the next three of the same two 1.2 GB files on the development VM's disk) and the
-    repeats. Buffered writers go through the framework's own saver where the backend can run it (one process
-    per rank): on a fast target the serialiser is most of the save. Otherwise the backend writes raw bytes
-    through the plan's write path and the busiest writer's serialisation is added from the calibration (or the
-    named defaults)."""
+    """The replay of the plan's busiest node(s): a warm-up (the first of four runs of two 1.2 GB files took 3.45 s,
+    the next 1.46-1.65 s), then the repeats. Buffered writers go through the framework's own saver where the backend
+    can run it, as on a fast target the serialiser is most of the save; else raw bytes through the plan's write path,
+    plus the busiest writer's serialisation from the calibration (or the named defaults)."""
     from ckplan.planning.savetime import machine_figures, writer_loads
     from ckplan.savers.calibrate import torch_available
     from ckplan.savers.saver import max_save_processes

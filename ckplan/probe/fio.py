@@ -23,15 +23,19 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
 
-from ckplan import children
+from ckplan import children, errors, scratch
 from ckplan.errors import InputError, MeasurementFailed
 from ckplan.probe import jobfiles
+from ckplan.profile import Latency
+
+if TYPE_CHECKING:
+    from ckplan.probe.engine import RunNote
 
 MiB = 2**20
-INSTALL_HINT = (
-    "fio is not installed; install it with `apt-get install fio` (Debian/Ubuntu) or `dnf install fio` (RHEL/Fedora)"
-)
+DEFAULT_PORT = 8765  # fio --server's
+RUN_TIMEOUT_S = 3600  # a single-host fio run that takes longer has hung
 
 
 @dataclass
@@ -42,10 +46,7 @@ class FioJob:
     options: dict[str, str | int] = field(default_factory=dict)
 
     def render(self) -> str:
-        lines = [f"[{self.name}]"]
-        for key, value in self.options.items():
-            lines.append(f"{key}={value}")
-        return "\n".join(lines) + "\n"
+        return "".join([f"[{self.name}]\n"] + [f"{key}={value}\n" for key, value in self.options.items()])
 
 
 def check_job_path(path: Path | str) -> None:
@@ -56,6 +57,15 @@ def check_job_path(path: Path | str) -> None:
             f"fio cannot use a path containing {' or '.join(repr(c) for c in bad)} in a job file: {path}; "
             "probe a directory whose path has neither"
         )
+
+
+def check_ready(path: Path, emit_jobs: Path | None) -> None:
+    """Before a fio probe writes a byte: fio is installed, `path` can stand in a job file, and the --emit-jobs
+    directory can take the job files (the first one written makes it)."""
+    fio_binary()
+    check_job_path(path)
+    if emit_jobs is not None:
+        jobfiles.check_dir(emit_jobs)
 
 
 def escape_path(path: Path | str) -> str:
@@ -69,7 +79,9 @@ def fio_binary() -> str:
     if not exe:
         from ckplan.errors import EnvironmentProblem
 
-        raise EnvironmentProblem(INSTALL_HINT)
+        raise EnvironmentProblem(
+            "fio is not installed; install it with `apt-get install fio` (Debian/Ubuntu) or `dnf install fio` (RHEL/Fedora)"
+        )
     return exe
 
 
@@ -108,18 +120,6 @@ def job_errors(doc: dict) -> list[int]:
     return [int(j.get("error", 0)) for j in jobs if int(j.get("error", 0))]
 
 
-def describe_errno(code: int, what: str, failed: str = "fio failed") -> str:
-    if code == errno.ENOSPC:
-        return f"the target filled up (ENOSPC) during {what}; nothing was left behind"
-    if code == errno.EROFS:
-        return f"the target is read-only (EROFS) during {what}"
-    if code == errno.EACCES or code == errno.EPERM:
-        return f"permission denied during {what}"
-    if code == errno.EINVAL:
-        return f"the target refused the I/O mode (EINVAL) during {what}"
-    return f"{failed} during {what}: {os.strerror(code)} (errno {code})"
-
-
 def write_bytes(doc: dict) -> int:
     return sum(int(j["write"]["io_bytes"]) for j in doc.get("jobs", []))
 
@@ -128,31 +128,22 @@ def run_fio(
     jobs: list[FioJob],
     workdir: Path,
     what: str,
-    global_options: dict | None = None,
     on_status: Callable[[int, float], None] | None = None,
-    timeout_s: float = 3600,
     note: jobfiles.Note | None = None,
 ) -> dict:
-    """Run jobs and return fio's final JSON document.
-
-    `on_status(bytes_written, elapsed_s)` is called about once a second with
-    live figures from fio's --status-interval documents. `note` says what the
-    run is for, in the job file `probe --emit-jobs` writes of it.
-    """
+    """Run jobs and return fio's final JSON document; `on_status(bytes_written, elapsed_s)` about once a second,
+    from fio's --status-interval documents; `note` is what the run is for, for `probe --emit-jobs`."""
     exe = fio_binary()
     jobfile = workdir / f"{jobs[0].name}.fio"
-    # Jobs run as threads of the one fio process, not as forked processes: fio puts each job process in
-    # a session of its own, so neither stop()'s killpg nor the parent-death signal reached them, and
-    # after `kill -9` of ckplan they wrote on until their runtime ended. As threads they die with fio.
-    # Threads and processes measured alike here (alternating runs, /var/tmp and /dev/shm: within the
-    # runs' own scatter); the I/O calls are the same.
-    glob = FioJob("global", {"thread": 1, **(global_options or {})})
-    text = glob.render() + "".join(j.render() for j in jobs)
+    # Jobs as threads of the one fio process: fio puts each job process in a session of its own, beyond
+    # stop()'s killpg and the parent-death signal, so after `kill -9` of ckplan they wrote on. Threads measured
+    # as processes did (alternating runs, /var/tmp and /dev/shm).
+    text = FioJob("global", {"thread": 1}).render() + "".join(j.render() for j in jobs)
     try:
         jobfile.write_text(text)
     except OSError as exc:  # the target filled up (or went away) between two runs
         raise FioError(
-            describe_errno(exc.errno, what) if exc.errno else f"cannot write fio's job file: {exc}", exc.errno
+            errors.describe_errno(exc.errno, what) if exc.errno else f"cannot write fio's job file: {exc}", exc.errno
         ) from None
     cmd = [exe, "--output-format=json", "--status-interval=1", str(jobfile)]
     if note is not None:
@@ -175,8 +166,8 @@ def run_fio(
                     docs = [d for d in json_documents(b"".join(chunks[-64:]).decode(errors="replace")) if "jobs" in d]
                     if docs:
                         on_status(write_bytes(docs[-1]), time.monotonic() - start)
-                if time.monotonic() - start > timeout_s:
-                    raise FioError(f"fio did not finish {what} within {timeout_s:.0f} s")
+                if time.monotonic() - start > RUN_TIMEOUT_S:
+                    raise FioError(f"fio did not finish {what} within {RUN_TIMEOUT_S:.0f} s")
             proc.wait()
         finally:
             stop(proc)
@@ -187,7 +178,7 @@ def run_fio(
     final = docs[-1] if docs else None
     codes = job_errors(final) if final else []
     if codes:
-        raise FioError(describe_errno(codes[0], what), codes[0])
+        raise FioError(errors.describe_errno(codes[0], what), codes[0])
     if proc.returncode < 0:  # killed by a signal: its stderr, if any, is not the reason
         raise FioError(f"fio was {children.exit_reason(proc.returncode)} during {what}")
     if proc.returncode != 0 or final is None:
@@ -218,6 +209,13 @@ def stop(proc: subprocess.Popen) -> None:
             proc.wait()
     if proc.stdout:
         proc.stdout.close()
+
+
+def latency_of(stats: list[dict], section: str) -> Latency:
+    """The worst (by p99) of these jobs' latencies, from `section` (e.g. sync.lat_ns) of each."""
+    part, key = section.split(".")
+    p50, p99, p999, mean, n = max((percentiles_s(j[part], key) for j in stats), key=lambda p: p[1])
+    return Latency(p50_s=p50, p99_s=p99, p999_s=p999, mean_s=mean, samples=n)
 
 
 def percentiles_s(section: dict, key: str = "clat_ns") -> tuple[float, float, float, float, int]:
@@ -295,7 +293,7 @@ def small_files_job(writers: int, low: int, high: int, nrfiles: int) -> tuple[Fi
 def latency_job(kind: str, size: int, seconds: float) -> tuple[FioJob, str, str]:
     """One writer's 4 KiB writes, each followed by an fsync (fsync) or each O_SYNC (o_sync); the job, what it
     measures and the latency section of fio's JSON that holds the figure."""
-    sync, section = ({"fsync": 1}, "sync.lat_ns") if kind == "fsync" else ({"sync": 1}, "write.clat_ns")
+    fsync = kind == "fsync"
     options: dict[str, str | int] = {
         "rw": "write",
         "bs": "4k",
@@ -303,16 +301,10 @@ def latency_job(kind: str, size: int, seconds: float) -> tuple[FioJob, str, str]
         "ioengine": "psync",
         "runtime": f"{seconds}s",
     }
-    job = FioJob(
-        "fsync-lat" if kind == "fsync" else "sync-write-lat",
-        {**options, "percentile_list": "50:99:99.9", "unlink": 1, **sync},
-    )
-    measures = (
-        "4 KiB writes by one writer, each followed by an fsync"
-        if kind == "fsync"
-        else "4 KiB O_SYNC writes by one writer"
-    )
-    return job, measures, section
+    options.update({"percentile_list": "50:99:99.9", "unlink": 1, "fsync" if fsync else "sync": 1})
+    job = FioJob("fsync-lat" if fsync else "sync-write-lat", options)
+    measures = "4 KiB writes by one writer, each followed by an fsync" if fsync else "4 KiB O_SYNC writes by one writer"
+    return job, measures, "sync.lat_ns" if fsync else "write.clat_ns"
 
 
 def file_jobs(files: list[tuple[str, int, int]], prefix: str) -> list[FioJob]:
@@ -336,3 +328,57 @@ def file_jobs(files: list[tuple[str, int, int]], prefix: str) -> list[FioJob]:
             last[writer] = name
             jobs.append(FioJob(name, options))
     return jobs
+
+
+class FioSession:
+    """What the fio backends' sessions (local, hosts) share: the direct-I/O check, each run's note for
+    `--emit-jobs` and the other probes' scratch directories."""
+
+    page_cache = True
+    on = ""  # how a run's note says where it ran
+
+    def __init__(self, writer: jobfiles.JobWriter | None):
+        self.raw: list[dict[str, Any]] = []
+        self.notes: list[str] = []
+        self.jobs = writer.jobs if writer else []
+        self.write_paths: tuple[Literal["buffered", "direct"], ...] = ("buffered", "direct")
+
+    def run_job(self, job: FioJob, what: str, note: jobfiles.Note, keep: bool = True) -> dict:
+        """One run of `job` (on every host), its output kept in raw unless `keep` is False."""
+        raise NotImplementedError
+
+    def check_direct_io(self, note: jobfiles.Note, refused: str) -> None:
+        """Only the buffered path where the target refuses O_DIRECT (EINVAL): one 1 MiB write with direct=1."""
+        job, _ = bandwidth_job("direct", 1, MiB, 0)
+        try:
+            self.run_job(
+                FioJob("direct-check", {**job.options, "runtime": "5s"}), "the direct I/O check", note, keep=False
+            )
+        except FioError as exc:
+            if exc.errno != errno.EINVAL:
+                raise
+            self.write_paths = ("buffered",)
+            self.notes.append(refused)
+
+    def note(self, note: RunNote, measures: str, read: str, **extra: Any) -> jobfiles.Note:
+        return jobfiles.Note(
+            note.phase,
+            self.on + measures,
+            note.figure,
+            read,
+            raw_fio=len(self.raw),
+            group=note.group,
+            warm_up=note.warm_up,
+            **extra,
+        )
+
+    def others_in(self, root: Path, mine: Callable[[Path], bool]) -> list[str]:
+        """The live probes' scratch directories in `root`, but this probe's own."""
+        return [
+            f"{s.path} (host {s.host}, pid {s.pid})"
+            for s in scratch.scratch_dirs(root, (scratch.SCRATCH_PREFIX,))
+            if s.live and not mine(s.path)
+        ]
+
+    def phase_ran(self, phase: str, why: str) -> None:
+        jobfiles.other(phase, why)

@@ -1,118 +1,22 @@
-"""The hosts of a multi-host probe: `--hosts` and `--hosts-file` entries, Slurm hostlist expressions, the agents.
-
-Entries: host, host:port, [ipv6]:port, a Slurm host list such as node[01-16]:8765 (the port applies to each of
-its hosts), or `slurm` (the job's nodes). Expressions: `gpu[001-016,020],io[1-2]-ib` → gpu001 … gpu016, gpu020,
-io1-ib, io2-ib.
-
-The syntax is Slurm's (and pdsh's): a comma outside brackets separates parts; inside a part, each
-`[…]` holds a comma-separated list of numbers and low-high ranges, every combination of the groups is
-a name (`a[1-2]b[1-2]` → a1b1, a1b2, a2b1, a2b2, the last group varying fastest), text may follow a
-bracket (`gpu[1-2]-ib`), and a range keeps the width of its low bound (`[08-10]` → 08, 09, 10).
-Names keep the expression's order and duplicates are kept: the caller decides what they mean.
-
-The size is counted before a name is made, so `n[1-999999999]` is refused at once and not after a
-minute of building strings. (python-hostlist is GPL-2.0+, which ckplan's Apache-2.0 cannot take as a
-dependency; ClusterShell builds every name before its size can be checked: 3 million in 3.8 s and
-450 MB here, with an AssertionError for still larger ranges.)
-"""
+"""The hosts of a multi-host probe: `--hosts` and `--hosts-file` entries, each a host, host:port, [ipv6]:port, a
+Slurm host list such as node[01-16]:8765 (the port applies to each of its hosts; ckplan/slurm.py expands it), or
+`slurm` (the job's nodes)."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
-import socket
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from itertools import product
 from pathlib import Path
 
-from ckplan.errors import EnvironmentProblem, InputError
+from ckplan import slurm
+from ckplan.errors import InputError
+from ckplan.probe.fio import DEFAULT_PORT
 from ckplan.units import MAX_HOSTS
 
-_RANGE = re.compile(r"(\d+)(?:-(\d+))?")
-
-
-def split_top(expr: str) -> list[str]:
-    """The parts of `expr` at commas outside brackets (empty parts kept); brackets must balance and not nest."""
-    parts, depth, start = [], 0, 0
-    for i, c in enumerate(expr):
-        if c == "[":
-            if depth:
-                raise InputError(f"bad host list {expr!r}: a bracket opens inside another at character {i + 1}")
-            depth = 1
-        elif c == "]":
-            if not depth:
-                raise InputError(f"bad host list {expr!r}: ']' at character {i + 1} closes no bracket")
-            depth = 0
-        elif c == "," and not depth:
-            parts.append(expr[start:i])
-            start = i + 1
-    if depth:
-        raise InputError(f"bad host list {expr!r}: a '[' is never closed")
-    return parts + [expr[start:]]
-
-
-def _groups(part: str, expr: str) -> list[list[tuple[int, int, int]] | str]:
-    """A part as literal text and bracket groups, each group a list of (low, high, width)."""
-    out: list[list[tuple[int, int, int]] | str] = []
-    pos = 0
-    for m in re.finditer(r"\[([^\]]*)\]", part):
-        if m.start() > pos:
-            out.append(part[pos : m.start()])
-        ranges = []
-        for item in m.group(1).split(","):
-            r = _RANGE.fullmatch(item.strip())
-            if not r:
-                what = "an empty range" if not item.strip() else f"{item.strip()!r}, not a number or low-high range"
-                raise InputError(f"bad host list {expr!r}: [{m.group(1)}] holds {what}")
-            low, high = r.group(1), r.group(2) if r.group(2) is not None else r.group(1)
-            if int(high) < int(low):
-                raise InputError(f"bad host list {expr!r}: range {item.strip()} runs backwards (write {high}-{low})")
-            ranges.append((int(low), int(high), len(low)))
-        out.append(ranges)
-        pos = m.end()
-    if pos < len(part):
-        out.append(part[pos:])
-    return out
-
-
-def count(expr: str) -> int:
-    """How many names `expr` expands to, without making them; raises InputError for a malformed expression."""
-    total = 0
-    for part in split_top(expr):
-        n = 1
-        for g in _groups(part, expr):
-            if isinstance(g, list):
-                n *= sum(high - low + 1 for low, high, _ in g)
-        total += n if part else 0
-    return total
-
-
-def expand(expr: str, limit: int = MAX_HOSTS) -> list[str]:
-    """The names of a hostlist expression, in order; an InputError for a malformed one or one over `limit` names."""
-    if not expr.strip():
-        raise InputError("bad host list: the expression is empty")
-    n = count(expr)
-    if n > limit:
-        raise InputError(f"host list {expr!r} expands to {n:,} hosts; at most {limit:,} are allowed")
-    names: list[str] = []
-    for part in split_top(expr):
-        if not part:
-            continue
-        choices = [
-            [g] if isinstance(g, str) else [f"{i:0{w}d}" for low, high, w in g for i in range(low, high + 1)]
-            for g in _groups(part, expr)
-        ]
-        names += ["".join(p) for p in product(*choices)]
-    return names
-
-
-DEFAULT_PORT = 8765
 V6_ENTRY = re.compile(r"\[(?P<v6>[0-9A-Fa-f.]*:[0-9A-Fa-f:.]*)\](?::(?P<port>[^:]*))?")
 HOST_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9.-]*")
-SLURM_VARIABLES = ("SLURM_JOB_NODELIST", "SLURM_NODELIST")
 ENTRY_FORMS = "use host, host:port, [ipv6]:port, a Slurm host list such as node[01-16]:8765, or slurm"
 
 
@@ -128,17 +32,6 @@ class Host:
 
     def __str__(self) -> str:
         return f"[{self.name}]:{self.port}" if ":" in self.name else f"{self.name}:{self.port}"
-
-
-def slurm_nodelist(environ: Mapping[str, str]) -> tuple[str, str]:
-    """The job's node list as (variable, hostlist expression): SLURM_JOB_NODELIST, else SLURM_NODELIST."""
-    for var in SLURM_VARIABLES:
-        if environ.get(var, "").strip():
-            return var, environ[var].strip()
-    raise InputError(
-        "‹hosts› slurm reads the job's nodes from SLURM_JOB_NODELIST or SLURM_NODELIST, and neither is set: "
-        "run it inside a Slurm job (sbatch, salloc) or name the hosts"
-    )
 
 
 def parse_hosts(
@@ -161,7 +54,7 @@ def parse_hosts(
     hosts: list[Host] = []
     for where, text in sources:
         try:
-            entries = [e.strip() for e in split_top(text)]
+            entries = [e.strip() for e in slurm.split_top(text)]
         except InputError as exc:
             raise InputError(f"{where}: {exc}") from None
         for entry in filter(None, entries):
@@ -193,14 +86,14 @@ def _entry(
         return [Host(expr, port)]
     source = ""
     if expr == "slurm":
-        var, expr = slurm_nodelist(environ)
+        var, expr = slurm.nodelist(environ)
         source = f" (slurm: {var}={expr})"
     try:
-        n = count(expr)
+        n = slurm.count(expr)
         if n > room:
             total = f", {before + n:,} in all" if before else ""
             raise InputError(f"{expr!r} expands to {n:,} hosts{total}; at most {room + before:,} are allowed")
-        names = expand(expr, limit=room)
+        names = slurm.expand(expr, limit=room)
     except InputError as exc:
         raise InputError(f"{where}{source}: {exc}") from None
     for name in names:
@@ -210,81 +103,3 @@ def _entry(
         shown = ", ".join(names[:8]) + (f", … ({len(names) - 8} more)" if len(names) > 8 else "")
         notice(f"--hosts slurm: {len(names)} node{'s' if len(names) != 1 else ''} in ${var} ({expr}): {shown}")
     return [Host(name, port) for name in names]
-
-
-def wait_for_agents(hosts: list[Host], timeout_s: float, poll_s: float = 0.5) -> None:
-    """Return once every host's agent has run a job for us (agents that srun started a moment ago), or raise naming
-    those that did not within `timeout_s`: first a TCP connection on its port, then fio's own handshake, a null
-    job that writes nothing. A port that takes the connection and never answers (not a fio server, or one
-    stopped with SIGSTOP) would otherwise hold the probe until its first phase's deadline."""
-    deadline = time.monotonic() + timeout_s
-    pending = list(hosts)
-    while True:
-        for host in list(pending):
-            try:
-                with socket.create_connection((host.name, host.port), timeout=min(2.0, max(0.1, timeout_s))):
-                    pending.remove(host)
-            except socket.gaierror:
-                raise InputError(
-                    f"host {host.name!r} does not resolve to an address: check ‹hosts› or ‹hosts_file›"
-                ) from None
-            except OSError:
-                pass
-        if not pending:
-            break
-        if time.monotonic() >= deadline:
-            raise _no_answer(pending, timeout_s, "answered")
-        time.sleep(poll_s)
-    silent = _no_handshake(hosts, deadline)
-    if silent:
-        raise _no_answer(silent, timeout_s, "ran fio's handshake (a null job)")
-
-
-def _no_answer(hosts: list[Host], timeout_s: float, what: str) -> EnvironmentProblem:
-    return EnvironmentProblem(
-        f"no agent {what} on {', '.join(map(str, hosts))} within {timeout_s:g} s "
-        "(start one on each host with `ckplan agent`)"
-    )
-
-
-def _no_handshake(hosts: list[Host], deadline: float) -> list[Host]:
-    """The hosts whose fio server did not run a null job by `deadline`; every client is stopped by then."""
-    import subprocess
-    import tempfile
-
-    from ckplan import children
-    from ckplan.probe.fio import fio_binary
-
-    with tempfile.NamedTemporaryFile("w", suffix=".fio") as job:
-        job.write("[ckplan-handshake]\nioengine=null\nsize=4k\n")
-        job.flush()
-        procs = {
-            host: subprocess.Popen(
-                [fio_binary(), host.client_arg, job.name],
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                preexec_fn=children.preexec(),
-            )
-            for host in hosts
-        }
-        try:
-            for proc in procs.values():
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-        finally:
-            for proc in procs.values():
-                if proc.poll() is None:
-                    proc.kill()  # a client waiting on a silent server holds nothing to flush
-                    proc.wait()
-    return [host for host, proc in procs.items() if proc.returncode != 0]
-
-
-def agent_command(bind: str, port: int) -> list[str]:
-    from ckplan.probe.fio import fio_binary
-
-    family = "ip6" if ":" in bind else "ip"
-    return [fio_binary(), f"--server={family}:{bind},{port}"]
-
-
-def is_loopback(addr: str) -> bool:
-    return addr in ("localhost", "::1") or addr.startswith("127.")

@@ -1,22 +1,12 @@
 """`ckplan probe --emit-jobs DIR`: every fio run of a probe, as a job file a person can run again.
 
-Each run becomes `NNN-NAME.fio` (multi-host: `NNN-NAME.hostI.fio`, one per host), numbered in the order
-the runs happened, with the job text ckplan gave fio and a leading comment: the phase, what the run
-measures, the profile figure it produced and how to read that figure from fio's JSON. `run.sh` holds
-the command line of every run, in order, and runs all or some of them again.
-
-The directory. A single-host probe writes inside a fresh scratch directory on the target and removes it
-afterwards, so a job file that named it would name a directory that no longer exists. The job files name
-it `${CKPLAN_JOB_DIR}` instead (fio expands environment variables in a job file), and run.sh makes a fresh
-directory on the same target with mktemp and removes it at the end: the same filesystem and an empty
-directory, which is what the probe measured in; a fixed name would either collide with the user's files
-or look like a killed probe's scratch directory to `ckplan clean`. Left unset, fio refuses the job
-("failed parsing directory=${CKPLAN_JOB_DIR}") rather than write somewhere unintended. A multi-host
-probe's job files are emitted exactly as sent: each names its own directory under the target as the
-hosts see it, which fio makes (filename_format) and the job's last section removes.
-
-The calibration and a single-host replay run PyTorch's savers or ckplan's own writer, not fio: run.sh
-says where they ran, and they have no job file.
+Each run becomes `NNN-NAME.fio` (multi-host: `NNN-NAME.hostI.fio`), numbered in the order the runs happened: the job
+text ckplan gave fio under a comment saying the phase, what the run measures, the profile figure it produced and
+where that is in fio's JSON; `run.sh` runs all or some of them again. A single-host probe's scratch directory is
+gone when it ends, so its job files name `${CKPLAN_JOB_DIR}` (fio expands environment variables; unset, fio refuses
+the job) and run.sh fills it with a fresh `mktemp -d` on the probed target: the same filesystem and an empty
+directory, as measured. Multi-host job files make and remove their own directories, so they are emitted as sent.
+Runs that are not fio (the calibration, a single-host replay) are a comment in run.sh.
 """
 
 from __future__ import annotations
@@ -74,24 +64,16 @@ def check_dir(path: Path) -> Path:
     return path.absolute()
 
 
-def make_dir(path: Path) -> None:
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise InputError(f"cannot create the ‹emit_jobs› directory {path}: {exc.strerror}") from None
-
-
 class JobWriter:
     """Writes each run's job file as it starts (a failed run's too) and rewrites run.sh after each."""
 
-    def __init__(self, directory: Path, *, about: str, fio_version: str, local_target: Path | None = None):
+    def __init__(self, directory: Path, about: str, fio_version: str, local_target: Path | None = None):
         self.directory = directory
-        self.about = about  # "the probe of PATH on HOST at DATE"
+        self.about = about  # "the probe of PATH on HOST"
         self.fio_version = fio_version
         self.local_target = local_target  # single host: where run.sh makes its fresh directory; None: multi-host
-        self.scratch: str | None = (
-            None  # the probe's scratch directory as written in a job file, replaced by PLACEHOLDER
-        )
+        # the probe's scratch directory as written in a job file, replaced by PLACEHOLDER
+        self.scratch: str | None = None
         self.jobs: list[JobFile] = []
         self.blocks: list[str] = []
         self.warm_ups: dict[str, str] = {}  # group -> the number of its latest warm-up run
@@ -226,7 +208,10 @@ class JobWriter:
         return "\n".join(head + [""] + self.blocks) + "\n"
 
     def _write(self, name: str, text: str) -> None:
-        make_dir(self.directory)  # here, not when the probe is prepared: nothing is left if it is refused
+        try:  # the directory is made here, not when the probe is prepared: nothing is left if it is refused
+            self.directory.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise InputError(f"cannot create the ‹emit_jobs› directory {self.directory}: {exc.strerror}") from None
         try:
             (self.directory / name).write_text(text)
         except OSError as exc:
@@ -243,8 +228,11 @@ _CURRENT: contextvars.ContextVar[JobWriter | None] = contextvars.ContextVar("ckp
 
 
 @contextlib.contextmanager
-def emitting(writer: JobWriter | None) -> Iterator[JobWriter | None]:
-    """Every fio run inside records itself with `writer` (nothing is recorded where it is None)."""
+def emitting(
+    directory: Path | None, about: str, fio_version: str, local_target: Path | None = None
+) -> Iterator[JobWriter | None]:
+    """Every fio run inside records itself in `directory`'s job files (`probe --emit-jobs`; None: nowhere)."""
+    writer = None if directory is None else JobWriter(directory.absolute(), about, fio_version, local_target)
     token = _CURRENT.set(writer)
     try:
         yield writer

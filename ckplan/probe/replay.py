@@ -1,11 +1,7 @@
-"""ckplan's own parallel writer: replays a plan's file manifest as a framework saves it.
-
-Each writer (one rank) writes its files one after another; writers run in
-parallel threads (os.write and os.fsync release the GIL). Each file is written
-to a temporary name, fsynced, renamed into place, and finally every directory
-touched is fsynced: the durable-save sequence of DCP's FileSystemWriter and of
-careful torch.save wrappers.
-"""
+"""ckplan's own parallel writer: replays a plan's file manifest as a framework saves it, one thread per writer
+(os.write and os.fsync release the GIL), each file written to a temporary name, fsynced and renamed into place,
+then every directory touched fsynced: the durable-save sequence of DCP's FileSystemWriter and of careful
+torch.save wrappers."""
 
 from __future__ import annotations
 
@@ -20,13 +16,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from ckplan.confine import confined_path
-from ckplan.errors import MeasurementFailed
 from ckplan.probe.engine import FileToWrite
 
 CHUNK_BYTES = 4 * 2**20  # one write() call; large enough that syscall cost is noise
-DIRECT_ALIGN = (
-    4096  # O_DIRECT offsets and lengths: a multiple of the logical block size (4 KiB covers 512 and 4K disks)
-)
+DIRECT_ALIGN = 4096  # O_DIRECT offsets and lengths: a multiple of the logical block size (512 and 4K disks)
 
 
 class Cancelled(Exception):
@@ -34,18 +27,11 @@ class Cancelled(Exception):
 
 
 def write_files(
-    root: Path,
-    files: list[FileToWrite],
-    on_progress: Callable[[int], None] | None = None,
-    cancel: threading.Event | None = None,
-    direct: bool = False,
+    root: Path, files: list[FileToWrite], on_progress: Callable[[int], None] | None = None, direct: bool = False
 ) -> float:
-    """Write every file durably, one thread per writer; return the wall time in seconds.
-
-    `direct` writes with O_DIRECT, as DeepSpeed FastPersist does: whole aligned blocks from a page-aligned
-    buffer, and a file's last partial block through an ordinary descriptor (O_DIRECT takes only multiples
-    of the logical block size).
-    """
+    """Write every file durably, one thread per writer; the wall time in seconds. `on_progress` is told the bytes
+    written so far. `direct` writes with O_DIRECT, as DeepSpeed FastPersist does: whole aligned blocks from a
+    page-aligned buffer, a file's last partial block through an ordinary descriptor."""
     by_writer: dict[int, list[FileToWrite]] = defaultdict(list)
     for f in files:
         by_writer[f.rank].append(f)
@@ -54,13 +40,14 @@ def write_files(
     dirs = sorted({p.parent for p in finals.values()})
     block = memoryview(mmap.mmap(-1, CHUNK_BYTES))  # page-aligned, as O_DIRECT needs
     block[:] = os.urandom(CHUNK_BYTES)  # incompressible, like trained weights
-    lock = threading.Lock()
-    cancel = cancel or threading.Event()
+    lock, cancel = threading.Lock(), threading.Event()
+    done = [0]
 
     def progress(n: int) -> None:
         if on_progress:
             with lock:
-                on_progress(n)
+                done[0] += n
+                on_progress(done[0])
 
     def write_one(f: FileToWrite) -> None:
         final = finals[f.path]
@@ -109,12 +96,3 @@ def write_files(
         finally:
             os.close(dfd)
     return time.perf_counter() - start
-
-
-def oserror_message(exc: OSError, what: str) -> MeasurementFailed:
-    """A write that failed mid-measurement (the target filled up, went read-only): exit code 4."""
-    from ckplan.probe.fio import describe_errno
-
-    if exc.errno:
-        return MeasurementFailed(describe_errno(exc.errno, what, failed="a write failed"))
-    return MeasurementFailed(f"{what} failed: {exc}")

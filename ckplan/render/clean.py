@@ -1,4 +1,4 @@
-from ckplan.probe.clean import CleanResult
+from ckplan.probe.engine import CleanResult
 from ckplan.render.console import console
 
 

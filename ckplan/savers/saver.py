@@ -219,9 +219,8 @@ def run_saves(
     import socket
 
     from ckplan.children import collect, stop_all
-    from ckplan.errors import MeasurementFailed
+    from ckplan.errors import MeasurementFailed, describe_errno
     from ckplan.frameworks import framework_of
-    from ckplan.probe.fio import describe_errno
 
     saver = framework_of(framework).saver.kind
     check_save_processes(len(files_by_rank), what)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ckplan import filesystem
 from ckplan import scratch as scratch_area
 from ckplan.errors import EnvironmentProblem, InputError
 from ckplan.frameworks import framework_of
-from ckplan.probe import target
 from ckplan.profile import Spread, StorageProfile
 from ckplan.sizing.plan import CheckpointPlan
 from ckplan.units import check_scale
@@ -35,7 +35,7 @@ def validate(
     if not torch_available():  # the saves import torch in their own processes; this one never needs it
         raise EnvironmentProblem("validate needs PyTorch: pip install 'ckplan[torch]' (the CPU build, torch==2.13.0)")
     path = path.expanduser()
-    target.check_target(path)
+    filesystem.check_target(path)
     node, files, prediction = scaled_prediction(plan, profile, scale)
     from ckplan.savers.saver import check_save_processes, files_by_rank, run_saves
 
@@ -43,7 +43,7 @@ def validate(
     check_save_processes(len(by_rank), f"saving node {node}'s share of the plan")
     scaled = [f for fs in by_rank.values() for f in fs]
     total = sum(f["bytes"] for f in scaled)
-    free = target.free_bytes(path)
+    free = filesystem.free_bytes(path)
     budget = min(free // 2 if free is not None else total, max_bytes or total)
     if total > budget:
         raise InputError(

@@ -258,8 +258,7 @@ def agent(
     It stops on SIGTERM (a Slurm job's end), and every fio process with it; safe under `srun --ntasks-per-node=1`."""
     import shlex
 
-    from ckplan.probe.agent import agent_settings, check_port_free, run_agent
-    from ckplan.probe.hostlist import agent_command, is_loopback
+    from ckplan.agent import agent_command, agent_settings, check_port_free, is_loopback, run_agent
 
     settings = agent_settings(bind, port, idle_timeout)
     check_port_free(settings.address, settings.port)

@@ -10,8 +10,7 @@ from typing import TYPE_CHECKING
 from ckplan.probe import engine
 
 if TYPE_CHECKING:
-    from ckplan.probe.clean import CleanResult
-    from ckplan.probe.engine import Backend, Job, Progress, TargetSpec
+    from ckplan.probe.engine import Backend, CleanResult, Job, Progress, TargetSpec
     from ckplan.profile import StorageProfile
 
 # kind → (module, class); imported when a probe of that kind runs, so that boto3 loads only for S3

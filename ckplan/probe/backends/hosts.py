@@ -1,47 +1,36 @@
-"""The hosts backend: a directory as many hosts see it, measured by their fio servers at once (fio --client).
+"""The hosts backend: a directory as many hosts see it, measured by their fio servers (`ckplan agent`) at once, all
+driven by one `fio --client=HOST job --client=HOST job …`.
 
-Each host runs `fio --server` (`ckplan agent`); one `fio --client=HOST job --client=HOST job …` drives them all.
-Every host's job file names its files with `filename_format` inside its own scratch directory (fio creates the
-directories of a filename), begins with a job writing the owner marker there and ends with a stonewalled job
-whose `exec_prerun=rm -rf` removes it; after a failure, the same clean-up job is sent to every host that still
-answers. fio redirects a prerun command's output to `JOBNAME.prerun.txt` in the server's working directory, so
-the clean-up removes that file too. fio's client exits 0 even when a server drops a job, so every host must
-report, or the error names those that did not.
+Each host's job file writes inside its own scratch directory (fio makes a filename's directories): a first job
+writes the owner marker there, a last stonewalled one removes it with `exec_prerun=rm -rf`; after a failure the
+same clean-up job goes to every host that still answers. fio's client exits 0 even when a server drops a job, so
+every host must report, or the error names those that did not.
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
 import re
 import shlex
 import socket
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
-from ckplan import children, scratch
+from ckplan import children, filesystem, scratch
 from ckplan.confine import confined_key
-from ckplan.errors import EnvironmentProblem, InputError, MeasurementFailed
-from ckplan.probe import fio, hostlist, jobfiles, target
-from ckplan.probe.engine import (
-    PRESETS,
-    Facts,
-    FileToWrite,
-    Progress,
-    RunNote,
-    SmallRun,
-    Stream,
-    StreamPath,
-    TargetSpec,
-)
+from ckplan.errors import EnvironmentProblem, InputError, MeasurementFailed, describe_errno
+from ckplan.probe import fio, hostlist, jobfiles
+from ckplan.probe.engine import PRESETS, Facts, FileToWrite, Progress, RunNote, SmallRun, Stream, StreamPath, TargetSpec
 from ckplan.profile import Latency, TargetKind
 
 CLEANUP_JOB = "ckplan-cleanup"
 MARKER_JOB = "ckplan-marker"
 NOT_MEASURED = ("All clients", CLEANUP_JOB, MARKER_JOB)  # client_stats entries that are no host's measurement
+DIRECT_CHECK = jobfiles.Note("direct-I/O check", "one 1 MiB write with direct=1 on every host", "direct_io", "error")
 
 
 class HostsBackend:
@@ -56,21 +45,20 @@ class HostsBackend:
 
     def prepare(self, spec: TargetSpec) -> Facts:
         self.hosts = hostlist.parse_hosts(spec.hosts, spec.hosts_file, notice=spec.notice)
-        fio.fio_binary()
         if not self.path.is_absolute():
             raise InputError(f"give the target as an absolute path, as the hosts see it: {self.path}")
-        fio.check_job_path(self.path)
-        if spec.emit_jobs is not None:
-            jobfiles.check_dir(spec.emit_jobs)  # the JobWriter creates it when it writes the first job file
+        fio.check_ready(self.path, spec.emit_jobs)
         if spec.agent_wait_s is not None:
-            hostlist.wait_for_agents(self.hosts, spec.agent_wait_s)
+            wait_for_agents(self.hosts, spec.agent_wait_s)
         # the driver sees the target where it mounts it too (a login node): then its free space bounds the probe
         visible = self.path.is_dir()
-        free = target.free_bytes(self.path) if visible else None
-        notes = [] if visible else [
-            f"{self.path} is not mounted on the probing host {socket.gethostname()}: its free space is unknown here, so "
-            "--max-bytes and the runtime caps bound what the hosts write, and other probes of it cannot be seen"
-        ]  # fmt: skip
+        notes = []
+        if not visible:
+            notes.append(
+                f"{self.path} is not mounted on the probing host {socket.gethostname()}: its free space is unknown "
+                "here, so --max-bytes and the runtime caps bound what the hosts write, and other probes of it cannot "
+                "be seen"
+            )
         return Facts(
             target=str(self.path),
             name=f"{len(self.hosts)} hosts:{self.path}",
@@ -80,27 +68,23 @@ class HostsBackend:
             tool=f"{fio.fio_version()} client/server",
             hosts=len(self.hosts),
             mount_options={"hosts": ",".join(map(str, self.hosts))},
-            free_bytes=free,
+            free_bytes=filesystem.free_bytes(self.path) if visible else None,
             notes=tuple(notes),
         )
 
     @contextlib.contextmanager
     def open(self, facts: Facts, progress: Progress) -> Iterator[HostsSession]:
-        writer = None
-        if self.spec.emit_jobs is not None:
-            about = f"the probe of {self.path} from {len(self.hosts)} hosts, driven from {socket.gethostname()}"
-            writer = jobfiles.JobWriter(self.spec.emit_jobs.absolute(), fio_version=facts.tool, about=about)
-        run_id = scratch.scratch_name("")
-        session = HostsSession(self, run_id, progress, writer)
-        try:
-            with jobfiles.emitting(writer):
-                if not session.direct_io_works():
-                    session.write_paths = ("buffered",)
-                    session.notes.append("a host refused O_DIRECT (EINVAL): only the buffered write path was measured")
+        about = f"the probe of {self.path} from {len(self.hosts)} hosts, driven from {socket.gethostname()}"
+        with jobfiles.emitting(self.spec.emit_jobs, about, facts.tool) as writer:
+            session = HostsSession(self, scratch.scratch_name(""), progress, writer)
+            try:
+                session.check_direct_io(
+                    DIRECT_CHECK, "a host refused O_DIRECT (EINVAL): only the buffered write path was measured"
+                )
                 yield session
-        except BaseException:
-            session.cleanup()
-            raise
+            except BaseException:
+                session.cleanup()
+                raise
 
     def clean(self, force: bool = False):
         raise InputError(
@@ -109,18 +93,16 @@ class HostsBackend:
         )
 
 
-class HostsSession:
-    page_cache = True
+class HostsSession(fio.FioSession):
+    on = "every host at once: "
 
     def __init__(self, backend: HostsBackend, run_id: str, progress: Progress, writer: jobfiles.JobWriter | None):
+        super().__init__(writer)
         self.backend, self.run_id, self.progress = backend, run_id, progress
         self.all = backend.hosts
         self.hosts = len(self.all)
         self.marker = scratch.marker_text()  # this process owns every host's scratch directory
-        self.raw: list[dict[str, Any]] = []
-        self.jobs = writer.jobs if writer else []
-        self.notes = ["buffered writes with a final fsync (end_fsync) on every host"]
-        self.write_paths: tuple[Literal["buffered", "direct"], ...] = ("buffered", "direct")
+        self.notes.append("buffered writes with a final fsync (end_fsync) on every host")
 
     def scratch(self, host: hostlist.Host) -> str:
         label = re.sub(r"[^A-Za-z0-9.-]", "_", str(host))
@@ -136,41 +118,49 @@ class HostsSession:
         # in a subshell: fio appends `> MARKER_JOB.prerun.txt 2>&1` to the command, which would take echo's output
         mark = f"(mkdir -p {quoted} && echo {shlex.quote(self.marker)} > {quoted}/{scratch.MARKER})"
         marker = fio.FioJob(MARKER_JOB, {"ioengine": "null", "size": "4k", "exec_prerun": mark})
-        return (
-            head.render()
-            + marker.render()
-            + "".join(j.render() for j in [first, *jobs[1:]])
-            + (cleanup_job(where).render())
-        )
+        return "".join(j.render() for j in [head, marker, first, *jobs[1:], cleanup_job(where)])
 
-    def clients(self, jobs_by_host: dict[hostlist.Host, list[fio.FioJob]], what: str, note: jobfiles.Note) -> dict:
-        doc = run_clients(self, jobs_by_host, what, self.backend.timeout_s, note)
-        self.raw.append(doc)
+    def run_job(self, job: fio.FioJob, what: str, note: jobfiles.Note | None, keep: bool = True) -> dict:
+        return self.clients({h: [job] for h in self.all}, what, note, keep)
+
+    def clients(
+        self,
+        jobs_by_host: dict[hostlist.Host, list[fio.FioJob]],
+        what: str,
+        note: jobfiles.Note | None,
+        keep: bool = True,
+    ) -> dict:
+        """One fio client run, every named host at once; every host must report, or the error names those that did not."""
+        with tempfile.TemporaryDirectory(prefix="ckplan-cluster-") as tmp:
+            args = [fio.fio_binary(), "--output-format=json"]
+            texts = {}
+            for i, (host, jobs) in enumerate(jobs_by_host.items()):
+                job = Path(tmp) / f"host{i}.fio"
+                texts[str(job)] = self.jobfile(host, jobs)
+                job.write_text(texts[str(job)])
+                args += [host.client_arg, str(job)]
+            if note is not None:
+                jobfiles.record(args, texts, note)
+            try:
+                proc = subprocess.run(
+                    args, capture_output=True, text=True, timeout=self.backend.timeout_s, preexec_fn=children.preexec()
+                )
+            except subprocess.TimeoutExpired:
+                raise MeasurementFailed(
+                    f"fio's client did not finish {what} within {self.backend.timeout_s:.0f} s (a host may have hung)"
+                ) from None
+        doc = client_report(proc.stdout, proc.stderr, list(jobs_by_host), what)
+        if keep:
+            self.raw.append(doc)
         return doc
-
-    def _note(self, note: RunNote, measures: str, read: str, name: str) -> jobfiles.Note:
-        return jobfiles.Note(
-            note.phase, f"every host at once: {measures}", note.figure, read, raw_fio=len(self.raw), name=name,
-            group=note.group, warm_up=note.warm_up,
-        )  # fmt: skip
-
-    def direct_io_works(self) -> bool:
-        job, _ = fio.bandwidth_job("direct", 1, 2**20, 0)
-        job = fio.FioJob("direct-check", {**job.options, "runtime": "5s"})
-        note = jobfiles.Note("direct-I/O check", "one 1 MiB write with direct=1 on every host", "direct_io", "error")
-        try:
-            run_clients(self, {h: [job] for h in self.all}, "the direct I/O check", self.backend.timeout_s, note)
-        except fio.FioError as exc:
-            if exc.errno == errno.EINVAL:
-                return False
-            raise
-        return True
 
     def stream(self, path: StreamPath, writers: int, hosts: int, size: int, seconds: float, note: RunNote) -> Stream:
         job, measures = fio.bandwidth_job(path, writers, size, seconds, note.warm_up)
         read = f"client_stats[] with jobname {job.name}: write.bw_bytes per hostname; 'All clients' for the total"
-        doc = self.clients({h: [job] for h in self.all[:hosts]}, f"the bandwidth phase ({path}, {writers} writers)",
-                           self._note(note, measures, read, f"{job.name}-{hosts}h"))  # fmt: skip
+        what = f"the bandwidth phase ({path}, {writers} writers)"
+        doc = self.clients(
+            {h: [job] for h in self.all[:hosts]}, what, self.note(note, measures, read, name=f"{job.name}-{hosts}h")
+        )
         rates = per_host(doc, "bw_bytes", job.name)
         agg = [c for c in doc.get("client_stats", []) if c.get("jobname") == "All clients"]
         return Stream(rates, float(agg[0]["write"]["bw_bytes"]) if agg else sum(rates.values()))
@@ -182,9 +172,7 @@ class HostsSession:
             f"files/s per host = {files_per_writer} × {writers} × 1000 ÷ the longest client_stats[jobname smallfiles]"
             ".write.runtime (ms) of that host (every file completes); ops/s adds 3 per file to the write calls"
         )
-        doc = self.clients(
-            {h: [job] for h in self.all}, "the small-file phase", self._note(note, measures, read, "small")
-        )
+        doc = self.run_job(job, "the small-file phase", self.note(note, measures, read, name="small"))
         seconds = per_host(doc, "runtime", job.name, max)
         calls = per_host(doc, "total_ios", job.name)
         files = files_per_writer * writers
@@ -195,15 +183,8 @@ class HostsSession:
     def latency(self, kind: Literal["fsync", "o_sync"], seconds: float, size: int, note: RunNote) -> Latency:
         job, measures, section = fio.latency_job(kind, size, seconds)
         read = f"client_stats[jobname {job.name}].{section} percentiles per host, in ns: the worst p99's host"
-        doc = self.clients({h: [job] for h in self.all}, f"the {kind} latency phase",
-                           self._note(note, measures, read, f"{kind}-lat"))  # fmt: skip
-        part, key = section.split(".")
-        worst = max(
-            (fio.percentiles_s(c[part], key) for c in doc["client_stats"] if c.get("jobname") == job.name),
-            key=lambda p: p[1],
-        )
-        p50, p99, p999, mean, n = worst
-        return Latency(p50_s=p50, p99_s=p99, p999_s=p999, mean_s=mean, samples=n)
+        doc = self.run_job(job, f"the {kind} latency phase", self.note(note, measures, read, name=f"{kind}-lat"))
+        return fio.latency_of([c for c in doc["client_stats"] if c.get("jobname") == job.name], section)
 
     def write_files(self, nodes: list[list[FileToWrite]], path: str, run: int) -> tuple[float, int]:
         """Host k writes node k's files exactly: one fio job per file (two where it ends in a partial MiB), each
@@ -211,8 +192,7 @@ class HostsSession:
         jobs_by_host = {}
         for host, files in zip(self.all, nodes, strict=False):
             root = f"{self.scratch(host)}/replay-{run}/"
-            listed = [(confined_key(root, f.path), f.bytes, f.rank) for f in files]
-            jobs = fio.file_jobs(listed, "file")
+            jobs = fio.file_jobs([(confined_key(root, f.path), f.bytes, f.rank) for f in files], "file")
             if path == "direct":  # whole blocks with O_DIRECT; the partial last block of a file cannot take it
                 for j in jobs:
                     j.options["direct"] = int(j.options["bs"] == "1M")
@@ -220,10 +200,11 @@ class HostsSession:
         note = RunNote("replay", "replay.seconds (the slowest host's), replay.bytes (the sum of write.io_bytes)")
         read = "seconds = the longest client_stats[jobname fileN-K].write.runtime (ms) per host, summed over a rank's files"
         doc = self.clients(
-            jobs_by_host, "the replay", self._note(note, "each host writes its node's files", read, "replay")
+            jobs_by_host, "the replay", self.note(note, "each host writes its node's files", read, name="replay")
         )
-        writer_of = {(h.name, f"file{i}"): f.rank for h, files in zip(self.all, nodes, strict=False)
-                     for i, f in enumerate(files)}  # fmt: skip
+        writer_of = {
+            (h.name, f"file{i}"): f.rank for h, files in zip(self.all, nodes, strict=False) for i, f in enumerate(files)
+        }
         runtimes: dict[tuple[str, int], float] = {}  # (host, rank) → its files' write time, one after another
         written = 0
         for c in doc["client_stats"]:
@@ -238,76 +219,23 @@ class HostsSession:
         return None  # the framework's saver runs in this host's processes, not on the hosts
 
     def others(self) -> list[str]:
-        root = self.backend.path
-        if not root.is_dir():
-            return []
-        mine = f"{scratch.SCRATCH_PREFIX}{self.run_id}-"
-        return [
-            f"{s.path} (host {s.host}, pid {s.pid})"
-            for s in scratch.scratch_dirs(root, (scratch.SCRATCH_PREFIX,))
-            if s.live and not s.path.name.startswith(mine)
-        ]
-
-    def phase_ran(self, phase: str, why: str) -> None:
-        jobfiles.other(phase, why)
+        root, mine = self.backend.path, f"{scratch.SCRATCH_PREFIX}{self.run_id}-"
+        return self.others_in(root, lambda path: path.name.startswith(mine)) if root.is_dir() else []
 
     def cleanup(self) -> None:
         """Send the clean-up job to every host that still answers; those that do not are named by the caller's error."""
-        for host in self.all:
-            with tempfile.NamedTemporaryFile("w", suffix=".fio") as job:
-                job.write(cleanup_job(self.scratch(host)).render())
-                job.flush()
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    subprocess.run(
-                        [fio.fio_binary(), host.client_arg, job.name],
-                        capture_output=True,
-                        timeout=20,
-                        preexec_fn=children.preexec(),
-                    )
+        each_host({host: cleanup_job(self.scratch(host)).render() for host in self.all}, time.monotonic() + 20)
 
 
 def cleanup_job(where: str) -> fio.FioJob:
     # the shell opens the redirect to CLEANUP_JOB.prerun.txt before rm runs, so rm removes it as well, with
     # MARKER_JOB's; fio cuts option values at ';' and '#', hence one command and not a list
-    return fio.FioJob(
-        CLEANUP_JOB,
-        {
-            "stonewall": 1,
-            "ioengine": "null",
-            "size": "1M",
-            "exec_prerun": f"rm -rf {shlex.quote(where)} {CLEANUP_JOB}.prerun.txt {MARKER_JOB}.prerun.txt",
-        },
-    )
+    rm = f"rm -rf {shlex.quote(where)} {CLEANUP_JOB}.prerun.txt {MARKER_JOB}.prerun.txt"
+    return fio.FioJob(CLEANUP_JOB, {"stonewall": 1, "ioengine": "null", "size": "1M", "exec_prerun": rm})
 
 
-def run_clients(
-    session: HostsSession,
-    jobs_by_host: dict[hostlist.Host, list[fio.FioJob]],
-    what: str,
-    timeout_s: float,
-    note: jobfiles.Note | None = None,
-) -> dict:
-    """One fio client run, every named host at once; every host must report, or the error names those that did not."""
-    hosts = list(jobs_by_host)
-    with tempfile.TemporaryDirectory(prefix="ckplan-cluster-") as tmp:
-        args = [fio.fio_binary(), "--output-format=json"]
-        texts = {}
-        for i, (host, jobs) in enumerate(jobs_by_host.items()):
-            job = Path(tmp) / f"host{i}.fio"
-            texts[str(job)] = session.jobfile(host, jobs)
-            job.write_text(texts[str(job)])
-            args += [host.client_arg, str(job)]
-        if note is not None:
-            jobfiles.record(args, texts, note)
-        try:
-            proc = subprocess.run(
-                args, capture_output=True, text=True, timeout=timeout_s, preexec_fn=children.preexec()
-            )
-        except subprocess.TimeoutExpired:
-            raise MeasurementFailed(
-                f"fio's client did not finish {what} within {timeout_s:.0f} s (a host may have hung)"
-            ) from None
-    out, err = proc.stdout, proc.stderr
+def client_report(out: str, err: str, hosts: list[hostlist.Host], what: str) -> dict:
+    """fio's client's final report, once every host has reported without an error."""
     # Exit codes: a name that does not resolve is a typo in --hosts (2); a host nobody answers on, or a server of
     # another fio version, is the environment (3); a server that answered and then went away, or a job that
     # failed, is a failed measurement (4).
@@ -341,7 +269,7 @@ def run_clients(
     for c in stats:
         if int(c.get("error", 0)):
             code = int(c["error"])
-            raise fio.FioError(f"host {c.get('hostname')}: {fio.describe_errno(code, what)}", code)
+            raise fio.FioError(f"host {c.get('hostname')}: {describe_errno(code, what)}", code)
     return docs[-1]
 
 
@@ -353,3 +281,63 @@ def per_host(doc: dict, field: str, jobname: str, combine=lambda a, b: a + b) ->
             value = float(c["write"][field])
             out[c["hostname"]] = combine(out[c["hostname"]], value) if c["hostname"] in out else value
     return out
+
+
+def wait_for_agents(hosts: list[hostlist.Host], timeout_s: float, poll_s: float = 0.5) -> None:
+    """Return once every host's agent has run a job for us (agents that srun started a moment ago), or raise naming
+    those that did not within `timeout_s`: first a TCP connection on its port, then fio's own handshake, a null
+    job that writes nothing. A port that takes the connection and never answers (not a fio server, or one
+    stopped with SIGSTOP) would otherwise hold the probe until its first phase's deadline."""
+    deadline = time.monotonic() + timeout_s
+    pending = list(hosts)
+    while True:
+        for host in list(pending):
+            try:
+                with socket.create_connection((host.name, host.port), timeout=min(2.0, max(0.1, timeout_s))):
+                    pending.remove(host)
+            except socket.gaierror:
+                raise InputError(
+                    f"host {host.name!r} does not resolve to an address: check ‹hosts› or ‹hosts_file›"
+                ) from None
+            except OSError:
+                pass
+        if not pending:
+            break
+        if time.monotonic() >= deadline:
+            raise _no_answer(pending, timeout_s, "answered")
+        time.sleep(poll_s)
+    silent = each_host(dict.fromkeys(hosts, "[ckplan-handshake]\nioengine=null\nsize=4k\n"), deadline)
+    if silent:
+        raise _no_answer(silent, timeout_s, "ran fio's handshake (a null job)")
+
+
+def _no_answer(hosts: list[hostlist.Host], timeout_s: float, what: str) -> EnvironmentProblem:
+    return EnvironmentProblem(
+        f"no agent {what} on {', '.join(map(str, hosts))} within {timeout_s:g} s "
+        "(start one on each host with `ckplan agent`)"
+    )
+
+
+def each_host(jobs: dict[hostlist.Host, str], deadline: float) -> list[hostlist.Host]:
+    """Run each host's job text with a client of its own, all at once; the hosts whose run did not succeed by
+    `deadline`, when every client is stopped."""
+    with tempfile.TemporaryDirectory(prefix="ckplan-cluster-") as tmp:
+        procs = {}
+        for i, (host, text) in enumerate(jobs.items()):
+            (Path(tmp) / f"host{i}.fio").write_text(text)
+            procs[host] = subprocess.Popen(
+                [fio.fio_binary(), host.client_arg, str(Path(tmp) / f"host{i}.fio")],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                preexec_fn=children.preexec(),
+            )
+        try:
+            for proc in procs.values():
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        finally:
+            for proc in procs.values():
+                if proc.poll() is None:
+                    proc.kill()  # a client waiting on a silent server holds nothing to flush
+                    proc.wait()
+    return [host for host, proc in procs.items() if proc.returncode != 0]

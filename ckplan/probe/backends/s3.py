@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
 from ckplan import scratch
@@ -32,8 +32,10 @@ from ckplan.confine import confined_key
 from ckplan.errors import EnvironmentProblem, InputError, MeasurementFailed, missing_extra
 from ckplan.probe import replay
 from ckplan.probe.engine import Facts, FileToWrite, MiB, Progress, RunNote, SmallRun, Stream, StreamPath, TargetSpec
-from ckplan.probe.s3errors import describe
 from ckplan.profile import Latency, TargetKind
+
+if TYPE_CHECKING:
+    from ckplan.probe.engine import CleanResult
 
 DEFAULT_PART_BYTES = 8 * MiB  # boto3 TransferConfig's multipart_chunksize
 MIN_PART_BYTES = 5 * MiB  # S3's smallest part (all but the last)
@@ -92,6 +94,83 @@ def parse_url(
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise InputError(f"--endpoint-url must be an http(s) URL, got {loc.safe_endpoint!r}")
     return loc
+
+
+# the endpoint is busy or failing, not refusing the request: retrying later may succeed
+BUSY_CODES = {
+    "SlowDown",
+    "InternalError",
+    "ServiceUnavailable",
+    "RequestTimeout",
+    "Throttling",
+    "ThrottlingException",
+    "RequestLimitExceeded",
+    "TooManyRequestsException",
+    "BandwidthLimitExceeded",
+    "RequestThrottled",
+    "ServerBusy",
+}
+
+
+def describe(exc: Exception, loc: S3Location, what: str, measuring: bool = False) -> Exception:
+    """An S3 failure as one line, from its codes, never the raw message (it could echo request details): an
+    endpoint that cannot be reached is an environment problem (exit 3); one that drops the connection, breaks a
+    response, throttles or fails with a server error is a failed measurement (4) while `measuring`, an environment
+    problem otherwise; a request it refuses is bad input (2). Anything neither botocore's nor a connection's comes
+    back as it is: a bug in ckplan."""
+    import botocore.exceptions as be
+
+    failed = MeasurementFailed if measuring else EnvironmentProblem
+
+    if isinstance(exc, be.NoCredentialsError):
+        return InputError("no AWS credentials found (environment variables, ~/.aws/credentials or --profile)")
+    if isinstance(exc, be.InvalidRegionError):
+        region = exc.kwargs.get("region_name", loc.region)
+        if loc.region is not None:
+            return InputError(f"‹region› {region!r} is not a valid AWS region name (such as us-east-1)")
+        return EnvironmentProblem(
+            f"the AWS region {region!r} set in the environment or the AWS config is not a valid region name"
+        )
+    if isinstance(exc, be.PartialCredentialsError):
+        return EnvironmentProblem(
+            f"incomplete AWS credentials in {exc.kwargs.get('provider', 'the environment')}: "
+            f"{exc.kwargs.get('cred_var', 'a part')} is missing"
+        )
+    if isinstance(exc, (be.CredentialRetrievalError, be.ConfigParseError, be.InvalidConfigError)):
+        return EnvironmentProblem(f"cannot read the AWS credentials or config ({type(exc).__name__}) during {what}")
+    if isinstance(exc, be.EndpointConnectionError):
+        return EnvironmentProblem(
+            f"cannot connect to the S3 endpoint {loc.safe_endpoint} during {what}: connection refused or unreachable"
+        )
+    if isinstance(exc, (be.ConnectTimeoutError, be.ReadTimeoutError)):
+        return EnvironmentProblem(f"the S3 endpoint {loc.safe_endpoint} did not answer in time during {what}")
+    if isinstance(exc, (be.ConnectionClosedError, be.ConnectionError, ConnectionError)):
+        return failed(f"the S3 endpoint {loc.safe_endpoint} dropped the connection during {what}")
+    if isinstance(exc, (be.HTTPClientError, be.IncompleteReadError, be.ChecksumError, be.FlexibleChecksumError)):
+        return failed(
+            f"a response from the S3 endpoint {loc.safe_endpoint} broke off ({type(exc).__name__}) during {what}"
+        )
+    if isinstance(exc, be.ClientError):
+        code = str(exc.response.get("Error", {}).get("Code", "unknown"))
+        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        if code in BUSY_CODES or (isinstance(status, int) and (status >= 500 or status == 429)):
+            return failed(
+                f"the S3 endpoint {loc.safe_endpoint} is busy or failing ({code}"
+                + (f", HTTP {status}" if status else "")
+                + f") during {what}: try again later"
+            )
+        if code in ("NoSuchBucket", "404", "NotFound"):
+            return InputError(f"bucket {loc.bucket!r} does not exist at {loc.safe_endpoint}")
+        if code in ("InvalidAccessKeyId", "SignatureDoesNotMatch", "InvalidToken", "ExpiredToken"):
+            return InputError(f"the S3 endpoint rejected the credentials ({code}) during {what}")
+        if code in ("403", "AccessDenied", "Forbidden"):
+            return InputError(
+                f"the S3 endpoint refused access ({code}) during {what}: wrong credentials, or no permission on {loc.bucket!r}"
+            )
+        return InputError(f"S3 error {code} during {what}")
+    if isinstance(exc, be.BotoCoreError):
+        return InputError(f"S3 client error ({type(exc).__name__}) during {what}")
+    return exc
 
 
 def client(loc: S3Location, timeout_s: float, pool: int) -> Any:
@@ -337,9 +416,8 @@ class S3Backend:
             raise InputError(
                 f"‹part_bytes› must be 5 MiB to 5 GiB (S3's smallest and largest part), got {self.part_bytes:,} bytes"
             )
-        writers = spec.writers or (spec.plan.max_writers_per_node if spec.plan else os.cpu_count() or 1)
-        self.writers = writers
-        self.s3 = client(self.loc, spec.s3.timeout_s, 2 * writers + 4)
+        self.writers = spec.writers_per_host
+        self.s3 = client(self.loc, spec.s3.timeout_s, 2 * self.writers + 4)
         try:
             self.s3.head_bucket(Bucket=self.loc.bucket)
         except Exception as exc:  # noqa: BLE001 — every failure becomes one line
@@ -384,11 +462,11 @@ class S3Backend:
         except Exception as exc:  # noqa: BLE001 — every endpoint failure becomes one line
             raise describe(exc, self.loc, "the S3 probe", measuring=True) from None
 
-    def clean(self, force: bool = False) -> Any:
+    def clean(self, force: bool = False) -> CleanResult:
         """Remove every scratch prefix (objects and multipart uploads) under the URL whose probe is gone; a live
         probe's is kept unless `force`. After removing anything, it lists again until nothing new has appeared for
         CLEAN_QUIET_S (a killed probe's last requests land late), and gives up after CLEAN_WAIT_S."""
-        from ckplan.probe.clean import CleanResult
+        from ckplan.probe.engine import CleanResult
 
         loc, s3 = self.loc, client(self.loc, self.spec.s3.timeout_s, 4)
         removed: set[str] = set()

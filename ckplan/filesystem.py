@@ -1,7 +1,7 @@
-"""A filesystem target: where it is mounted, what it is, whether the probe may write there, and its free space.
+"""A directory's filesystem: where it is mounted, what it is, whether ckplan may write there, its free space.
 
-The probe is a guest on shared storage: it writes only inside a new scratch directory (ckplan/scratch.py),
-which it removes on every exit path; `ckplan clean` removes those left by a probe killed with -9.
+Shared by every command that writes on or reads about a target directory (the probe's filesystem and hosts
+backends, validate's saves, diagnose's device lookup), so none of them reaches into another's package for it.
 """
 
 from __future__ import annotations
@@ -35,15 +35,8 @@ FS_CLASSES = {
     "9p": "virtual",
     "virtiofs": "virtual",
 }
-SECRET_OPTIONS = {
-    "secret",
-    "password",
-    "pass",
-    "token",
-    "key",
-    "credentials",
-    "secretfile",
-}  # never stored in a profile
+# never stored in a profile
+SECRET_OPTIONS = {"secret", "password", "pass", "token", "key", "credentials", "secretfile"}
 SHARED_CLASSES = {"nfs", "lustre", "gpfs", "cephfs", "beegfs", "weka", "fuse", "s3"}
 
 

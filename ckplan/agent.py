@@ -1,21 +1,16 @@
-"""`ckplan agent`: the fio server that `ckplan probe --hosts` drives, safe to start with `srun --ntasks-per-node=1`.
+"""`ckplan agent`: the fio server that `ckplan probe --hosts` drives, one per host, safe under `srun --ntasks-per-node=1`.
 
-Its address and port come from the options, else from CKPLAN_AGENT_BIND and CKPLAN_AGENT_PORT (and the idle
-timeout from CKPLAN_AGENT_IDLE_TIMEOUT), so one srun line starts it on every node. `slurm` as the address is
-the one this node's Slurm name (SLURMD_NODENAME, set by slurmd in every task) resolves to: the name that
-`ckplan probe --hosts slurm` connects to.
-
-The agent stays the parent of `fio --server`, so that it can stop it: on SIGTERM (what Slurm sends every
-task when the job ends or is cancelled), SIGINT or SIGHUP, and after `idle_timeout_s` with no client
-connected. Idleness is read from the kernel's socket table of this network namespace (/proc/net/tcp and
-tcp6): no ESTABLISHED connection whose local port is the agent's. fio's job processes put themselves in
-sessions of their own, and outlive a server that dies first; the agent is a child subreaper (Linux), so
-that they are reparented to it and it can end them all, SIGTERM first and SIGKILL after a grace period.
+Not part of the probe: nothing in probe/ imports it, and it runs on the probed hosts, not the probing one. Its
+settings come from the options, else CKPLAN_AGENT_BIND, CKPLAN_AGENT_PORT and CKPLAN_AGENT_IDLE_TIMEOUT, so one
+srun line starts it everywhere; `slurm` binds the address of this node's Slurm name (SLURMD_NODENAME), the name
+`ckplan probe --hosts slurm` connects to. It stays the parent of `fio --server` and stops it, with every job
+process (a child subreaper: they sit in sessions of their own and outlive a server that dies first), on SIGTERM
+(a Slurm job's end), SIGINT, SIGHUP, or after `idle_timeout_s` with no ESTABLISHED connection on its port in the
+kernel's socket table.
 """
 
 from __future__ import annotations
 
-import contextlib
 import ipaddress
 import os
 import signal
@@ -28,7 +23,7 @@ from dataclasses import dataclass
 
 from ckplan import children
 from ckplan.errors import EnvironmentProblem, InputError
-from ckplan.probe.hostlist import DEFAULT_PORT, agent_command, is_loopback
+from ckplan.probe.fio import DEFAULT_PORT, fio_binary
 
 ENV_BIND = "CKPLAN_AGENT_BIND"
 ENV_PORT = "CKPLAN_AGENT_PORT"
@@ -186,49 +181,15 @@ def run_agent(settings: AgentSettings, log: Callable[[str], None], poll_s: float
                     log(f"no client connected for {settings.idle_timeout_s:g} s (--idle-timeout): stopping")
                     return 0
     finally:
-        stop_descendants(grace_s)
+        children.stop_descendants(grace_s)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
 
 
-def stop_descendants(grace_s: float) -> None:
-    """SIGTERM every descendant of this process, SIGKILL those left after `grace_s`, and reap them all."""
-    import psutil
-
-    def alive() -> list[psutil.Process]:
-        _reap()
-        out = []
-        for p in psutil.Process().children(recursive=True):
-            try:
-                if p.status() != psutil.STATUS_ZOMBIE:
-                    out.append(p)
-            except psutil.NoSuchProcess:
-                pass
-        return out
-
-    deadline = time.monotonic() + grace_s
-    sig = signal.SIGTERM
-    signalled: set[int] = set()
-    while True:
-        left = alive()
-        if not left:
-            return
-        if time.monotonic() >= deadline:
-            sig = signal.SIGKILL
-        for p in left:
-            if sig == signal.SIGKILL or p.pid not in signalled:
-                with contextlib.suppress(psutil.NoSuchProcess):
-                    p.send_signal(sig)
-                signalled.add(p.pid)
-        time.sleep(0.05)
+def agent_command(bind: str, port: int) -> list[str]:
+    family = "ip6" if ":" in bind else "ip"
+    return [fio_binary(), f"--server={family}:{bind},{port}"]
 
 
-def _reap() -> None:
-    """Collect the exit status of every child that has ended (orphans reparented to this subreaper included)."""
-    while True:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
+def is_loopback(addr: str) -> bool:
+    return addr in ("localhost", "::1") or addr.startswith("127.")
