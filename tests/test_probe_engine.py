@@ -57,6 +57,7 @@ class FakeSession:
         return SmallRun(per_host, {h: ops_s for h in per_host}, files, files / files_s / self.hosts)
 
     def latency(self, kind, seconds, file_bytes, note):
+        self.calls.append(("latency", note, (kind, file_bytes)))
         return Latency.of([0.001, 0.002, 0.003]) if kind == "fsync" else None
 
     def write_files(self, nodes, path, run):
@@ -167,6 +168,17 @@ def test_the_byte_budget_sizes_each_writer_and_refuses_too_little_room():
     assert job.data_bytes == 64 * MiB and job.bytes_per_writer == 32 * MiB
     with pytest.raises(InputError, match="too little free space on /fake"):
         engine.prepare(TargetSpec("/fake", writers=2, calibrate=False), FakeBackend(Script([]), free_bytes=16 * MiB))
+
+
+def test_every_hosts_latency_file_together_stays_inside_the_byte_budget():
+    """Each host writes its own latency file: 4 hosts in a 64 MiB budget get 16 MiB each, not 64 MiB each."""
+    hosts = {f"h{i}": 1e9 for i in range(4)}
+    backend = FakeBackend(Script(streams=[hosts] * 40), hosts=4, free_bytes=2 * 65 * MiB)
+    job, _ = probe(backend)
+    assert job.data_bytes == 64 * MiB
+    assert backend.session is not None
+    sizes = [args[1] for what, _, args in backend.session.calls if what == "latency"]
+    assert sizes == [16 * MiB, 16 * MiB]
 
 
 def test_full_scale_extrapolation_is_fixed_plus_scaled_plus_serialiser():

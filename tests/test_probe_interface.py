@@ -52,3 +52,18 @@ def test_older_profiles_get_the_kind_their_fields_imply(tmp_path):
     assert (
         StorageProfile.model_validate({**measured, "hosts": 3, "target_kind": "filesystem"}).target_kind == "filesystem"
     )
+
+
+def test_a_multi_host_replay_past_fios_job_limit_is_refused_before_any_run(tmp_path):
+    """fio runs at most 4,096 jobs at once, and the hosts' replay writes a file as one job, or two where it ends in
+    a partial MiB: 2,100 files of 1.5 MiB on one node are 4,200 jobs, refused at prepare, before any host is asked
+    (the port here has no agent) and before the other phases run."""
+    from ckplan.errors import InputError
+    from tests.handmade import hand_plan
+
+    plan = hand_plan([(f"f{i}.pt", 3 * 2**19, 0, 0) for i in range(2100)])
+    spec = TargetSpec(str(tmp_path), hosts="127.0.0.1:9", plan=plan)
+    with pytest.raises(InputError, match="as 4,200 fio jobs"):
+        HostsBackend(spec).prepare(spec)
+    half = TargetSpec(str(tmp_path), hosts="127.0.0.1:9", plan=plan, scale=0.5)  # 768 KiB each: one job a file
+    assert HostsBackend(half).prepare(half).hosts == 1

@@ -349,7 +349,9 @@ def run(job: Job, backend: Backend, progress: Progress | None = None) -> Storage
         look()
         small, aggregate_files = _small_files(job, session, progress)
         look()
-        size = LATENCY_FILE_BYTES if job.data_bytes is None else min(LATENCY_FILE_BYTES, job.data_bytes // MiB * MiB)
+        # every host writes its own latency file: together they stay inside the byte budget
+        share = None if job.data_bytes is None else job.data_bytes // job.facts.hosts // MiB * MiB
+        size = LATENCY_FILE_BYTES if share is None else min(LATENCY_FILE_BYTES, share)
         latencies = [_latency(job, session, progress, kind, size) for kind in ("fsync", "o_sync")]
         look()
         if job.calibrate:

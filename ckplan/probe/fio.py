@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 MiB = 2**20
 DEFAULT_PORT = 8765  # fio --server's
 RUN_TIMEOUT_S = 3600  # a single-host fio run that takes longer has hung
+MAX_JOBS = 4096  # fio refuses more jobs than this in one run ("maximum number of jobs reached", FIO_MAX_JOBS)
 
 
 @dataclass
@@ -307,6 +308,12 @@ def latency_job(kind: str, size: int, seconds: float) -> tuple[FioJob, str, str]
     return job, measures, "sync.lat_ns" if fsync else "write.clat_ns"
 
 
+def file_parts(size: int) -> list[tuple[int, int, str]]:
+    """(offset, length, bs) of the jobs that write a file of `size` bytes: its whole MiB, then the rest."""
+    head, tail = size - size % MiB, size % MiB
+    return [(0, head, "1M")] * bool(head) + [(head, tail, str(tail))] * bool(tail)
+
+
 def file_jobs(files: list[tuple[str, int, int]], prefix: str) -> list[FioJob]:
     """Write exactly these files, (path, bytes, writer): each writer's one after another (`wait_for` chains them),
     the writers at once. A file is its whole MiB blocks in 1 MiB writes, then the rest in one write (fio takes only
@@ -314,9 +321,7 @@ def file_jobs(files: list[tuple[str, int, int]], prefix: str) -> list[FioJob]:
     jobs: list[FioJob] = []
     last: dict[int, str] = {}
     for i, (path, size, writer) in enumerate(files):
-        head, tail = size - size % MiB, size % MiB
-        parts = [(0, head, "1M")] if head else []
-        parts += [(head, tail, str(tail))] if tail else []
+        parts = file_parts(size)
         for k, (offset, length, bs) in enumerate(parts):
             name = f"{prefix}{i}-{k}"
             options: dict[str, str | int] = {"filename": escape_path(path), "rw": "write", "bs": bs, "size": length}

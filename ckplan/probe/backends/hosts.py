@@ -24,7 +24,18 @@ from ckplan import children, filesystem, scratch
 from ckplan.confine import confined_key
 from ckplan.errors import EnvironmentProblem, InputError, MeasurementFailed, describe_errno
 from ckplan.probe import fio, hostlist, jobfiles
-from ckplan.probe.engine import PRESETS, Facts, FileToWrite, Progress, RunNote, SmallRun, Stream, StreamPath, TargetSpec
+from ckplan.probe.engine import (
+    PRESETS,
+    Facts,
+    FileToWrite,
+    Progress,
+    RunNote,
+    SmallRun,
+    Stream,
+    StreamPath,
+    TargetSpec,
+    scaled_files,
+)
 from ckplan.profile import Latency, TargetKind
 
 CLEANUP_JOB = "ckplan-cleanup"
@@ -48,6 +59,16 @@ class HostsBackend:
         if not self.path.is_absolute():
             raise InputError(f"give the target as an absolute path, as the hosts see it: {self.path}")
         fio.check_ready(self.path, spec.emit_jobs)
+        if spec.plan is not None:  # refused now, not after every other phase has run
+            per_node: dict[int, int] = {}
+            for f, scaled in zip(spec.plan.manifest, scaled_files(spec.plan.manifest, spec.scale), strict=True):
+                per_node[f.node] = per_node.get(f.node, 0) + len(fio.file_parts(scaled.bytes))
+            busiest = max(per_node.values())
+            if busiest + 2 > fio.MAX_JOBS:  # beside the marker's job and the clean-up's
+                raise InputError(
+                    f"the multi-host replay writes a node's files as {busiest:,} fio jobs (one per file, two where "
+                    f"it ends in a partial MiB), and fio runs at most {fio.MAX_JOBS:,} at once: probe without --plan"
+                )
         if spec.agent_wait_s is not None:
             wait_for_agents(self.hosts, spec.agent_wait_s)
         # the driver sees the target where it mounts it too (a login node): then its free space bounds the probe

@@ -409,15 +409,16 @@ class S3Backend:
         self.loc = parse_url(spec.path, o.endpoint_url, o.region, o.profile)
         self.part_bytes = o.part_bytes or DEFAULT_PART_BYTES
         self.s3: Any = None
-        self.writers = 1
+        self.threads = 1
 
     def prepare(self, spec: TargetSpec) -> Facts:
         if not MIN_PART_BYTES <= self.part_bytes <= MAX_PART_BYTES:
             raise InputError(
                 f"‹part_bytes› must be 5 MiB to 5 GiB (S3's smallest and largest part), got {self.part_bytes:,} bytes"
             )
-        self.writers = spec.writers_per_host
-        self.s3 = client(self.loc, spec.s3.timeout_s, 2 * self.writers + 4)
+        # the streams' writers, or every rank of the busiest node at once in the replay, as the other backends run them
+        self.threads = max(spec.writers_per_host, spec.plan.max_writers_per_node if spec.plan else 1)
+        self.s3 = client(self.loc, spec.s3.timeout_s, 2 * self.threads + 4)
         try:
             self.s3.head_bucket(Bucket=self.loc.bucket)
         except Exception as exc:  # noqa: BLE001 — every failure becomes one line
@@ -449,7 +450,7 @@ class S3Backend:
     def open(self, facts: Facts, progress: Progress) -> Iterator[S3Session]:
         cancel = threading.Event()
         try:
-            with Scratch(self.s3, self.loc) as area, ThreadPoolExecutor(self.writers) as pool:
+            with Scratch(self.s3, self.loc) as area, ThreadPoolExecutor(self.threads) as pool:
                 try:
                     yield S3Session(Writer(self.s3, area, self.part_bytes, cancel, _Counter(progress)), pool)
                 except BaseException:
