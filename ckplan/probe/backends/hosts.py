@@ -23,19 +23,8 @@ from typing import Literal
 from ckplan import children, filesystem, scratch
 from ckplan.confine import confined_key
 from ckplan.errors import EnvironmentProblem, InputError, MeasurementFailed, describe_errno
-from ckplan.probe import fio, hostlist, jobfiles
-from ckplan.probe.engine import (
-    PRESETS,
-    Facts,
-    FileToWrite,
-    Progress,
-    RunNote,
-    SmallRun,
-    Stream,
-    StreamPath,
-    TargetSpec,
-    scaled_files,
-)
+from ckplan.probe import engine, fio, hostlist, jobfiles
+from ckplan.probe.engine import PRESETS, Facts, FileToWrite, Progress, RunNote, SmallRun, Stream, StreamPath, TargetSpec
 from ckplan.profile import Latency, TargetKind
 
 CLEANUP_JOB = "ckplan-cleanup"
@@ -61,7 +50,7 @@ class HostsBackend:
         fio.check_ready(self.path, spec.emit_jobs)
         if spec.plan is not None:  # refused now, not after every other phase has run
             per_node: dict[int, int] = {}
-            for f, scaled in zip(spec.plan.manifest, scaled_files(spec.plan.manifest, spec.scale), strict=True):
+            for f, scaled in zip(spec.plan.manifest, engine.scaled_files(spec.plan.manifest, spec.scale), strict=True):
                 per_node[f.node] = per_node.get(f.node, 0) + len(fio.file_parts(scaled.bytes))
             busiest = max(per_node.values())
             if busiest + 2 > fio.MAX_JOBS:  # beside the marker's job and the clean-up's
