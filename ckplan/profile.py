@@ -27,7 +27,7 @@ class Spread(Model):
     median: Finite
     min: Finite
     max: Finite
-    repeats: int = Field(1, ge=1, le=1_000_000)
+    repeats: Int = Field(1, ge=1, le=1_000_000)
 
     @model_validator(mode="after")
     def _ordered(self) -> Spread:
@@ -78,7 +78,7 @@ class Latency(Model):
     p99_s: Seconds
     p999_s: Seconds
     mean_s: Seconds | None = None
-    samples: int | None = Field(None, ge=1)
+    samples: Int | None = Field(None, ge=1)
 
     @classmethod
     def of(cls, samples_s: list[float]) -> Latency:
@@ -108,7 +108,7 @@ class Replay(Model):
     write_path: WritePath = "buffered"
     seconds: PositiveSeconds  # median over repeats, at the replayed scale
     bytes: Annotated[Int, Field(ge=1, le=MAX_BYTES)]  # bytes written at the replayed scale
-    files: int = Field(ge=1)
+    files: Int = Field(ge=1)
     writers: Writers
     scale: Annotated[Finite, Field(gt=0, le=1)]  # 1.0 = full size
     plan_fingerprint: str  # identifies the plan (ckplan.sizing.plan.CheckpointPlan.fingerprint)
@@ -118,7 +118,7 @@ class Replay(Model):
     fixed_seconds: Seconds = 0.0  # the part not scaled by bytes
     serialize_seconds: Seconds = 0.0  # raw bytes only: the serialiser time added at full scale
     spread: Spread | None = None
-    nodes: int = 1  # how many of the plan's nodes it wrote at once: a multi-host replay writes one node per host
+    nodes: Int = 1  # how many of the plan's nodes it wrote at once: a multi-host replay writes one node per host
 
 
 class ReadReplay(Model):
@@ -129,7 +129,7 @@ class ReadReplay(Model):
     method: Literal["framework loader", "raw bytes"] = "raw bytes"
     seconds: PositiveSeconds  # median over repeats, at the replayed scale
     bytes: Annotated[Int, Field(ge=1, le=MAX_BYTES)]  # bytes read at the replayed scale
-    files: int = Field(ge=1)
+    files: Int = Field(ge=1)
     readers: Writers
     scale: Annotated[Finite, Field(gt=0, le=1)]
     plan_fingerprint: str
@@ -137,7 +137,7 @@ class ReadReplay(Model):
     fixed_seconds: Seconds = 0.0
     deserialize_seconds: Seconds = 0.0  # raw bytes only: the deserialiser time added at full scale
     spread: Spread | None = None
-    nodes: int = 1
+    nodes: Int = 1
 
 
 class Calibration(Model):
@@ -171,7 +171,7 @@ class JobFile(Model):
     files: list[str]  # its job file; one per host for a multi-host run
     phase: str
     figure: str  # the profile figure it produced, or why none (a warm-up, a calibration run)
-    raw_fio: int | None = None  # index of its output in the profile's raw_fio
+    raw_fio: Int | None = None  # index of its output in the profile's raw_fio
 
 
 class Measurement(Model):
@@ -182,7 +182,7 @@ class Measurement(Model):
     duration_s: Seconds
     bandwidth_bytes_per_writer: Annotated[Int, Field(ge=1, le=MAX_BYTES)] | None = None
     runtime_cap_s: Seconds | None = None
-    repeats: int = Field(1, ge=1, le=1_000_000)
+    repeats: Int = Field(1, ge=1, le=1_000_000)
     # `probe --emit-jobs DIR`: where every fio run's job file and run.sh went, and what each run produced. Optional
     # fields with defaults: profiles without them read as before, and older ckplans ignore them (schema 2 still)
     jobs_dir: str | None = None

@@ -144,7 +144,7 @@ class CheckpointPlan(Model):
     state_bytes: Count
     # small files and per-file overhead; not bounded: DeepSpeed ZeRO-3 without mixed precision comes out negative
     # (its manifest leaves out the fp32 weights that state_bytes counts), and a plan must read back what size wrote
-    small_file_bytes: int
+    small_file_bytes: Int
     total_bytes: Count
     breakdown: list[StateBytes]
     not_saved: list[StateBytes]  # states training holds that this framework does not write

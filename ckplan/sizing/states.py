@@ -28,7 +28,7 @@ from typing import Literal
 from pydantic import Field
 
 from ckplan.errors import InputError
-from ckplan.schema import Model
+from ckplan.schema import Int, Model
 from ckplan.sizing.architecture import Tensor
 
 Optimizer = Literal["adam", "adamw", "sgd", "sgd-momentum", "lion", "adafactor", "adam-8bit", "muon", "none"]
@@ -48,7 +48,7 @@ class StateBytes(Model):
     name: str
     kind: Literal["weights", "master", "optimizer"]
     dtype: str
-    bytes: int = Field(ge=0)  # bounded so that a hand-edited plan file is refused where it is read
+    bytes: Int = Field(ge=0)  # bounded so that a hand-edited plan file is refused where it is read
 
 
 def default_dtypes(precision: str, fp32_master: bool = False) -> dict[str, str | None]:
