@@ -18,6 +18,13 @@ from typing import Literal
 DEFAULT_NODE_FAILURES_PER_1000_DAYS = 2.46
 DEFAULT_JOB_FAILURES_PER_DAY = 2.72
 DEFAULT_RESTART_S = 600.0  # detect, reschedule, load the checkpoint, warm up
+# The part of a restart that is not the checkpoint's load: detect the failure (a hung collective is seen only when
+# torch.distributed's timeout fires), reschedule, start the processes and initialise the process group. The load is
+# predicted from the plan's restore manifest and the profile's read curve (savetime.predict_load) and added to it.
+DEFAULT_RESTART_FIXED_S = 600.0
+# torch.distributed's default process-group timeout for NCCL (default_pg_timeout, 10 minutes): a rank that waits this
+# long in a collective while another rank still writes its save is killed by the watchdog
+COLLECTIVE_TIMEOUT_S = 600.0
 DEFAULT_MAX_LOSS_S = 3600.0
 DEFAULT_MAX_OVERHEAD = 0.05  # CheckFreq's default budget
 # GPU -> pinned host memory per GPU; PCIe Gen5 x16 moves ~50 GB/s peak, ~20-25 GB/s sustained
