@@ -21,10 +21,13 @@ DEFAULT_RESTART_S = 600.0  # detect, reschedule, load the checkpoint, warm up
 # The part of a restart that is not the checkpoint's load: detect the failure (a hung collective is seen only when
 # torch.distributed's timeout fires), reschedule, start the processes and initialise the process group. The load is
 # predicted from the plan's restore manifest and the profile's read curve (savetime.predict_load) and added to it.
-DEFAULT_RESTART_FIXED_S = 600.0
+# A crashed rank is seen within seconds (NCCL's async error handling aborts the group), a hung collective only after
+# the timeout below; 5 minutes is a middle assumption, labelled "default" wherever it is used (--restart-fixed).
+DEFAULT_RESTART_FIXED_S = 300.0
 # torch.distributed's default process-group timeout for NCCL (default_pg_timeout, 10 minutes): a rank that waits this
 # long in a collective while another rank still writes its save is killed by the watchdog
 COLLECTIVE_TIMEOUT_S = 600.0
+COLLECTIVE_TIMEOUT_WARN_FRACTION = 0.5  # a sync save longer than this share of the timeout is warned about
 DEFAULT_MAX_LOSS_S = 3600.0
 DEFAULT_MAX_OVERHEAD = 0.05  # CheckFreq's default budget
 # GPU -> pinned host memory per GPU; PCIe Gen5 x16 moves ~50 GB/s peak, ~20-25 GB/s sustained
@@ -40,5 +43,10 @@ DEFAULT_CHANGED_FRACTION = 1.0  # dense LLM weights and optimizer states all cha
 # "default". Measured on the 2-core development VM with `ckplan calibrate` (docs/benchmarks.md, issue 13).
 DEFAULT_SERIALIZE_BYTES_PER_S = {"torch.save": 1.16e9, "safetensors": 1.36e9, "dcp": 1.0e9}
 DEFAULT_DCP_FIXED_S = 0.010
+# Deserialiser throughput per reader (one process, one core), by file format, from bytes already in memory, so the
+# read itself is not counted twice (the read curve counts it): torch.load, safetensors.load, dcp.load. Used where the
+# profile's calibration has none; labelled "default". First figures from 256 MiB of fp32 tensors on the 2-core VM
+# (median of 5: torch.load 5.37 GB/s, safetensors 5.13 GB/s, dcp.load from /dev/shm 2.07 GB/s, 2026-12-04).
+DEFAULT_DESERIALIZE_BYTES_PER_S = {"torch.save": 5.0e9, "safetensors": 5.0e9, "dcp": 2.0e9}
 TIGHT_FRACTION = 0.8  # overhead above 80% of the budget is 'tight'
 DEFAULT_MODE: Literal["sync", "async"] = "sync"
