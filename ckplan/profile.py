@@ -150,9 +150,11 @@ class Calibration(Model):
     """
 
     serialize_bytes_per_s: dict[str, Rate]  # per file format (torch.save, safetensors, dcp), one writer, one core
-    # per file format, one reader on one core, from memory: torch.load, safetensors.load, DCP's per-item torch.load
+    # per file format, one reader on one core, from memory: torch.load, safetensors' load_file (pages touched), DCP's
+    # per-item torch.load and copy
     deserialize_bytes_per_s: dict[str, Rate] = Field(default_factory=dict)
     serialize_spread: dict[str, Spread] = Field(default_factory=dict)
+    deserialize_spread: dict[str, Spread] = Field(default_factory=dict)
     sample_bytes: Annotated[Int, Field(ge=1, le=MAX_BYTES)]  # bytes serialised per run
     tensor_bytes: Annotated[Int, Field(ge=1, le=MAX_BYTES)]  # size of each tensor in the sample
     dcp_fixed_seconds: Seconds | None = None

@@ -44,9 +44,11 @@ DEFAULT_CHANGED_FRACTION = 1.0  # dense LLM weights and optimizer states all cha
 DEFAULT_SERIALIZE_BYTES_PER_S = {"torch.save": 1.16e9, "safetensors": 1.36e9, "dcp": 1.0e9}
 DEFAULT_DCP_FIXED_S = 0.010
 # Deserialiser throughput per reader (one process, one core), by file format, from bytes already in memory, so the
-# read itself is not counted twice (the read curve counts it): torch.load, safetensors.load, dcp.load. Used where the
-# profile's calibration has none; labelled "default". First figures from 256 MiB of fp32 tensors on the 2-core VM
-# (median of 5: torch.load 5.37 GB/s, safetensors 5.13 GB/s, dcp.load from /dev/shm 2.07 GB/s, 2026-12-04).
-DEFAULT_DESERIALIZE_BYTES_PER_S = {"torch.save": 5.0e9, "safetensors": 5.0e9, "dcp": 2.0e9}
+# read itself is not counted twice (the read curve counts it): torch.load of torch.save bytes; safetensors' load_file
+# of a file in memory with every page touched (it maps the file: no copy); DCP's per-item torch.load and copy into the
+# preallocated tensor. Used where the profile's calibration has none; labelled "default". Measured with
+# `ckplan calibrate` (384 MiB of fp32 tensors, median of 5) on the 2-core development VM, 2026-12-04
+# (docs/benchmarks.md): torch.load 2.06-2.07 GB/s, safetensors 20.4-20.7 GB/s, dcp 1.54-1.55 GB/s in two runs.
+DEFAULT_DESERIALIZE_BYTES_PER_S = {"torch.save": 2.06e9, "safetensors": 20.5e9, "dcp": 1.54e9}
 TIGHT_FRACTION = 0.8  # overhead above 80% of the budget is 'tight'
 DEFAULT_MODE: Literal["sync", "async"] = "sync"

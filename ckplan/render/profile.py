@@ -143,6 +143,17 @@ def render_calibration(c) -> None:
     for fmt, v in c.serialize_bytes_per_s.items():
         table.add_row(fmt, fmt_rate(v), _spread(c.serialize_spread.get(fmt), fmt_rate))
     out.print(table)
+    if c.deserialize_bytes_per_s:
+        loads = Table(
+            title="Deserialisers, one reader on one core, from bytes in memory (torch.load; safetensors load_file, "
+            "pages touched; DCP's per-item torch.load and copy)",
+            title_justify="left",
+        )
+        for col in ("format", "median", "min … max"):
+            loads.add_column(col, justify="right" if col != "format" else "left")
+        for fmt, v in c.deserialize_bytes_per_s.items():
+            loads.add_row(fmt, fmt_rate(v), _spread(c.deserialize_spread.get(fmt), fmt_rate))
+        out.print(loads)
     if c.dcp_fixed_seconds is not None:
         out.print(
             f"DCP fixed cost per save ({c.dcp_ranks} ranks over gloo, a few KiB each): "

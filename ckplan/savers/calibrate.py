@@ -1,4 +1,4 @@
-"""`ckplan calibrate`: this machine's serialiser throughput per writer, and DCP's fixed cost per save.
+"""`ckplan calibrate`: this machine's serialiser and deserialiser throughput per rank, and DCP's fixed cost per save.
 
 Why: a save's serialiser (pickling, CRC32, copies) runs on the CPU of the machine that saves, and on a fast
 target it is most of the save (docs/benchmarks.md, issue 13). A figure measured on one machine and applied
@@ -16,6 +16,16 @@ to every other is a guess, so the probe measures it here and stores it in the pr
     thread), a cost a real save does not pay;
   - dcp: one `torch.save(tensor, stream)` per tensor into an open file, which is what DCP's
     FileSystemWriter does for each tensor item (torch.distributed.checkpoint.filesystem._write_item).
+- Deserialisers, in the same process, one reader on one core, from bytes already in memory, so the figure is
+  the CPU's part of a load and not the read, which the probe's read curve measures:
+  - torch.load: `torch.load(BytesIO(bytes), map_location="cpu")` of the sample's torch.save bytes;
+  - safetensors: `safetensors.torch.load_file` of the sample saved in the scratch directory in memory, every page
+    of its tensors touched (savers/loader.touch_pages), as the cold loads do: load_file maps the file and
+    returns tensors backed by the mapping, so it has no copy to pay. Not `safetensors.torch.load(bytes)`,
+    which copies every tensor out of the bytes (2.1 GB/s here, 256 MiB, one thread): a cost load_file, the
+    call HF Trainer makes, does not pay;
+  - dcp: per tensor, `torch.load` of its torch.save bytes and a copy into a preallocated tensor, which is what
+    DCP's FileSystemReader.read_data does for each tensor item (torch.distributed.checkpoint.filesystem).
   The sample is fp32 tensors (the optimizer states and master weights are most of a checkpoint's bytes);
   one unrecorded warm-up run of each, then the repeats go round the formats in turn; medians are kept.
 - DCP's fixed cost: `dcp.save` of a few KiB per rank from `ranks` processes in a gloo group, into a
@@ -71,12 +81,16 @@ def scratch_parent(need_bytes: int) -> Path:
     )
 
 
-def _serializer_worker(sample_bytes: int, tensor_bytes: int, repeats: int, scratch: Path, results) -> None:
+def _codec_worker(sample_bytes: int, tensor_bytes: int, repeats: int, scratch: Path, results) -> None:
     from ckplan.children import worker_dies_with_parent
 
     worker_dies_with_parent()
     try:
+        import io
+
         import torch
+
+        from ckplan.savers.loader import touch_pages
 
         torch.set_num_threads(1)
         count = max(1, sample_bytes // tensor_bytes)
@@ -90,23 +104,48 @@ def _serializer_worker(sample_bytes: int, tensor_bytes: int, repeats: int, scrat
                 for t in tensors.values():
                     torch.save(t, stream)
 
-        savers = {"torch.save": torch_save, "dcp": dcp_stream}
+        def saved(obj) -> bytes:
+            stream = io.BytesIO()
+            torch.save(obj, stream)
+            return stream.getvalue()
+
+        whole, items = saved(tensors), [saved(t) for t in tensors.values()]
+        targets = [torch.empty_like(t) for t in tensors.values()]
+
+        def torch_load() -> None:
+            torch.load(io.BytesIO(whole), map_location="cpu", weights_only=True)
+
+        def dcp_load() -> None:
+            for item, target in zip(items, targets, strict=True):
+                target.copy_(torch.load(io.BytesIO(item), map_location="cpu", weights_only=True))
+
+        codecs = {
+            "save torch.save": torch_save,
+            "save dcp": dcp_stream,
+            "load torch.save": torch_load,
+            "load dcp": dcp_load,
+        }
         try:
-            from safetensors.torch import save_file
+            from safetensors.torch import load_file, save_file
 
             def safetensors_save() -> None:
                 save_file(tensors, scratch / "sample.safetensors")
                 (scratch / "sample.safetensors").unlink()
 
-            savers["safetensors"] = safetensors_save
+            save_file(tensors, scratch / "load.safetensors")
+
+            def safetensors_load() -> None:
+                touch_pages(load_file(scratch / "load.safetensors").values())
+
+            codecs |= {"save safetensors": safetensors_save, "load safetensors": safetensors_load}
         except ImportError:
             pass
         nbytes = count * (tensor_bytes // 4) * 4
-        times: dict[str, list[float]] = {name: [] for name in savers}
+        times: dict[str, list[float]] = {name: [] for name in codecs}
         for r in range(repeats + 1):
-            for name, save in savers.items():
+            for name, run in codecs.items():
                 start = time.perf_counter()
-                save()
+                run()
                 if r:  # the first round is the warm-up
                     times[name].append(time.perf_counter() - start)
         results.put(("ok", nbytes, times))
@@ -114,15 +153,18 @@ def _serializer_worker(sample_bytes: int, tensor_bytes: int, repeats: int, scrat
         results.put(("error", 0, f"{type(exc).__name__}: {exc}"))
 
 
-def measure_serializers(sample_bytes: int, repeats: int, scratch: Path) -> tuple[int, dict[str, Spread]]:
-    """Bytes per run and throughput (bytes/s) of each serialiser, one process on one core; files go in `scratch`."""
+def measure_codecs(
+    sample_bytes: int, repeats: int, scratch: Path, tensor_bytes: int = TENSOR_BYTES
+) -> tuple[int, dict[str, Spread], dict[str, Spread]]:
+    """Bytes per run, and throughput (bytes/s) of each serialiser and each deserialiser (by file format), one process
+    on one core; files go in `scratch`."""
     import multiprocessing as mp
 
     from ckplan.children import collect, stop_all
 
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
-    proc = ctx.Process(target=_serializer_worker, args=(sample_bytes, TENSOR_BYTES, repeats, scratch, results))
+    proc = ctx.Process(target=_codec_worker, args=(sample_bytes, tensor_bytes, repeats, scratch, results))
     proc.start()
     try:
         [(status, nbytes, payload)] = collect(
@@ -133,7 +175,12 @@ def measure_serializers(sample_bytes: int, repeats: int, scratch: Path) -> tuple
         stop_all([proc])
     if status != "ok":
         raise MeasurementFailed(f"the serialiser calibration failed: {payload}")
-    return nbytes, {name: Spread.of([nbytes / t for t in ts]) for name, ts in payload.items()}
+    rates = {name: Spread.of([nbytes / t for t in ts]) for name, ts in payload.items()}
+    return (
+        nbytes,
+        {name.removeprefix("save "): v for name, v in rates.items() if name.startswith("save ")},
+        {name.removeprefix("load "): v for name, v in rates.items() if name.startswith("load ")},
+    )
 
 
 def measure_dcp_fixed(ranks: int, repeats: int, scratch: Path) -> Spread:
@@ -146,7 +193,7 @@ def measure_dcp_fixed(ranks: int, repeats: int, scratch: Path) -> Spread:
 
 
 def calibrate(preset: str = "default", dcp_ranks: int = 2, progress=None) -> Calibration:
-    """Measure this machine's serialisers and DCP's fixed cost; needs PyTorch."""
+    """Measure this machine's serialisers, deserialisers and DCP's fixed cost; needs PyTorch."""
     from ckplan.savers.saver import max_save_processes
 
     if not 1 <= dcp_ranks <= max_save_processes():
@@ -162,9 +209,7 @@ def calibrate(preset: str = "default", dcp_ranks: int = 2, progress=None) -> Cal
     started = time.monotonic()
     repeats = REPEATS[preset]
     if progress:
-        progress.phase(
-            f"calibrate: serialisers into /dev/null and memory, {SAMPLE_BYTES[preset] / MiB:.0f} MiB × {repeats}", 0
-        )
+        progress.phase(f"calibrate: serialisers and deserialisers, {SAMPLE_BYTES[preset] / MiB:.0f} MiB × {repeats}", 0)
     from ckplan.scratch import CALIBRATE_PREFIX, ScratchDir, scratch_dirs
 
     # with its owner's pid: what a kill -9 left (up to a sample's size, in RAM where it is /dev/shm) is removed by
@@ -173,9 +218,9 @@ def calibrate(preset: str = "default", dcp_ranks: int = 2, progress=None) -> Cal
         for stale in scratch_dirs(parent, (CALIBRATE_PREFIX,)):
             if not stale.live:
                 shutil.rmtree(stale.path, ignore_errors=True)
-    # the safetensors sample and its temporary file, renamed over it
-    with ScratchDir(scratch_parent(2 * SAMPLE_BYTES[preset]), prefix=CALIBRATE_PREFIX) as scratch:
-        nbytes, rates = measure_serializers(SAMPLE_BYTES[preset], repeats, scratch.path)
+    # the safetensors sample, its temporary file renamed over it, and the sample the loads read
+    with ScratchDir(scratch_parent(3 * SAMPLE_BYTES[preset]), prefix=CALIBRATE_PREFIX) as scratch:
+        nbytes, rates, load_rates = measure_codecs(SAMPLE_BYTES[preset], repeats, scratch.path)
         if progress:
             progress.phase(f"calibrate: DCP fixed cost, {dcp_ranks} ranks × {repeats} tiny saves", 0)
         fixed = measure_dcp_fixed(dcp_ranks, repeats, scratch.path)
@@ -186,6 +231,8 @@ def calibrate(preset: str = "default", dcp_ranks: int = 2, progress=None) -> Cal
     return Calibration(
         serialize_bytes_per_s={k: v.median for k, v in rates.items()},
         serialize_spread=rates,
+        deserialize_bytes_per_s={k: v.median for k, v in load_rates.items()},
+        deserialize_spread=load_rates,
         sample_bytes=nbytes,
         tensor_bytes=TENSOR_BYTES,
         dcp_fixed_seconds=fixed.median,

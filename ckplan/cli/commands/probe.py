@@ -169,7 +169,8 @@ def calibrate(
     out: Annotated[Path | None, typer.Option(help="Write the calibration to this file (JSON).")] = None,
     json: o.Json = False,
 ) -> None:
-    """Measure this machine's serialisers (torch.save, safetensors, DCP) per writer, and DCP's fixed cost per save."""
+    """Measure this machine's serialisers and deserialisers (torch.save, safetensors, DCP) per rank, and DCP's fixed cost
+    per save."""
     from ckplan.savers.calibrate import calibrate as run
 
     preset = o.preset(quick, thorough)
