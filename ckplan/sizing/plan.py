@@ -32,6 +32,7 @@ from ckplan.sizing.layouts.base import (
     file_format,
     manifest_path_error,
 )
+from ckplan.sizing.restore import RestoreManifest, plan_restore
 from ckplan.sizing.states import OPTIMIZERS, PRECISIONS, StateBytes, state_breakdown
 from ckplan.units import MAX_BYTES, MAX_GPUS, MAX_PARAMETERS, check_range, fmt_bytes
 
@@ -162,6 +163,9 @@ class CheckpointPlan(Model):
     assumptions: list[str]
     interval: IntervalDemand | None = None  # `size --interval`: the demand of that one interval
     typical_demand: list[IntervalDemand] = Field(default_factory=list)  # `size` without --interval: TYPICAL_INTERVALS_S
+    # what every rank reads on resume; None where the layout cannot say (its reason is in the assumptions) and in
+    # plan files written before it. It follows from the manifest and setup, so the fingerprint leaves it out.
+    restore: RestoreManifest | None = None
     _writer_bytes: tuple[list[ManifestFile], dict[int, dict[int, dict[FileFormat, int]]]] | None = PrivateAttr(None)
 
     @property
@@ -355,6 +359,7 @@ def build_plan(
     state_bytes = sum(s.bytes for s in breakdown)
     files = manifest_fields(manifest, layout.renames_per_save)
     assumptions = _assumptions(arch, model_name, params, derived, layout, par, held, saved, options or {})
+    restore, unknown_reads = plan_restore(layout, par, manifest, files["total_bytes"])
     return CheckpointPlan(
         setup=TrainingSetup(
             model=model_name,
@@ -384,7 +389,8 @@ def build_plan(
         **files,
         write_path=write_path,
         coordinated_save=layout.coordinated_save,
-        assumptions=assumptions,
+        assumptions=assumptions + unknown_reads,
+        restore=restore,
     )
 
 

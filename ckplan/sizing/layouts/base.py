@@ -181,6 +181,67 @@ class LayoutInput:
         return int(round(nbytes * self.scale))
 
 
+@dataclass(frozen=True, slots=True)
+class Readers:
+    """The ranks start, start + step, … (count of them) that read one file on resume. One progression says every
+    rank, a rank alone, or the data-parallel replicas of a model-parallel rank, without listing them."""
+
+    start: int
+    step: int
+    count: int
+
+    def __contains__(self, rank: int) -> bool:
+        offset = rank - self.start
+        return offset >= 0 and offset % self.step == 0 and offset // self.step < self.count
+
+
+@dataclass(frozen=True, slots=True)
+class Read:
+    """One file a resume reads whole, by `readers`, each reading it `times` (HF Trainer reads trainer_state.json
+    twice)."""
+
+    path: str
+    bytes: int
+    readers: Readers
+    times: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class RestoreReads:
+    """What the ranks of a resume read, from a save's files; `notes` say which files no rank reads and why. `reads`
+    None: the layout cannot say for these files, and `notes` say why."""
+
+    reads: list[Read] | None
+    notes: list[str]
+
+
+def every_rank(par: Parallelism) -> Readers:
+    return Readers(0, 1, par.gpus)
+
+
+def own_rank(rank: int) -> Readers:
+    return Readers(rank, 1, 1)
+
+
+def dp_replicas(par: Parallelism, writer: int, ep: int = 1) -> Readers:
+    """The data-parallel ranks sharing the writer's (pipeline stage, tensor rank): rank(stage, dp, tp) for every
+    dp, or every ep-th dp when the file holds one expert-parallel rank's experts."""
+    return Readers(writer, par.tp * ep, par.dp // ep)
+
+
+def file_name(path: str) -> str:
+    return path[path.rfind("/") + 1 :]
+
+
+def not_read_note(paths: list[str], why: str) -> list[str]:
+    """A note naming the files of a save that a resume does not read (their names, each once)."""
+    if not paths:
+        return []
+    names = sorted({file_name(p) for p in paths})
+    shown = ", ".join(names[:6]) + (", …" if len(names) > 6 else "")
+    return [f"not read on resume ({why}): {len(paths):,} file(s), {shown}"]
+
+
 class StatesFn(Protocol):
     def __call__(self, tensors: list[Tensor]) -> list[StateBytes]: ...
 
@@ -204,6 +265,10 @@ class Layout(Protocol):
 
     def files(self, inp: LayoutInput) -> list[ManifestFile]:
         """Every file of one save, with the rank that writes it."""
+
+    def restore(self, par: Parallelism, manifest: list[ManifestFile]) -> RestoreReads:
+        """What every rank reads on resume from the save of `manifest` (a sized plan's or one measured from disk),
+        by the framework's load path (docs/restore-reads.md)."""
 
     # what most frameworks do, in LayoutDefaults; a layout states only where it differs
     options: tuple[str, ...]  # the --option names the layout reads

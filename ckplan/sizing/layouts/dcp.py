@@ -21,8 +21,14 @@ from ckplan.sizing.layouts.base import (
     LayoutInput,
     ManifestFile,
     Parallelism,
+    Read,
+    Readers,
+    RestoreReads,
     ZeroShown,
+    every_rank,
+    file_name,
     fp32_copy_only,
+    own_rank,
     split_even,
     total,
 )
@@ -74,6 +80,35 @@ def distcp_files(
     return out
 
 
+def dcp_load(par: Parallelism, manifest: list[ManifestFile], sharded: bool, metadata_reads: int = 1) -> RestoreReads:
+    """dcp.load on every rank (docs/restore-reads.md §4): each reads and unpickles the whole `.metadata`
+    (state_dict_loader.py:234, filesystem.py:926-930) and every saved chunk that overlaps its own, whole
+    (default_planner.py:477-516, filesystem.py:852-905). `sharded` (FSDP, ZeRO ≥ 1, or Megatron's fully parallel
+    load): a rank's chunks are the ones it saved, its own .distcp files. Else (DDP) every rank of a pipeline stage
+    holds all of the stage's tensors and reads every .distcp file of the stage; with tensor parallelism a rank's
+    chunks are spread over its stage's files in a way the sizes do not tell, so the reads are not modelled."""
+    reads: list[Read] = []
+    for f in manifest:
+        if f.path.endswith(".distcp"):
+            if sharded:
+                readers = own_rank(f.rank)
+            elif par.tp > 1:
+                return RestoreReads(
+                    None,
+                    [
+                        "DCP under DDP with tensor parallelism: which saved chunks overlap a rank's slice is not in "
+                        "the file sizes, so its resume reads are not modelled"
+                    ],
+                )
+            else:  # a stage's dp ranks are consecutive when tp is 1
+                stage = f.rank // par.dp
+                readers = Readers(stage * par.dp, 1, par.dp)
+            reads.append(Read(f.path, f.bytes, readers))
+        elif file_name(f.path) == ".metadata":
+            reads.append(Read(f.path, f.bytes, every_rank(par), metadata_reads))
+    return RestoreReads(reads, [])
+
+
 class DcpLayout(BufferedWriter):
     name = "dcp"
     description = "PyTorch Distributed Checkpoint (one .distcp per rank plus .metadata)"
@@ -96,6 +131,10 @@ class DcpLayout(BufferedWriter):
 
     def persisted(self, states: list[StateBytes], zero: int, options: dict[str, str] | None = None) -> list[StateBytes]:
         return fp32_copy_only(states)
+
+    def restore(self, par: Parallelism, manifest: list[ManifestFile]) -> RestoreReads:
+        """ZeRO ≥ 1 (FSDP's sharded state dict) loads each rank's own chunks; ZeRO-0 (DDP) replicated tensors."""
+        return dcp_load(par, manifest, sharded=par.zero > 0)
 
     def files(self, inp: LayoutInput) -> list[ManifestFile]:
         return distcp_files(inp, f"step-{inp.step}", lambda s: self.persisted(s, inp.par.zero))

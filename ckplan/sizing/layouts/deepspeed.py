@@ -41,8 +41,15 @@ from ckplan.sizing.layouts.base import (
     LayoutInput,
     ManifestFile,
     Parallelism,
+    Read,
+    RestoreReads,
     WritePath,
     ZeroShown,
+    dp_replicas,
+    every_rank,
+    file_name,
+    not_read_note,
+    own_rank,
     split_even,
     torch_save_bytes,
     total,
@@ -165,6 +172,35 @@ class DeepSpeedLayout(LayoutDefaults):
                                 )
                             )
         return out
+
+    def restore(self, par: Parallelism, manifest: list[ManifestFile]) -> RestoreReads:
+        reads, unread = self.load_checkpoint(par, manifest)
+        return RestoreReads(reads, not_read_note(unread, "no rank of engine.load_checkpoint reads"))
+
+    def load_checkpoint(self, par: Parallelism, manifest: list[ManifestFile]) -> tuple[list[Read], list[str]]:
+        """The reads of engine.load_checkpoint(tag=None) on every rank, default (non-elastic, non-universal)
+        checkpoints (docs/restore-reads.md §5), and the files of `manifest` it does not read. Every rank reads
+        `latest`; each reads its model-parallel rank's mp_rank_XX_model_states.pt whole (SDLoader, one file per mp
+        rank, the same for every dp rank: state_dict_factory.py:66-98), under pipeline parallelism its stage's
+        layer files (pipe/module.py:645-661), and its own zero_pp_rank_{dp} optimizer (and ZeRO-3 model-states)
+        file only, as elastic_checkpoint is off by default (engine.py:4816-4822). DeepSpeed-MoE: the expert files
+        of its EP rank's experts (engine.py:4133-4200). Other layouts whose framework calls it (HF Trainer)
+        reuse this."""
+        reads: list[Read] = []
+        unread: list[str] = []
+        for f in manifest:
+            name = file_name(f.path)
+            if name == "latest":
+                reads.append(Read(f.path, f.bytes, every_rank(par)))
+            elif name.startswith("zero_pp_rank_") or name.startswith("bf16_zero_pp_rank_"):
+                reads.append(Read(f.path, f.bytes, own_rank(f.rank)))
+            elif "_expert_" in name:
+                reads.append(Read(f.path, f.bytes, dp_replicas(par, f.rank, par.ep)))
+            elif name.startswith(("mp_rank_", "layer_")) and name.endswith("model_states.pt"):
+                reads.append(Read(f.path, f.bytes, dp_replicas(par, f.rank)))
+            else:
+                unread.append(f.path)
+        return reads, unread
 
     def _expert_files(self, inp: LayoutInput, tag: str, stage_tensors: list[Tensor]) -> list[ManifestFile]:
         """DeepSpeed-MoE's per-expert weight files, from the EP rank holding each expert (tp 1, pp 1)."""

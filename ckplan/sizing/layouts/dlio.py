@@ -34,7 +34,10 @@ from ckplan.sizing.layouts.base import (
     LayoutInput,
     ManifestFile,
     Parallelism,
+    Read,
+    RestoreReads,
     ZeroShown,
+    own_rank,
     split_even,
     torch_save_bytes,
     total,
@@ -68,6 +71,13 @@ class DlioLayout(BufferedWriter):
             "with one group per optimizer state. DLIO's model files under ZeRO-3 hold the weights "
             "(DeepSpeed's hold placeholders); MLPerf's \"GB\" are GiB"
         ]
+
+    def restore(self, par: Parallelism, manifest: list[ManifestFile]) -> RestoreReads:
+        """DLIO's load_checkpoint (dlio_benchmark/checkpointing/base_checkpointing.py) mirrors its save: each rank
+        torch.loads the files it wrote, the model files on data-parallel rank 0 of each model-parallel rank (every
+        rank under ZeRO-3) and its own optimizer file. checkpoint_recovery_rank_shift moves each rank to the files of
+        the rank one node on, so the bytes come from another node's writes; the amounts are the same."""
+        return RestoreReads([Read(f.path, f.bytes, own_rank(f.rank)) for f in manifest], [])
 
     def files(self, inp: LayoutInput) -> list[ManifestFile]:
         par = inp.par

@@ -27,6 +27,8 @@ Under DeepSpeed (the Trainer's `deepspeed=` config), read from transformers' tra
 
 from __future__ import annotations
 
+import re
+
 from ckplan.errors import InputError
 from ckplan.sizing.layouts.base import (
     CONFIG_JSON_BYTES,
@@ -39,8 +41,14 @@ from ckplan.sizing.layouts.base import (
     LayoutInput,
     ManifestFile,
     Parallelism,
+    Read,
+    RestoreReads,
     ZeroShown,
+    every_rank,
+    file_name,
     fp32_copy_only,
+    not_read_note,
+    own_rank,
     torch_save_bytes,
     total,
 )
@@ -52,6 +60,9 @@ DEFAULT_SHARD_BYTES = 5 * 10**9
 SAFETENSORS_HEADER_PER_TENSOR_BYTES = 120  # JSON header entry: dtype, shape, data_offsets
 GATHERED = "gathered_weights"  # the 16-bit model rank 0 gathers from DeepSpeed and writes as safetensors
 BOOLEANS = {"true": True, "false": False}
+# read whole by every rank on a DDP resume, beside the safetensors shards
+DDP_READS = ("model.safetensors.index.json", "config.json", "optimizer.pt", "pytorch_model.bin")
+RNG_NAME = re.compile(r"rng_state(_\d+)?\.pth")
 
 
 class HfLayout(BufferedWriter):
@@ -120,6 +131,32 @@ class HfLayout(BufferedWriter):
         if inp.par.zero == 0:
             return self._ddp_files(inp)
         return self._deepspeed_files(inp)
+
+    def restore(self, par: Parallelism, manifest: list[ManifestFile]) -> RestoreReads:
+        """Trainer's resume on every rank (docs/restore-reads.md §1-2): trainer_state.json twice (train and
+        _get_epochs_trained…: trainer.py:1580,1712), the rank's own rng_state_{rank}.pth (:3899-3919), scheduler.pt
+        (:4039-4042); under DDP also config.json (:3714), the model's safetensors and their index
+        (:3740,3783) and optimizer.pt (:4019-4037), each whole on every rank; under DeepSpeed, only
+        engine.load_checkpoint's files instead (:1578,1846-1850; integrations/deepspeed.py:682-703)."""
+        if any(f.path.endswith(".distcp") for f in manifest):
+            return RestoreReads(
+                None, ["HF Trainer under FSDP (accelerate's DCP directories): its resume reads are not modelled"]
+            )
+        deepspeed = [f for f in manifest if "/global_step" in f"/{f.path}" or file_name(f.path) == "latest"]
+        engine = {f.path for f in deepspeed}
+        reads, unread = self.deepspeed.load_checkpoint(par, deepspeed) if deepspeed else ([], [])
+        for f in manifest:
+            name = file_name(f.path)
+            if name in ("trainer_state.json", "scheduler.pt", "scaler.pt") or (
+                not deepspeed and (name in DDP_READS or name.endswith(".safetensors"))
+            ):
+                times = 2 if name == "trainer_state.json" else 1
+                reads.append(Read(f.path, f.bytes, every_rank(par), times))
+            elif RNG_NAME.fullmatch(name):
+                reads.append(Read(f.path, f.bytes, own_rank(f.rank)))
+            elif f.path not in engine:
+                unread.append(f.path)
+        return RestoreReads(reads, not_read_note(unread, "Trainer's resume does not open them"))
 
     def _shards(self, inp: LayoutInput, weight_kind: str) -> list[tuple[str, int, str]]:
         """save_pretrained's safetensors shards of the `weight_kind` state, and the index when there are several."""

@@ -16,8 +16,12 @@ from ckplan.sizing.layouts.base import (
     LayoutInput,
     ManifestFile,
     Parallelism,
+    Read,
+    RestoreReads,
     ZeroShown,
+    every_rank,
     fp32_copy_only,
+    not_read_note,
     torch_save_bytes,
     total,
 )
@@ -39,6 +43,13 @@ class LightningLayout(BufferedWriter):
 
     def persisted(self, states: list[StateBytes], zero: int, options: dict[str, str] | None = None) -> list[StateBytes]:
         return fp32_copy_only(states)
+
+    def restore(self, par: Parallelism, manifest: list[ManifestFile]) -> RestoreReads:
+        """Every rank torch.loads the whole .ckpt before setup and restores the optimizer, loops and callbacks from
+        that dict (checkpoint_connector.py:67-84, strategy.py:366-368, torch_io.py:61-91, trainer.py:1044-1046)."""
+        reads = [Read(f.path, f.bytes, every_rank(par)) for f in manifest if f.path.endswith(".ckpt")]
+        unread = [f.path for f in manifest if not f.path.endswith(".ckpt")]
+        return RestoreReads(reads, not_read_note(unread, "Lightning resumes from the one .ckpt"))
 
     def files(self, inp: LayoutInput) -> list[ManifestFile]:
         states = self.persisted(inp.states(inp.tensors), 0)

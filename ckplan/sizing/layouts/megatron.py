@@ -23,9 +23,13 @@ from ckplan.sizing.layouts.base import (
     LayoutInput,
     ManifestFile,
     Parallelism,
+    Read,
+    RestoreReads,
     ZeroShown,
+    every_rank,
+    file_name,
 )
-from ckplan.sizing.layouts.dcp import distcp_files
+from ckplan.sizing.layouts.dcp import dcp_load, distcp_files
 from ckplan.sizing.states import StateBytes
 
 COMMON_PT_BYTES = TORCH_SAVE_OVERHEAD_BYTES + 12_000  # args namespace, RNG state, iteration counters
@@ -56,6 +60,32 @@ class MegatronLayout(BufferedWriter):
 
     def persisted(self, states: list[StateBytes], zero: int, options: dict[str, str] | None = None) -> list[StateBytes]:
         return states
+
+    def restore(self, par: Parallelism, manifest: list[ManifestFile]) -> RestoreReads:
+        """Megatron-LM's --ckpt-fully-parallel-load (FullyParallelLoadStrategyWrapper over the DP×CP group,
+        megatron-core 0.16 fully_parallel.py:246-264,354-499): each shard is assigned to one rank of the DP group
+        holding it, read once, and broadcast to the others. The greedy plan balances the shards by size as the fully
+        parallel save does, so each rank is modelled as reading its own .distcp files' bytes. Every rank also reads
+        common.pt twice (serialization.py:121 and load_common_state_dict :174), .metadata twice (one base load for
+        objects, one for tensors: fully_parallel.py:246-252, strategies/torch.py:798), metadata.json and the tracker
+        file. Without the flag (Megatron-LM's default) every DP replica reads its (tp, pp) slice's weights, dp times
+        the weight bytes in all: not modelled here. The legacy torch format (mp_rank_XX/model_optim_rng.pt) is not
+        modelled either."""
+        if any(file_name(f.path) in ("model_optim_rng.pt", "distrib_optim.pt") for f in manifest):
+            return RestoreReads(None, ["Megatron's legacy torch checkpoint format: its resume reads are not modelled"])
+        done = dcp_load(par, manifest, sharded=True, metadata_reads=2)
+        reads = list(done.reads or [])
+        for f in manifest:
+            name = file_name(f.path)
+            if name in ("common.pt", "metadata.json", "latest_checkpointed_iteration.txt"):
+                reads.append(Read(f.path, f.bytes, every_rank(par), 2 if name == "common.pt" else 1))
+        return RestoreReads(
+            reads,
+            [
+                "Megatron resume modelled with --ckpt-fully-parallel-load: each shard read once in its data-parallel "
+                "group and broadcast; without it every data-parallel replica reads its slice's weights"
+            ],
+        )
 
     def files(self, inp: LayoutInput) -> list[ManifestFile]:
         directory = f"iter_{inp.step:07d}"
