@@ -72,6 +72,9 @@ def render_plan(plan: CheckpointPlan, full_manifest: bool = False) -> None:
         f"{ops.renames:,} renames = {ops.total:,}\n"
     )
 
+    if plan.restore:
+        _render_restore(plan)
+
     if plan.interval:
         d = plan.interval
         demand = Table(
@@ -112,3 +115,34 @@ def render_plan(plan: CheckpointPlan, full_manifest: bool = False) -> None:
     out.print("[bold]Assumptions[/bold]")
     for a in plan.assumptions:
         out.print(f" • {a}")
+
+
+def _render_restore(plan: CheckpointPlan) -> None:
+    r = plan.restore
+    assert r is not None
+    out = console()
+    table = Table(title="What a restart reads (cold)", title_justify="left")
+    for col in ("", "requested", "from storage", "files"):
+        table.add_column(col, justify="left" if not col else "right")
+    table.add_row("busiest rank", fmt_bytes(r.rank_bytes), "", "")
+    table.add_row(
+        f"busiest node ({r.readers_per_node} reader(s))",
+        fmt_bytes(r.node_requested_bytes),
+        fmt_bytes(r.node_bytes),
+        f"{r.node_files:,}",
+    )
+    table.add_row(
+        f"all {r.nodes} node(s)",
+        fmt_bytes(r.requested_bytes),
+        fmt_bytes(r.storage_bytes),
+        f"{len(r.files) + r.own_files:,}",
+    )
+    out.print(table)
+    formats = ", ".join(f"{fmt} {fmt_bytes(b)}" for fmt, b in sorted(r.rank_bytes_by_format.items()) if b)
+    out.print(
+        f"Read amplification {r.read_amplification:.2f}× the {fmt_bytes(plan.total_bytes)} checkpoint; "
+        f"the busiest rank deserialises {formats}.\n[dim]Page cache: {r.page_cache}.[/dim]"
+    )
+    for note in r.notes:
+        out.print(f"[dim] • {note}[/dim]")
+    out.print("")

@@ -32,10 +32,11 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter, defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import PurePosixPath
 
 from ckplan.errors import InputError
+from ckplan.sizing.layouts import LAYOUTS
 from ckplan.sizing.layouts.base import FileKind, ManifestFile, Parallelism
 from ckplan.sizing.plan import (
     DEFAULT_GPUS_PER_NODE,
@@ -45,6 +46,7 @@ from ckplan.sizing.plan import (
     TrainingSetup,
     manifest_fields,
 )
+from ckplan.sizing.restore import RestoreManifest, plan_restore
 from ckplan.sizing.states import StateBytes
 from ckplan.units import MAX_GPUS, MAX_PARAMETERS, check_range, fmt_bytes
 
@@ -201,6 +203,7 @@ def measured_plan(
         + (f", {renames} rename(s) of DCP's .metadata.tmp" if renames else ""),
         *(notes or []),
     ]
+    restore, unknown_reads = _restore(framework, seen, par, manifest, total_bytes, ep)
     return CheckpointPlan(
         setup=setup,
         parameters=parameters,
@@ -212,8 +215,31 @@ def measured_plan(
         **from_files,
         write_path="buffered",
         coordinated_save=any(f.rule == "distcp" for f in seen),
-        assumptions=assumptions,
+        assumptions=assumptions + unknown_reads,
+        restore=restore,
     )
+
+
+def _restore(
+    framework: str, seen: list[_Seen], par: Parallelism, manifest: list[ManifestFile], total_bytes: int, ep: int | None
+) -> tuple[RestoreManifest | None, list[str]]:
+    """The restore manifest by the framework's layout, read off the files' names as a sized plan's is; where the
+    names leave the load open, what is assumed is noted, or no manifest is given and the note says why."""
+    notes = []
+    if framework == "dcp":  # the files alike under DDP and FSDP (DCP dedups replicated tensors when saving)
+        par = replace(par, zero=3)
+        notes.append(
+            "DCP's files do not tell DDP from FSDP: the resume is taken as sharded (each rank reads its own .distcp "
+            "files and .metadata); under DDP every rank reads every .distcp file"
+        )
+    if any(f.rule == "ds_expert" for f in seen):
+        if ep is None:
+            return None, ["restore: DeepSpeed-MoE expert files without --ep: which ranks read each is not known"]
+        par = replace(par, ep=ep)
+    restore, why = plan_restore(LAYOUTS[framework], par, manifest, total_bytes)
+    if restore is None:
+        return None, [f"restore: {w}" for w in why]
+    return restore.model_copy(update={"notes": notes + restore.notes}), []
 
 
 def _read_name(path: str, size: int) -> _Seen:

@@ -4,7 +4,8 @@ docs/restore-reads.md).
 
 A read names its readers as a progression of ranks (every rank, one rank, a model-parallel rank's data-parallel
 replicas), so the sums below cost one pass over the files plus one over the ranks and nodes: a 16,384-GPU plan
-is never expanded into ranks × files.
+is never expanded into ranks × files. A layout gives a file one reader only when that reader is the rank that wrote
+it (tests/test_restore_manifest.py checks every layout), which is what own_files counts.
 """
 
 from __future__ import annotations
@@ -21,9 +22,9 @@ from ckplan.sizing.layouts.base import FileFormat, Layout, ManifestFile, Paralle
 Count = Annotated[Int, Field(ge=0)]
 
 PAGE_CACHE = (
-    "cold caches at the restart; then each node's page cache (or its NFS/Lustre client cache) serves every read of a "
-    "file after its node's first, so a node reads each file once from storage: this holds while the node's files "
-    "fit in its free memory; without that sharing, storage serves every rank's reads (requested bytes)"
+    "cold at the restart; each node's page cache (or NFS/Lustre client cache) then serves its other ranks' reads of "
+    "a file, so a node reads each file once from storage while its files fit in free memory; with no sharing, "
+    "storage serves the requested bytes"
 )
 
 
@@ -36,7 +37,12 @@ class RestoreFile(Model):
 
 
 class RestoreManifest(Model):
+    # the files two or more ranks read (or one rank more than once); a file only the rank that wrote it reads, once,
+    # is counted in own_files and own_bytes instead, as the save manifest lists it with that rank: a DCP or ZeRO-3
+    # plan of half a million shards then does not list each twice
     files: list[RestoreFile]
+    own_files: Count
+    own_bytes: Count
     rank_bytes: Count  # the busiest rank's reads
     rank_bytes_by_format: dict[str, Count]  # the busiest rank's reads per FileFormat (what it deserialises)
     node_requested_bytes: Count  # busiest node: its ranks' reads summed
@@ -60,6 +66,7 @@ def restore_manifest(reads: list[Read], par: Parallelism, checkpoint_bytes: int,
     node_diff = [0] * (node_count + 1)  # distinct bytes each node reads, likewise over runs of nodes
     files_diff = [0] * (node_count + 1)
     files: list[RestoreFile] = []
+    own_files = own_bytes = 0
     for r in reads:
         who, per_reader = r.readers, r.bytes * r.times
         first, last = who.start, who.start + who.step * (who.count - 1)
@@ -84,9 +91,13 @@ def restore_manifest(reads: list[Read], par: Parallelism, checkpoint_bytes: int,
                 files_diff[rank // per_node] += 1
                 files_diff[rank // per_node + 1] -= 1
             nodes = who.count
-        files.append(
-            RestoreFile(path=r.path, bytes=per_reader, format=file_format(r.path), readers=who.count, nodes=nodes)
-        )
+        if who.count == 1 and r.times == 1:
+            own_files += 1
+            own_bytes += r.bytes
+        else:
+            files.append(
+                RestoreFile(path=r.path, bytes=per_reader, format=file_format(r.path), readers=who.count, nodes=nodes)
+            )
     rank_bytes = list(accumulate(rank_diff))[:gpus]
     node_bytes = list(accumulate(node_diff))[:node_count]
     node_files = list(accumulate(files_diff))[:node_count]
@@ -101,6 +112,8 @@ def restore_manifest(reads: list[Read], par: Parallelism, checkpoint_bytes: int,
     storage = sum(node_bytes)
     return RestoreManifest(
         files=files,
+        own_files=own_files,
+        own_bytes=own_bytes,
         rank_bytes=rank_bytes[busiest],
         rank_bytes_by_format=by_format,
         node_requested_bytes=node_requested[node],
@@ -114,7 +127,6 @@ def restore_manifest(reads: list[Read], par: Parallelism, checkpoint_bytes: int,
         page_cache=PAGE_CACHE,
         notes=notes,
     )
-
 
 
 def plan_restore(
