@@ -9,6 +9,11 @@ transformers' from_config (no hub: HF_HUB_OFFLINE=1), trains two steps of AdamW 
 127.0.0.1 and saves the framework's own way, as a user would. The test sets the environment: the hub cache in its
 scratch directory, HF_HUB_OFFLINE=1, DS_ACCELERATOR=cpu.
 
+With CKPLAN_TEST_RECORD=FILE in the environment, every save goes through ckplan.record's adapter for its framework
+into FILE, and each rank writes the wall-clock span of the call that saves (around train() or fit() for HF Trainer
+and Lightning, whose saves happen inside it) to FILE.wall-RANK as JSON: tests/test_record_frameworks.py bounds each
+record by it.
+
 Writer ranks: run as root, every rank first takes gid OWNER_GID + rank as its group (its uid stays root, so it
 reads and writes as before), so the group of each file on disk is the rank that created it, whatever wrote it
 (torch.save's C++ writer, safetensors' Rust one, Python's open, a temporary file renamed into place). Not as
@@ -18,18 +23,33 @@ root, the files keep one group and the test cannot tell the writers apart.
 from __future__ import annotations
 
 import argparse
+import functools
+import json
 import os
 import sys
+import time
 
 OWNER_GID = 20_000  # a rank's files belong to group OWNER_GID + rank
 STEPS = 2
 SEQUENCE = 16
 BATCH = 2
 MEGATRON_CPU_REFUSAL = "Torch not compiled with CUDA enabled"
+RECORD = os.environ.get("CKPLAN_TEST_RECORD")
 
 
 def rank() -> int:
     return int(os.environ.get("RANK", "0"))
+
+
+def timed(call):
+    """call(), and with RECORD, its wall-clock span in RECORD.wall-RANK."""
+    start = time.time()
+    result = call()
+    end = time.time()
+    if RECORD:
+        with open(f"{RECORD}.wall-{rank()}", "w") as f:
+            json.dump({"start": start, "end": end}, f)
+    return result
 
 
 def own_files_as_rank() -> None:
@@ -100,7 +120,12 @@ def run_hf(config_dir: str, out: str, case: str) -> None:
         disable_tqdm=True,
         dataloader_num_workers=0,
     )
-    Trainer(model=model, args=args, train_dataset=Tokens()).train()
+    trainer = Trainer(model=model, args=args, train_dataset=Tokens())
+    if RECORD:
+        from ckplan.record import TrainerRecorder
+
+        trainer.add_callback(TrainerRecorder(trainer, RECORD))
+    timed(trainer.train)
 
 
 def run_lightning(config_dir: str, out: str, case: str) -> None:
@@ -122,6 +147,11 @@ def run_lightning(config_dir: str, out: str, case: str) -> None:
             return torch.optim.AdamW(self.parameters(), lr=1e-3)
 
     world = int(os.environ.get("WORLD_SIZE", "1"))
+    plugins = []
+    if RECORD:
+        from ckplan.record import RecordingCheckpointIO
+
+        plugins.append(RecordingCheckpointIO(RECORD))
     trainer = L.Trainer(
         default_root_dir=out,
         accelerator="cpu",
@@ -129,17 +159,19 @@ def run_lightning(config_dir: str, out: str, case: str) -> None:
         strategy="ddp" if world > 1 else "auto",
         precision=case,
         max_steps=STEPS,
+        plugins=plugins,
         logger=False,
         enable_progress_bar=False,
         enable_model_summary=False,
     )
     data = torch.utils.data.DataLoader(torch.cat(batches(model.config.vocab_size, 32)), batch_size=BATCH)
-    trainer.fit(Module(), data)
+    timed(lambda: trainer.fit(Module(), data))
 
 
 def run_dcp(config_dir: str, out: str, case: str) -> None:
     """torch.distributed.checkpoint of the model and AdamW state (get_state_dict, as torchtitan saves): `ddp`
-    (DDP replicas, bf16 autocast) or `fsdp2` (fully_shard per block and at the root, bf16 MixedPrecisionPolicy)."""
+    (DDP replicas, bf16 autocast) or `fsdp2` (fully_shard per block and at the root, bf16 MixedPrecisionPolicy);
+    `ddp-async` saves the DDP case with dcp.async_save and waits for its persist."""
     import torch
     import torch.distributed as dist
     import torch.distributed.checkpoint as dcp
@@ -148,7 +180,7 @@ def run_dcp(config_dir: str, out: str, case: str) -> None:
     dist.init_process_group("gloo")
     model = tiny_model(config_dir)
     vocab = model.config.vocab_size
-    if case == "ddp":
+    if case.startswith("ddp"):
         model = torch.nn.parallel.DistributedDataParallel(model)
     else:
         from torch.distributed.device_mesh import init_device_mesh
@@ -161,13 +193,26 @@ def run_dcp(config_dir: str, out: str, case: str) -> None:
         fully_shard(model, mesh=mesh, mp_policy=policy)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     for ids in batches(vocab):
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=case == "ddp"):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=case.startswith("ddp")):
             loss = model(input_ids=ids, labels=ids).loss
         loss.backward()
         optimizer.step()
         optimizer.zero_grad()
     model_state, optimizer_state = get_state_dict(model, optimizer)
-    dcp.save({"model": model_state, "optimizer": optimizer_state}, checkpoint_id=f"{out}/step-{STEPS}")
+    state, where = {"model": model_state, "optimizer": optimizer_state}, f"{out}/step-{STEPS}"
+    if case == "ddp-async":
+        if RECORD:
+            from ckplan.record import dcp_async_save
+
+            timed(lambda: dcp_async_save(RECORD, state, checkpoint_id=where, step=STEPS).result())
+        else:
+            dcp.async_save(state, checkpoint_id=where).result()
+    elif RECORD:
+        from ckplan.record import dcp_save
+
+        timed(lambda: dcp_save(RECORD, state, checkpoint_id=where, step=STEPS))
+    else:
+        dcp.save(state, checkpoint_id=where)
     dist.barrier()
     dist.destroy_process_group()
 
@@ -194,7 +239,11 @@ def run_deepspeed(config_dir: str, out: str, cases: list[str]) -> None:
         for ids in batches(model.config.vocab_size):
             engine.backward(engine(input_ids=ids, labels=ids).loss)
             engine.step()
-        engine.save_checkpoint(f"{out}/{case}")
+        if RECORD:
+            from ckplan.record import record_deepspeed
+
+            record_deepspeed(engine, RECORD)
+        timed(functools.partial(engine.save_checkpoint, f"{out}/{case}"))
         torch.distributed.barrier()
         del engine, model, optimizer
 

@@ -18,9 +18,11 @@ def diagnose_logs(
     interval_s: float | None = None,
     plan: CheckpointPlan | None = None,
     profile: StorageProfile | None = None,
+    collective_timeout_s: float | None = None,
 ) -> Diagnosis:
     """Saves from the logs, their trend and a verdict; with a plan and its storage profile, beside ckplan's prediction
-    (the sync save time under the default policy)."""
+    (the sync save time under the default policy). The longest save is warned about where it nears the process
+    group's timeout (COLLECTIVE_TIMEOUT_S unless given)."""
     from ckplan.diagnose.logs import extract
     from ckplan.diagnose.trend import diagnose
 
@@ -30,5 +32,11 @@ def diagnose_logs(
         from ckplan.planning.scenario import sync_scenario
 
         predicted = sync_scenario(plan, profile, Policy()).save_seconds
+    from ckplan.diagnose.records import collective_timeout_warning
+    from ckplan.planning.defaults import COLLECTIVE_TIMEOUT_S
+
     saves, read = extract(logs, pattern)
-    return diagnose(saves, [str(p) for p in logs], read, by, interval_s, predicted)
+    result = diagnose(saves, [str(p) for p in logs], read, by, interval_s, predicted)
+    timeout = COLLECTIVE_TIMEOUT_S if collective_timeout_s is None else collective_timeout_s
+    warning = collective_timeout_warning(result.max_s, timeout, "the longest save in the logs")
+    return result.model_copy(update={"timeout_warning": warning})

@@ -55,6 +55,7 @@ class Diagnosis(Model):
     fraction_saving: float | None  # share of wall time spent saving, from timestamps
     saves_until_interval: float | None
     predicted_s: float | None = None
+    timeout_warning: str | None = None  # a save near the process group's timeout (diagnose/records.py)
     verdict: Literal["stable", "growing", "noisy"]
     verdict_text: str
     series: list[SavePoint]

@@ -27,6 +27,8 @@ RENDERERS: dict[str, tuple[str, str]] = {
     "Validation": ("validate", "render_validation"),
     "ProvisionSweep": ("provision", "render_provision"),
     "Diagnosis": ("diagnose", "render_diagnosis"),
+    "RecordDiagnosis": ("diagnose", "render_record_diagnosis"),
+    "RecordValidation": ("validate", "render_record_validation"),
     "WatchResult": ("watch", "render_watch"),
     "CompressReport": ("compress", "render_compress"),
 }

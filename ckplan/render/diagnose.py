@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich.table import Table
 
 from ckplan.diagnose.trend import Diagnosis
 from ckplan.render.console import console
-from ckplan.units import fmt_duration, fmt_percent
+from ckplan.units import fmt_bytes, fmt_duration, fmt_percent
+
+if TYPE_CHECKING:
+    from ckplan.diagnose.records import RecordDiagnosis
 
 BAR = "█"
 CHART_ROWS = 40
@@ -35,6 +40,8 @@ def render_diagnosis(d: Diagnosis) -> None:
     if d.predicted_s is not None:
         table.add_row("ckplan's prediction", fmt_duration(d.predicted_s))
     out.print(table)
+    if d.timeout_warning:
+        out.print(f"[bold red]warning:[/bold red] {d.timeout_warning}")
     render_chart(d)
 
 
@@ -50,3 +57,45 @@ def render_chart(d: Diagnosis) -> None:
     for i, group in enumerate(rows):
         mean = sum(p.seconds for p in group) / len(group)
         out.print(f"{i * step + 1:>6} {BAR * max(1, round(mean / top * width)):<{width}} {fmt_duration(mean)}")
+
+
+def render_record_diagnosis(d: RecordDiagnosis) -> None:
+    """Each step's saves across ranks, then the trend as for logs."""
+    out = console()
+    table = Table(
+        title=f"{len(d.steps)} step(s), {d.lines} save records ({', '.join(d.frameworks)}) in {len(d.records)} file(s)",
+        title_justify="left",
+    )
+    for col in ("step", "ranks", "slowest rank", "save (slowest)", "fastest / median", "spread", "blocking", "bytes"):
+        table.add_column(col, justify="right")
+    predicted = d.predicted_s is not None
+    if predicted:
+        table.add_column("error", justify="right")
+    for s in d.steps:
+        row = [
+            str(s.step),
+            f"{s.ranks}/{s.world_size}",
+            str(s.slowest_rank),
+            fmt_duration(s.seconds),
+            f"{fmt_duration(s.fastest_s)} / {fmt_duration(s.median_s)}",
+            fmt_duration(s.spread_s),
+            fmt_duration(s.blocking_s)
+            + (f" (+{fmt_duration(s.persist_s)} persist)" if s.persist_s is not None else ""),
+            f"{fmt_bytes(s.bytes)} in {s.files} files",
+        ]
+        if predicted:
+            row.append(f"{s.error_percent:+.0f}%" if s.error_percent is not None else "")
+        table.add_row(*row)
+    out.print(table)
+    out.print(f"slowest rank: {d.slowest_rank}, in {d.slowest_rank_steps} of {len(d.steps)} step(s)")
+    if d.predicted_s is not None:
+        stall = f", blocking {fmt_duration(d.predicted_stall_s)}" if d.predicted_stall_s is not None else ""
+        out.print(
+            f"ckplan predicts {fmt_duration(d.predicted_s)} per save{stall}; error is (predicted − recorded) ÷ recorded"
+        )
+    if d.timeout_warning:
+        out.print(f"[bold red]warning:[/bold red] {d.timeout_warning}")
+    for note in d.notes:
+        out.print(f"[yellow]note:[/yellow] {note}")
+    if d.trend is not None:
+        render_diagnosis(d.trend)

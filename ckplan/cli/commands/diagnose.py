@@ -8,7 +8,6 @@ from typing import Annotated
 import typer
 
 from ckplan.cli import options as o
-from ckplan.errors import InputError
 from ckplan.render import emit
 
 commands = typer.Typer()
@@ -16,7 +15,10 @@ commands = typer.Typer()
 
 @commands.command()
 def diagnose(
-    logs: Annotated[list[Path], typer.Argument(help="Training logs to read (any size; streamed).")],
+    logs: Annotated[
+        list[Path],
+        typer.Argument(help="Training logs, or save records from ckplan.record (told apart by content; streamed)."),
+    ],
     pattern: Annotated[
         str | None,
         typer.Option(help="A regex with (?P<duration>…) seconds, or (?P<start>…) and (?P<end>…) timestamps."),
@@ -27,30 +29,25 @@ def diagnose(
         Path | None, typer.Option("--plan", help="A plan, to compare with ckplan's prediction.")
     ] = None,
     storage: Annotated[str | None, typer.Option("--storage", help="The target's profile, with --plan.")] = None,
+    collective_timeout: Annotated[
+        str | None,
+        typer.Option(help="The process group's timeout (default: torch.distributed's NCCL default, 10 minutes)."),
+    ] = None,
     json: o.Json = False,
 ) -> None:
-    """Is storage the bottleneck? Save times from training logs, their trend, and a verdict."""
-    from ckplan import profile_store
-    from ckplan.diagnose import diagnose_logs
-    from ckplan.units import parse_duration
+    """Is storage the bottleneck? Save times from training logs or save records, their trend, and a verdict."""
+    from ckplan import api
 
-    if by not in ("save", "time"):
-        raise InputError(f"--by must be save or time, got {by!r}")
-    if (plan_file is None) != (storage is None):
-        raise InputError("--plan and --storage go together")
-    plan = o.load_plan(plan_file) if plan_file is not None else None
-    profile = profile_store.resolve(storage) if storage is not None else None
-    emit(
-        diagnose_logs(
-            logs,
-            pattern,
-            "wall time" if by == "time" else "save number",
-            parse_duration(interval, "--interval") if interval else None,
-            plan,
-            profile,
-        ),
-        json,
+    result = api.diagnose(
+        logs,
+        pattern=pattern,
+        by=by,
+        interval=interval or None,
+        plan=plan_file,
+        storage=storage,
+        collective_timeout_s=collective_timeout or None,
     )
+    emit(result, json)
 
 
 @commands.command()

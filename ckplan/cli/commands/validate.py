@@ -16,11 +16,15 @@ commands = typer.Typer()
 
 @commands.command()
 def validate(
-    path: Annotated[str, typer.Argument(help="A directory on the target to save into.")],
     plan_file: Annotated[Path, typer.Option("--plan", help="A plan from `ckplan size --json`.")],
     storage: Annotated[
         str, typer.Option("--storage", help="The target's profile (from `ckplan probe`), a saved name or a file.")
     ],
+    path: Annotated[str | None, typer.Argument(help="A directory on the target to save into.")] = None,
+    record: Annotated[
+        list[Path] | None,
+        typer.Option(help="Save records from the job (ckplan.record): compare them with the prediction instead."),
+    ] = None,
     scale: Annotated[float, typer.Option(help="Shrink every file by this factor to fit the machine.")] = 1.0,
     repeats: Annotated[int, typer.Option(help="Saves to time; the median is reported.")] = 3,
     mode: Annotated[
@@ -29,11 +33,21 @@ def validate(
     max_bytes: Annotated[str | None, typer.Option("--max-bytes", help="Most bytes one save may write.")] = None,
     json: o.Json = False,
 ) -> None:
-    """Save one node's share of a plan with real PyTorch calls and compare the time with the prediction."""
+    """Save one node's share of a plan with real PyTorch calls and compare the time with the prediction; with
+    --record, compare the prediction with a job's own recorded saves instead."""
     from ckplan import profile_store
     from ckplan.units import parse_bytes
     from ckplan.validate.run import validate as run
 
+    if record:
+        if path is not None:
+            raise InputError("give a directory to save into, or --record, not both")
+        from ckplan.diagnose.records import validate_records
+
+        emit(validate_records(record, o.load_plan(plan_file), profile_store.resolve(storage)), json)
+        return
+    if path is None:
+        raise InputError("give a directory on the target to save into (or --record RECORD.jsonl)")
     if mode not in ("sync", "async"):
         raise InputError(f"--mode must be sync or async, got {mode!r}")
     import signal

@@ -1,0 +1,241 @@
+"""Save records: the training job times its own saves, one JSON line per save per rank.
+
+A record file holds one `SaveRecord` per line (format "ckplan.save-record", version 1; README "Save records").
+`ckplan diagnose RECORD.jsonl` and `ckplan validate --record` read it. This module imports no framework: the
+adapters live in ckplan/recorders/ and are imported only when one is named (`from ckplan.record import
+TrainerRecorder` imports transformers then, `import ckplan.record` never does).
+
+Writing: every line is one os.write of the whole line on a file descriptor opened with O_APPEND, so the ranks of a
+job can share one record file on a local or POSIX-coherent file system (each write lands whole at the end). NFS
+does not make O_APPEND atomic across clients: there, put `{rank}` in the path (`saves-{rank}.jsonl`) for one file
+per rank, and give diagnose all of them.
+
+What a line counts (bytes, files): read from disk after this rank's save (for an async save, after its persist).
+- counted "directory" (HF Trainer, DCP, DeepSpeed: every rank writes into one directory): the save's whole
+  directory as this rank saw it then. A directory only grows during a save, and the rank that finished last saw
+  every other rank's files complete, so the step's bytes are the largest count among its lines (diagnose takes
+  that; no clock comparison between hosts is needed).
+- counted "own files" (torch.save, Lightning's CheckpointIO: a rank writes files of its own): the files this rank's
+  call wrote; the step's bytes are the sum over its lines.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import stat
+import sys
+import time
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+from pydantic import ConfigDict, Field, model_validator
+
+from ckplan.schema import Bytes, Finite, Int, Model, Seconds
+from ckplan.units import MAX_GPUS
+
+if TYPE_CHECKING:
+    from ckplan.recorders.dcp import async_save as dcp_async_save
+    from ckplan.recorders.dcp import save as dcp_save
+    from ckplan.recorders.deepspeed import record_deepspeed
+    from ckplan.recorders.hf import TrainerRecorder
+    from ckplan.recorders.lightning import RecordingCheckpointIO
+    from ckplan.recorders.torch_save import save as torch_save
+
+FORMAT: Literal["ckplan.save-record"] = "ckplan.save-record"
+VERSION: Literal[1] = 1
+Framework = Literal["hf", "lightning", "dcp", "deepspeed", "torch.save"]
+Counted = Literal["directory", "own files"]
+# the rounding a JSON float of epoch seconds allows between `seconds` and end − start (doubles near 1.8e9 s are
+# exact to ~0.24 µs)
+CONSISTENCY_S = 1e-5
+
+# adapter name → module under ckplan.recorders, and its name there
+ADAPTERS = {
+    "TrainerRecorder": ("hf", "TrainerRecorder"),
+    "RecordingCheckpointIO": ("lightning", "RecordingCheckpointIO"),
+    "dcp_save": ("dcp", "save"),
+    "dcp_async_save": ("dcp", "async_save"),
+    "record_deepspeed": ("deepspeed", "record_deepspeed"),
+    "torch_save": ("torch_save", "save"),
+}
+
+
+class SaveRecord(Model):
+    """One rank's one save. Times are wall-clock epoch seconds (time.time()) on the rank's host."""
+
+    model_config = ConfigDict(defer_build=True, extra="forbid")
+
+    format: Literal["ckplan.save-record"] = FORMAT
+    version: Literal[1] = VERSION
+    framework: Framework
+    step: Annotated[Int, Field(ge=0)]
+    rank: Annotated[Int, Field(ge=0, lt=MAX_GPUS)]
+    world_size: Annotated[Int, Field(ge=1, le=MAX_GPUS)]
+    host: Annotated[str, Field(min_length=1, max_length=255)]
+    mode: Literal["sync", "async"]
+    start: Annotated[Finite, Field(ge=0)]  # the save call began
+    end: Annotated[Finite, Field(ge=0)]  # sync: the call returned; async: the background persist finished
+    seconds: Seconds  # end − start
+    blocking_seconds: Seconds  # the part training waited for: the whole save when sync, the call's return when async
+    persist_seconds: Seconds | None = None  # async: from the call's return to the end of the persist
+    path: Annotated[str, Field(min_length=1)]  # the directory (or this rank's file) the save wrote
+    counted: Counted
+    bytes: Bytes
+    files: Annotated[Int, Field(ge=0)]
+
+    @model_validator(mode="after")
+    def _consistent(self) -> SaveRecord:
+        if self.rank >= self.world_size:
+            raise ValueError(f"rank {self.rank} is not below world_size {self.world_size}")
+        if self.end < self.start:
+            raise ValueError(f"end {self.end} is before start {self.start}")
+        if abs(self.seconds - (self.end - self.start)) > CONSISTENCY_S:
+            raise ValueError(f"seconds {self.seconds} is not end − start ({self.end - self.start})")
+        if self.mode == "sync":
+            if self.persist_seconds is not None or abs(self.blocking_seconds - self.seconds) > CONSISTENCY_S:
+                raise ValueError("a sync save blocks for its whole time and has no persist_seconds")
+        elif self.persist_seconds is None or (
+            abs(self.blocking_seconds + self.persist_seconds - self.seconds) > CONSISTENCY_S
+        ):
+            raise ValueError("an async save's blocking_seconds and persist_seconds add up to its seconds")
+        return self
+
+
+def rank_and_world() -> tuple[int, int]:
+    """This process's rank and world size: torch.distributed's where it is initialised (it is imported only if the
+    job already imported it), else torchrun's RANK and WORLD_SIZE, else a single process."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def count(paths: list[str]) -> tuple[int, int]:
+    """(bytes, files) of the regular files at or under `paths`; symbolic links are not followed."""
+    total = files = 0
+    for top in paths:
+        found = [top] if not os.path.isdir(top) or os.path.islink(top) else []
+        for root, _, names in os.walk(top):
+            found += [os.path.join(root, name) for name in names]
+        for path in found:
+            with contextlib.suppress(FileNotFoundError):  # removed while we walked
+                st = os.lstat(path)
+                if stat.S_ISREG(st.st_mode):
+                    total, files = total + st.st_size, files + 1
+    return total, files
+
+
+def record_path(template: str | os.PathLike[str], rank: int) -> str:
+    """The record file for `rank`: `{rank}` and `{host}` in the path are filled in."""
+    return os.fspath(template).replace("{rank}", str(rank)).replace("{host}", socket.gethostname())
+
+
+def append(path: str, record: SaveRecord) -> None:
+    """Append one line in one write on an O_APPEND descriptor. A record that cannot be written is warned about
+    (warnings.warn), never raised: losing a measurement must not stop the training job."""
+    line = (record.model_dump_json() + "\n").encode()
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            written = os.write(fd, line)
+        finally:
+            os.close(fd)
+        if written != len(line):
+            raise OSError(f"wrote {written} of the line's {len(line)} bytes")
+    except OSError as exc:
+        warnings.warn(f"ckplan.record: cannot append to {path}: {exc}", RuntimeWarning, stacklevel=3)
+
+
+@dataclass
+class Timing:
+    """One save's times: the call's start, its return, and (async) the persist's end."""
+
+    start: float = field(default_factory=time.time)
+    returned: float | None = None
+
+    def done(self) -> None:
+        self.returned = time.time()
+
+
+def write(
+    to: str | os.PathLike[str],
+    timing: Timing,
+    *,
+    framework: Framework,
+    step: int,
+    paths: list[str],
+    counted: Counted,
+    persisted: float | None = None,
+    rank: int | None = None,
+    world_size: int | None = None,
+) -> SaveRecord:
+    """Count `paths` now and append the save's line; `persisted` (the persist's end) makes it an async save's."""
+    assert timing.returned is not None, "the save's call has not returned"
+    if rank is None or world_size is None:
+        rank, world_size = rank_and_world()
+    end = persisted if persisted is not None else timing.returned
+    nbytes, files = count(paths)
+    record = SaveRecord(
+        framework=framework,
+        step=step,
+        rank=rank,
+        world_size=world_size,
+        host=socket.gethostname(),
+        mode="sync" if persisted is None else "async",
+        start=timing.start,
+        end=end,
+        seconds=end - timing.start,
+        blocking_seconds=timing.returned - timing.start,
+        persist_seconds=None if persisted is None else persisted - timing.returned,
+        path=paths[0],
+        counted=counted,
+        bytes=nbytes,
+        files=files,
+    )
+    append(record_path(to, rank), record)
+    return record
+
+
+@contextlib.contextmanager
+def record_save(
+    to: str | os.PathLike[str],
+    path: str | os.PathLike[str],
+    *,
+    framework: Framework,
+    step: int,
+    counted: Counted = "directory",
+) -> Iterator[Timing]:
+    """Time the synchronous save inside the block and append its line to `to` when it ends; `path` is what it wrote
+    (a directory, or this rank's file with counted="own files"). A save that raises leaves no line."""
+    timing = Timing()
+    yield timing
+    timing.done()
+    write(to, timing, framework=framework, step=step, paths=[os.fspath(path)], counted=counted)
+
+
+def __getattr__(name: str) -> Any:
+    """The adapters, imported with their framework only when named."""
+    if name not in ADAPTERS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    module, attr = ADAPTERS[name]
+    return getattr(importlib.import_module(f"ckplan.recorders.{module}"), attr)
+
+
+__all__ = [
+    "FORMAT",
+    "VERSION",
+    "RecordingCheckpointIO",
+    "SaveRecord",
+    "TrainerRecorder",
+    "dcp_async_save",
+    "dcp_save",
+    "record_deepspeed",
+    "record_save",
+    "torch_save",
+]
