@@ -13,19 +13,17 @@ import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import typer
-from pydantic import Field
 
 from ckplan.errors import InputError
-from ckplan.schema import Model
+from ckplan.inputs import validate_inputs
+from ckplan.sizing.request import PlanRequest
 
 if TYPE_CHECKING:
     from ckplan.planning.policy import Policy
     from ckplan.sizing.plan import CheckpointPlan
-
-DEFAULT_PARAMS = "7e9"
 
 Json = Annotated[bool, typer.Option("--json", help="Print the result as JSON (the same model the table shows).")]
 PlanFile = Annotated[Path | None, typer.Option("--plan", help="A plan from `ckplan size --json`.")]
@@ -42,12 +40,9 @@ def pairs(items: list[str] | None, flag: str) -> dict[str, str]:
 
 
 def load_plan(path: Path) -> CheckpointPlan:
-    from ckplan.readers import MAX_PLAN_BYTES, read_json_model
-    from ckplan.sizing.plan import CheckpointPlan
+    from ckplan.sizing.request import load_plan
 
-    return read_json_model(
-        path, CheckpointPlan, "plan", MAX_PLAN_BYTES, expected=" (a plan comes from `ckplan size --json`)"
-    )
+    return load_plan(path)
 
 
 def output_file(path: Path | None, flag: str) -> None:
@@ -58,7 +53,7 @@ def output_file(path: Path | None, flag: str) -> None:
         check_output_file(path, flag)
 
 
-def preset(quick: bool, thorough: bool) -> str:
+def preset(quick: bool, thorough: bool) -> Literal["quick", "default", "thorough"]:
     """--quick / --thorough / neither, as the measurement preset they choose."""
     if quick and thorough:
         raise InputError("give --quick or --thorough, not both")
@@ -132,122 +127,26 @@ def _build_defaults() -> dict[str, Any]:
     return {name: p.default for name, p in inspect.signature(build_plan).parameters.items()}
 
 
-class PlanSpec(Model):
-    """A plan as the user gave it: a plan file, or the plan flags (None = not given: build_plan's default)."""
+class PlanSpec(PlanRequest):
+    """A plan as the flags give it: a plan file (--plan), or the plan request the other flags make."""
 
     plan_file: Path | None = None
-    from_dir: Path | None = None
-    params: str | None = None
-    model: str | None = None
-    config: Path | None = None
-    optimizer: str | None = None
-    precision: str | None = None
-    framework: str | None = None
-    gpus: int | None = None
-    gpus_per_node: int | None = None
-    tp: int | None = None
-    pp: int | None = None
-    zero: int | None = None
-    ep: int | None = None
-    dtype: list[str] = Field(default_factory=list)
-    option: list[str] = Field(default_factory=list)
-
-    def given_flags(self) -> list[str]:
-        return [PLAN_FLAG_NAMES[n] for n in PLAN_FLAG_NAMES if getattr(self, n) not in (None, [])]
 
     def plan(self, gpus: int | None = None) -> CheckpointPlan:
-        """The plan: read from the file, or built from the flags (at `gpus`, for a sweep)."""
-        if self.plan_file is not None:
-            if self.from_dir is not None:
-                raise InputError("give --plan or --from, not both: each is a whole plan")
-            if self.given_flags():
-                raise InputError(
-                    f"give --plan or the plan flags, not both (got --plan and {', '.join(self.given_flags())})"
-                )
-            return load_plan(self.plan_file)
+        """The plan: read from the file, or the request's (at `gpus`, for a sweep)."""
+        if self.plan_file is None:
+            return super().plan(gpus)
         if self.from_dir is not None:
-            return self._measured(gpus)
-        from ckplan import catalog
-        from ckplan.sizing.plan import build_plan, nearest_shape
-        from ckplan.units import parse_count
-
-        models = [PLAN_FLAG_NAMES[n] for n in ("params", "model", "config") if getattr(self, n) is not None]
-        if len(models) > 1:
-            raise InputError(
-                f"give one of --params, --model or --config, not {'both' if len(models) == 2 else 'all three'} "
-                f"(got {' and '.join(models)})"
-            )
-        if self.config is not None:
-            arch, parameters = catalog.config_model(self.config), None
-        elif self.model is not None:
-            arch, parameters = catalog.model(self.model), None
-        else:  # an empty --params is refused by parse_count, not replaced by the default
-            parameters = int(parse_count(DEFAULT_PARAMS if self.params is None else self.params, "--params"))
-            arch = nearest_shape(parameters, catalog.models())
-        chosen: dict[str, Any] = {
-            k: v
-            for k, v in dict(
-                optimizer=self.optimizer,
-                precision=self.precision,
-                framework=self.framework,
-                gpus=gpus if gpus is not None else self.gpus,
-                gpus_per_node=self.gpus_per_node,
-                tp=self.tp,
-                pp=self.pp,
-                zero=self.zero,
-                ep=self.ep,
-            ).items()
-            if v is not None
-        }
-        chosen.update({k: v.lower() for k, v in chosen.items() if isinstance(v, str)})
-        return build_plan(
-            arch=arch,
-            parameters=parameters,
-            model_name=arch.name if self.model or self.config else None,
-            dtype_overrides=pairs(self.dtype, "--dtype"),
-            options=pairs(self.option, "--option"),
-            **chosen,
-        )
-
-    def _measured(self, gpus: int | None) -> CheckpointPlan:
-        """--from DIR: the plan measured from a checkpoint's files; only the flags that the names leave open."""
-        from ckplan.scan import scan_plan
-        from ckplan.units import parse_count
-
-        others = [f for f in self.given_flags() if f not in ("--from", "--gpus-per-node", "--gpus", "--params", "--ep")]
-        if others:
-            raise InputError(
-                f"--from measures the plan from the checkpoint's files: drop {', '.join(others)} "
-                "(--gpus-per-node, --gpus, --params and --ep go with it)"
-            )
-        if gpus is not None:
-            raise InputError("--from measures one checkpoint: it cannot be resized to other GPU counts")
-        params = int(parse_count(self.params, "--params")) if self.params is not None else None
-        assert self.from_dir is not None
-        return scan_plan(self.from_dir, gpus_per_node=self.gpus_per_node, gpus=self.gpus, parameters=params, ep=self.ep)
-
-
-PLAN_FLAG_NAMES = {
-    "params": "--params",
-    "model": "--model",
-    "config": "--config",
-    "optimizer": "--optimizer",
-    "precision": "--precision",
-    "framework": "--framework",
-    "gpus": "--gpus",
-    "gpus_per_node": "--gpus-per-node",
-    "tp": "--tp",
-    "pp": "--pp",
-    "zero": "--zero",
-    "ep": "--ep",
-    "dtype": "--dtype",
-    "option": "--option",
-    "from_dir": "--from",
-}
+            raise InputError("give --plan or --from, not both: each is a whole plan")
+        if self.given():
+            given = ", ".join(f"‹{n}›" for n in self.given())
+            raise InputError(f"give --plan or the plan flags, not both (got --plan and {given})")
+        return load_plan(self.plan_file)
 
 
 def _plan_flags(defaults: dict[str, Any], exclude: tuple[str, ...]) -> list[Flag]:
     from ckplan.sizing.layouts import LAYOUTS
+    from ckplan.sizing.request import DEFAULT_PARAMETERS
     from ckplan.sizing.states import OPTIMIZERS, PRECISIONS
 
     d = {**_build_defaults(), **defaults}
@@ -259,7 +158,7 @@ def _plan_flags(defaults: dict[str, Any], exclude: tuple[str, ...]) -> list[Flag
             "An existing checkpoint directory (DeepSpeed, DCP, Megatron, HF Trainer): "
             "its files, sizes and writer ranks measured from disk instead of the flags.",
         ),
-        Flag("params", "--params", str, "Parameter count: 7e9, 7B, 70b, 1.5T.", DEFAULT_PARAMS),
+        Flag("params", "--params", str, "Parameter count: 7e9, 7B, 70b, 1.5T.", f"{DEFAULT_PARAMETERS:,}"),
         Flag("model", "--model", str, "A catalog model (see `ckplan models`)."),
         Flag("config", "--config", Path, "A Hugging Face config.json: the model's exact tensors, read locally."),
         Flag("optimizer", "--optimizer", str, ", ".join(OPTIMIZERS) + ".", d["optimizer"]),
@@ -283,9 +182,14 @@ def _plan_flags(defaults: dict[str, Any], exclude: tuple[str, ...]) -> list[Flag
             "Expert-parallel size (megatron, dcp, deepspeed; mixture-of-experts models).",
             str(d["ep"]),
         ),
-        Flag("dtype", "--dtype", list[str], "Override a state's dtype: master=none, exp_avg_sq=bf16, optimizer=bf16."),
         Flag(
-            "option",
+            "dtype_overrides",
+            "--dtype",
+            list[str],
+            "Override a state's dtype: master=none, exp_avg_sq=bf16, optimizer=bf16.",
+        ),
+        Flag(
+            "options",
             "--option",
             list[str],
             "Layout option, e.g. hf_shard_size=50GB, writer=fast (deepspeed), gather_16bit=true (hf under ZeRO-3).",
@@ -302,10 +206,13 @@ def plan_options(*, plan_file: bool = True, exclude: tuple[str, ...] = (), **def
         flags.insert(0, Flag("plan_file", "--plan", Path, "A plan from `ckplan size --json` instead of the flags."))
 
     def build(values: dict[str, Any]) -> PlanSpec:
-        given = {k: v for k, v in values.items() if v is not None}
+        given = {k: v for k, v in values.items() if v not in (None, [])}
+        for name, flag in (("dtype_overrides", "--dtype"), ("options", "--option")):
+            if name in given:
+                given[name] = pairs(given[name], flag)
         whole = given.get("plan_file") or given.get("from_dir")  # a plan file or a directory is the whole plan
         chosen = {k: v for k, v in defaults.items() if k not in given and not whole}
-        return PlanSpec(**chosen, **given)
+        return validate_inputs(PlanSpec, {**chosen, **given})
 
     return _with_group("spec", flags, build)
 
@@ -316,47 +223,11 @@ def plan_options(*, plan_file: bool = True, exclude: tuple[str, ...] = (), **def
 @dataclass(frozen=True)
 class PolicyFlag(Flag):
     field: str = ""  # the Policy field it sets
-    parse: Callable[[Any, str], Any] = lambda value, flag: value
 
 
 def _policy_flags() -> list[PolicyFlag]:
     from ckplan.planning import policy as p
-    from ckplan.units import (
-        MAX_FAILURES_PER_1000_NODE_DAYS,
-        MAX_FAILURES_PER_DAY,
-        MIN_MTBF_S,
-        check_range,
-        fmt_bytes,
-        fmt_duration,
-        fmt_percent,
-        fmt_rate,
-        parse_bytes,
-        parse_duration,
-        parse_fraction,
-        parse_number,
-        parse_rate,
-    )
-
-    def rate_check(maximum: float, limit: str) -> Callable[[Any, str], float]:
-        def check(text: str, flag: str) -> float:
-            return check_range(parse_number(text, flag), flag, 0, maximum, text=text, limit=limit)
-
-        return check
-
-    def serializers(items: list[str], flag: str) -> dict[str, float]:
-        out = {}
-        for fmt, rate in pairs(items, flag).items():
-            if fmt not in p.DEFAULT_SERIALIZE_BYTES_PER_S:
-                raise InputError(
-                    f"{flag} takes {' or '.join(f'{k}=RATE' for k in p.DEFAULT_SERIALIZE_BYTES_PER_S)}, got {fmt!r}"
-                )
-            out[fmt] = parse_rate(rate, flag)
-        return out
-
-    def mode(value: str, flag: str) -> str:
-        if value not in ("sync", "async"):
-            raise InputError(f"{flag} must be sync or async, got {value!r}")
-        return value
+    from ckplan.units import fmt_bytes, fmt_duration, fmt_percent, fmt_rate
 
     def flag(
         name: str,
@@ -366,9 +237,8 @@ def _policy_flags() -> list[PolicyFlag]:
         shown: str | None,
         panel: str,
         field: str,
-        parse: Callable[[Any, str], Any],
     ) -> PolicyFlag:
-        return PolicyFlag(name, text, type_, help_, shown, panel, field=field, parse=parse)
+        return PolicyFlag(name, text, type_, help_, shown, panel, field=field)
 
     return [
         flag(
@@ -379,7 +249,6 @@ def _policy_flags() -> list[PolicyFlag]:
             fmt_duration(p.DEFAULT_MAX_LOSS_S),
             "Policy",
             "max_loss_s",
-            parse_duration,
         ),
         flag(
             "max_overhead",
@@ -389,7 +258,6 @@ def _policy_flags() -> list[PolicyFlag]:
             fmt_percent(p.DEFAULT_MAX_OVERHEAD),
             "Policy",
             "max_overhead",
-            parse_fraction,
         ),
         flag(
             "mode",
@@ -399,7 +267,6 @@ def _policy_flags() -> list[PolicyFlag]:
             p.DEFAULT_MODE,
             "Policy",
             "mode",
-            mode,
         ),
         flag(
             "iteration_time",
@@ -409,7 +276,6 @@ def _policy_flags() -> list[PolicyFlag]:
             None,
             "Policy",
             "iteration_s",
-            parse_duration,
         ),
         flag(
             "mtbf",
@@ -419,7 +285,6 @@ def _policy_flags() -> list[PolicyFlag]:
             None,
             "Failures",
             "mtbf_s",
-            lambda v, f: parse_duration(v, f, minimum=MIN_MTBF_S),
         ),
         flag(
             "node_failure_rate",
@@ -429,10 +294,6 @@ def _policy_flags() -> list[PolicyFlag]:
             f"{p.DEFAULT_NODE_FAILURES_PER_1000_DAYS:g}",
             "Failures",
             "node_failures_per_1000_days",
-            rate_check(
-                MAX_FAILURES_PER_1000_NODE_DAYS,
-                f"{MAX_FAILURES_PER_1000_NODE_DAYS:,} per 1,000 node-days, one a second",
-            ),
         ),
         flag(
             "job_failure_rate",
@@ -442,17 +303,33 @@ def _policy_flags() -> list[PolicyFlag]:
             f"{p.DEFAULT_JOB_FAILURES_PER_DAY:g}",
             "Failures",
             "job_failures_per_day",
-            rate_check(MAX_FAILURES_PER_DAY, f"{MAX_FAILURES_PER_DAY:,} a day, one a second"),
         ),
         flag(
             "restart",
             "--restart",
             str,
-            "Restart cost: detect, reschedule, load, warm up.",
-            fmt_duration(p.DEFAULT_RESTART_S),
+            "The whole restart cost, measured (detect, reschedule, load, warm up); replaces fixed part + predicted load.",
+            None,
             "Failures",
             "restart_s",
-            lambda v, f: parse_duration(v, f, allow_zero=True),
+        ),
+        flag(
+            "restart_fixed",
+            "--restart-fixed",
+            str,
+            "Restart cost besides the checkpoint's load (detect, reschedule, initialise); the load is predicted.",
+            fmt_duration(p.DEFAULT_RESTART_FIXED_S),
+            "Failures",
+            "restart_fixed_s",
+        ),
+        flag(
+            "collective_timeout",
+            "--collective-timeout",
+            str,
+            "The process group's collective timeout (init_process_group(timeout=)); saves near it are warned about.",
+            fmt_duration(p.COLLECTIVE_TIMEOUT_S),
+            "Failures",
+            "collective_timeout_s",
         ),
         flag(
             "snapshot_bandwidth",
@@ -462,7 +339,6 @@ def _policy_flags() -> list[PolicyFlag]:
             fmt_rate(p.DEFAULT_SNAPSHOT_BYTES_PER_S),
             "Assumptions",
             "snapshot_bytes_per_s",
-            parse_rate,
         ),
         flag(
             "host_memory",
@@ -472,7 +348,6 @@ def _policy_flags() -> list[PolicyFlag]:
             fmt_bytes(p.DEFAULT_HOST_MEMORY_BYTES),
             "Assumptions",
             "host_memory_bytes",
-            parse_bytes,
         ),
         flag(
             "local_disk",
@@ -482,7 +357,6 @@ def _policy_flags() -> list[PolicyFlag]:
             fmt_bytes(p.DEFAULT_LOCAL_DISK_BYTES),
             "Assumptions",
             "local_disk_bytes",
-            parse_bytes,
         ),
         flag(
             "changed_fraction",
@@ -492,7 +366,6 @@ def _policy_flags() -> list[PolicyFlag]:
             fmt_percent(p.DEFAULT_CHANGED_FRACTION),
             "Assumptions",
             "changed_fraction",
-            lambda v, f: parse_fraction(v, f, allow_one=True),
         ),
         flag(
             "serialize_bandwidth",
@@ -503,7 +376,6 @@ def _policy_flags() -> list[PolicyFlag]:
             None,
             "Assumptions",
             "serialize_bytes_per_s",
-            serializers,
         ),
         flag(
             "aggregate_limit",
@@ -514,7 +386,6 @@ def _policy_flags() -> list[PolicyFlag]:
             None,
             "Assumptions",
             "aggregate_limit_bytes_per_s",
-            parse_rate,
         ),
         flag(
             "save_time",
@@ -524,7 +395,6 @@ def _policy_flags() -> list[PolicyFlag]:
             None,
             "Measured",
             "save_time_s",
-            parse_duration,
         ),
         flag(
             "stall_time",
@@ -534,7 +404,6 @@ def _policy_flags() -> list[PolicyFlag]:
             None,
             "Measured",
             "stall_time_s",
-            parse_duration,
         ),
     ]
 
@@ -545,12 +414,11 @@ def policy_options(*, exclude: tuple[str, ...] = ()) -> Callable:
 
     def build(values: dict[str, Any]) -> Policy:
         from ckplan.planning.policy import Policy
-        from ckplan.readers import validate_model
 
-        chosen = {f.field: f.parse(values[f.name], f.flag) for f in flags if values[f.name] not in (None, [])}
-        if "stall_time_s" in chosen and chosen.get("mode") != "async":
-            raise InputError("--stall-time applies to --mode async only")
-        return validate_model(chosen, Policy, "")
+        chosen = {f.field: values[f.name] for f in flags if values[f.name] not in (None, [])}
+        if "serialize_bytes_per_s" in chosen:
+            chosen["serialize_bytes_per_s"] = pairs(chosen["serialize_bytes_per_s"], "--serialize-bandwidth")
+        return Policy.from_inputs(chosen)
 
     return _with_group("policy", flags, build)
 
@@ -560,12 +428,18 @@ def flag_names() -> dict[str, str]:
     names = {f.name: f.flag for f in _plan_flags({}, ())}
     names.update({f.field: f.flag for f in _policy_flags()})
     names.update(
-        dtype_overrides="--dtype",
-        options="--option",
         plan_file="--plan",
+        plan="--plan",
         save_name="--save",
+        save="--save",
         keep="--keep",
         goodput="--target-goodput",
+        target_goodput="--target-goodput",
+        max_restore="--max-restore",
+        writers="--writers",
+        out="--out",
+        part_size="--part-size",
+        timeout="--timeout",
         ranks="--ranks",
         repeats="--repeats",
         scale="--scale",

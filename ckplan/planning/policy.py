@@ -5,11 +5,15 @@ Every default is named in planning/defaults.py (re-exported here), shown in the 
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Callable, Mapping
+from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import BeforeValidator, ConfigDict, Field, ValidationInfo, model_validator
 
+from ckplan.errors import InputError
+from ckplan.inputs import parsed, validate_inputs
 from ckplan.planning.defaults import (
+    COLLECTIVE_TIMEOUT_S,
     DEFAULT_CHANGED_FRACTION,
     DEFAULT_DCP_FIXED_S,
     DEFAULT_HOST_MEMORY_BYTES,
@@ -19,7 +23,7 @@ from ckplan.planning.defaults import (
     DEFAULT_MAX_OVERHEAD,
     DEFAULT_MODE,
     DEFAULT_NODE_FAILURES_PER_1000_DAYS,
-    DEFAULT_RESTART_S,
+    DEFAULT_RESTART_FIXED_S,
     DEFAULT_SERIALIZE_BYTES_PER_S,
     DEFAULT_SNAPSHOT_BYTES_PER_S,
     TIGHT_FRACTION,
@@ -36,6 +40,17 @@ from ckplan.schema import (
     Seconds,
     Share,
 )
+from ckplan.units import (
+    MAX_FAILURES_PER_1000_NODE_DAYS,
+    MAX_FAILURES_PER_DAY,
+    MIN_MTBF_S,
+    check_range,
+    parse_bytes,
+    parse_duration,
+    parse_fraction,
+    parse_number,
+    parse_rate,
+)
 
 # the defaults, re-exported: callers name them policy.DEFAULT_*
 __all__ = [
@@ -48,7 +63,8 @@ __all__ = [
     "DEFAULT_MAX_OVERHEAD",
     "DEFAULT_MODE",
     "DEFAULT_NODE_FAILURES_PER_1000_DAYS",
-    "DEFAULT_RESTART_S",
+    "DEFAULT_RESTART_FIXED_S",
+    "COLLECTIVE_TIMEOUT_S",
     "DEFAULT_SERIALIZE_BYTES_PER_S",
     "DEFAULT_SNAPSHOT_BYTES_PER_S",
     "TIGHT_FRACTION",
@@ -65,26 +81,88 @@ def provenance(value: float, default: float, flag: str | None) -> str:
     return f"given ({flag})" if flag else "given"
 
 
-class Policy(Model):
-    """The bounds are the flags' (README, input limits), so a library caller is refused the same values."""
+def _failure_rate(maximum: float, limit: str) -> Callable[[Any, str], float]:
+    def read(value: Any, what: str) -> float:
+        return check_range(parse_number(value, what), what, 0, maximum, text=value, limit=limit)
 
-    mode: Literal["sync", "async"] = DEFAULT_MODE
-    max_loss_s: PositiveSeconds = DEFAULT_MAX_LOSS_S
-    max_overhead: Fraction = DEFAULT_MAX_OVERHEAD
-    mtbf_s: MtbfSeconds | None = None  # job MTBF; derived from the rates when None
-    node_failures_per_1000_days: NodeFailureRate = DEFAULT_NODE_FAILURES_PER_1000_DAYS
-    job_failures_per_day: JobFailureRate = DEFAULT_JOB_FAILURES_PER_DAY
-    restart_s: Seconds = DEFAULT_RESTART_S
-    iteration_s: PositiveSeconds | None = None
-    snapshot_bytes_per_s: Rate = DEFAULT_SNAPSHOT_BYTES_PER_S
-    host_memory_bytes: ByteAmount = DEFAULT_HOST_MEMORY_BYTES
-    local_disk_bytes: ByteAmount = DEFAULT_LOCAL_DISK_BYTES
-    changed_fraction: Share = DEFAULT_CHANGED_FRACTION
+    return read
+
+
+def _mode(value: Any, what: str) -> Any:
+    if value not in ("sync", "async"):
+        raise InputError(f"{what} must be sync or async, got {value!r}")
+    return value
+
+
+def _serializers(value: Any, info: ValidationInfo) -> Any:
+    """Serialiser name → rate; each name one of DEFAULT_SERIALIZE_BYTES_PER_S's, each rate read as a bandwidth."""
+    if not isinstance(value, Mapping):
+        return value
+    what = f"‹{info.field_name}›"
+    for name in value:
+        if name not in DEFAULT_SERIALIZE_BYTES_PER_S:
+            takes = " or ".join(f"{k}=RATE" for k in DEFAULT_SERIALIZE_BYTES_PER_S)
+            raise InputError(f"{what} takes {takes}, got {name!r}")
+    return {name: parse_rate(rate, what) for name, rate in value.items()}
+
+
+class Policy(Model):
+    """The policy of a recommendation. A field takes a number in its unit or the string a flag takes ("1h", "5%",
+    "2GB/s"), read and bounded by the same parser (ckplan.inputs), so the CLI and a library caller are refused the
+    same values in the same words; `Policy.from_inputs` makes the refusal one InputError."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    mode: Annotated[Literal["sync", "async"], parsed(_mode)] = DEFAULT_MODE
+    max_loss_s: Annotated[PositiveSeconds, parsed(parse_duration)] = DEFAULT_MAX_LOSS_S
+    max_overhead: Annotated[Fraction, parsed(parse_fraction)] = DEFAULT_MAX_OVERHEAD
+    # job MTBF; derived from the rates when None
+    mtbf_s: Annotated[MtbfSeconds | None, parsed(lambda v, f: parse_duration(v, f, minimum=MIN_MTBF_S))] = None
+    node_failures_per_1000_days: Annotated[
+        NodeFailureRate,
+        parsed(
+            _failure_rate(
+                MAX_FAILURES_PER_1000_NODE_DAYS,
+                f"{MAX_FAILURES_PER_1000_NODE_DAYS:,} per 1,000 node-days, one a second",
+            )
+        ),
+    ] = DEFAULT_NODE_FAILURES_PER_1000_DAYS
+    job_failures_per_day: Annotated[
+        JobFailureRate, parsed(_failure_rate(MAX_FAILURES_PER_DAY, f"{MAX_FAILURES_PER_DAY:,} a day, one a second"))
+    ] = DEFAULT_JOB_FAILURES_PER_DAY
+    # the whole restart cost R, as measured by the user (--restart); None: the fixed part below plus the load
+    # predicted from the plan's restore manifest (scenario.restart_cost), which recommend and provision put here
+    restart_s: Annotated[Seconds | None, parsed(lambda v, f: parse_duration(v, f, allow_zero=True))] = None
+    # detect, reschedule, initialise: all of a restart but the checkpoint's load
+    restart_fixed_s: Annotated[Seconds, parsed(lambda v, f: parse_duration(v, f, allow_zero=True))] = (
+        DEFAULT_RESTART_FIXED_S
+    )
+    # the process group's timeout (--collective-timeout): a blocking save or a load near it is warned about
+    collective_timeout_s: Annotated[PositiveSeconds, parsed(parse_duration)] = COLLECTIVE_TIMEOUT_S
+    iteration_s: Annotated[PositiveSeconds | None, parsed(parse_duration)] = None
+    snapshot_bytes_per_s: Annotated[Rate, parsed(parse_rate)] = DEFAULT_SNAPSHOT_BYTES_PER_S
+    host_memory_bytes: Annotated[ByteAmount, parsed(parse_bytes)] = DEFAULT_HOST_MEMORY_BYTES
+    local_disk_bytes: Annotated[ByteAmount, parsed(parse_bytes)] = DEFAULT_LOCAL_DISK_BYTES
+    changed_fraction: Annotated[Share, parsed(lambda v, f: parse_fraction(v, f, allow_one=True))] = (
+        DEFAULT_CHANGED_FRACTION
+    )
     # serialiser rates given with --serialize-bandwidth; the others come from the profile's calibration or the defaults
-    serialize_bytes_per_s: dict[str, Rate] = Field(default_factory=dict)
+    serialize_bytes_per_s: Annotated[dict[str, Rate], BeforeValidator(_serializers)] = Field(default_factory=dict)
     # what the whole shared storage system sustains, as the user knows it (--aggregate-limit): replaces the profile's
     # limit and any fit beyond the measured host counts (planning/scaling.py); it is the --storage target's, not
     # another class's
-    aggregate_limit_bytes_per_s: Rate | None = None
-    save_time_s: PositiveSeconds | None = None  # measured save (persist) time, skipping the model
-    stall_time_s: PositiveSeconds | None = None  # measured blocking time of an async save
+    aggregate_limit_bytes_per_s: Annotated[Rate | None, parsed(parse_rate)] = None
+    # measured save (persist) time, skipping the model
+    save_time_s: Annotated[PositiveSeconds | None, parsed(parse_duration)] = None
+    stall_time_s: Annotated[PositiveSeconds | None, parsed(parse_duration)] = None  # measured async blocking time
+
+    @model_validator(mode="after")
+    def _stall_is_async(self) -> Policy:
+        if self.stall_time_s is not None and self.mode != "async":
+            raise InputError("‹stall_time_s› applies to ‹mode› async only")
+        return self
+
+    @classmethod
+    def from_inputs(cls, inputs: Mapping[str, Any]) -> Policy:
+        """A Policy from a caller's inputs (field name → number or flag string), or one InputError."""
+        return validate_inputs(cls, inputs)

@@ -404,9 +404,9 @@ def _parallelism(
     ep: int = 1,
     borrowed: bool = False,
 ) -> Parallelism:
-    for name, value in (("--gpus", gpus), ("--gpus-per-node", gpus_per_node), ("--tp", tp), ("--pp", pp), ("--ep", ep)):
+    for name, value in (("gpus", gpus), ("gpus_per_node", gpus_per_node), ("tp", tp), ("pp", pp), ("ep", ep)):
         if value is not None:
-            check_range(value, name, 1, MAX_GPUS, limit=f"{MAX_GPUS:,} GPUs")
+            check_range(value, f"‹{name}›", 1, MAX_GPUS, limit=f"{MAX_GPUS:,} GPUs")
     if gpus_per_node is None:
         gpus_per_node = min(DEFAULT_GPUS_PER_NODE, gpus)
     elif gpus_per_node > gpus:

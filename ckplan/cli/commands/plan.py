@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from ckplan.api import PROVISION_FRAMEWORK, PROVISION_GPUS, PROVISION_TP
 from ckplan.cli import options as o
-from ckplan.errors import InputError
 from ckplan.render import emit
 
 if TYPE_CHECKING:
@@ -31,17 +31,13 @@ Storage = Annotated[
 @o.policy_options()
 def recommend(spec: o.PlanSpec, policy: Policy, storage: Storage = None, json: o.Json = False) -> None:
     """The shortest safe and the best checkpoint interval for a plan on a storage target, with what-ifs."""
-    from ckplan import catalog
-    from ckplan.planning.recommend import compare
-    from ckplan.planning.recommend import recommend as run
+    from ckplan import api
 
     plan = spec.plan()
     if storage is None:
-        emit(compare(plan, policy, list(catalog.storage_classes().values())), json)
+        emit(api.compare(plan, policy=policy), json)
         return
-    from ckplan import profile_store
-
-    emit(run(plan, profile_store.resolve(storage), policy, catalog.planning_data()), json)
+    emit(api.recommend(plan, storage, policy=policy), json)
 
 
 @commands.command()
@@ -57,26 +53,25 @@ def report(
     json: o.Json = False,
 ) -> None:
     """Write a capacity-review report (Markdown, HTML, PNG charts) for a plan on a storage target."""
-    from ckplan import catalog, profile_store
+    from ckplan import api, profile_store
     from ckplan.outputs import check_output_dir
-    from ckplan.planning.recommend import recommend as run
     from ckplan.report import write_report
 
     check_output_dir(out, "--out")
     plan = spec.plan()
     profile = profile_store.resolve(storage)
-    emit(write_report(plan, profile, run(plan, profile, policy, catalog.planning_data()), out), json)
+    emit(write_report(plan, profile, api.recommend(plan, profile, policy=policy), out), json)
 
 
 @commands.command()
-@o.plan_options(plan_file=False, exclude=("gpus", "from_dir"), framework="megatron", tp=8)
+@o.plan_options(plan_file=False, exclude=("gpus", "from_dir"), framework=PROVISION_FRAMEWORK, tp=PROVISION_TP)
 @o.policy_options(exclude=("mode", "iteration_time", "local_disk", "changed_fraction", "save_time", "stall_time"))
 def provision(
     spec: o.PlanSpec,
     policy: Policy,
-    gpus: Annotated[
-        str, typer.Option("--gpus", help="Cluster size, or a sweep: 1024,4096,16384,65536.")
-    ] = "1024,4096,16384,65536",
+    gpus: Annotated[str, typer.Option("--gpus", help="Cluster size, or a sweep: 1024,4096,16384,65536.")] = ",".join(
+        map(str, PROVISION_GPUS)
+    ),
     mode: Annotated[str, typer.Option(help="sync, async or staged (local NVMe, then drain).")] = "sync",
     target_goodput: Annotated[
         str | None, typer.Option("--target-goodput", help="Expected ETTR to reach, e.g. 90%.")
@@ -85,26 +80,31 @@ def provision(
     storage: Annotated[
         str | None, typer.Option("--storage", help="Check an existing profile against the need (headroom).")
     ] = None,
+    max_restore: Annotated[
+        str | None,
+        typer.Option(
+            "--max-restore",
+            help="Restart target, e.g. 10m: the cold read bandwidth that loads the checkpoint within it (after "
+            "--restart-fixed).",
+        ),
+    ] = None,
     chart: Annotated[Path | None, typer.Option("--chart", help="Write a PNG chart of bandwidth against GPUs.")] = None,
     json: o.Json = False,
 ) -> None:
-    """The write bandwidth, file rate and capacity a cluster needs for a goodput or overhead target."""
-    from ckplan import catalog, profile_store
-    from ckplan.planning.provision import check_sweep_sizes, provision_sweep
-    from ckplan.units import parse_fraction
+    """The write and read bandwidth, file rate and capacity a cluster needs for a goodput, overhead or restart target."""
+    from ckplan.api import provision_request
 
     o.output_file(chart, "--chart")
-    check_sweep_sizes(len(gpus.split(",")))
-    sizes = []
-    for item in gpus.split(","):
-        try:
-            sizes.append(int(item))
-        except ValueError:
-            raise InputError(f"--gpus takes whole numbers separated by commas, got {item!r}") from None
-    plans = [spec.plan(gpus=g) for g in sizes]
-    goodput = parse_fraction(target_goodput, "--target-goodput") if target_goodput else None
-    profile = profile_store.resolve(storage) if storage else None
-    sweep = provision_sweep(plans, policy, mode, goodput, keep, catalog.planning_data(), profile)
+    sweep = provision_request(
+        spec,
+        gpus,
+        policy=policy,
+        mode=mode,
+        target_goodput=target_goodput or None,
+        keep=keep,
+        storage=storage or None,
+        max_restore=max_restore or None,
+    )
     if chart:
         from ckplan.render.charts import provision_chart
 

@@ -90,56 +90,28 @@ def probe(
     this machine's serialisers, and a replay of a plan."""
     import signal
 
-    from ckplan import profile_store
-    from ckplan.units import MAX_GPUS, check_range, check_scale, parse_bytes
+    from ckplan import api
 
-    # every flag that can be refused is checked before the probe writes a byte
-    if not path.strip():  # Path("") is the current directory
-        raise InputError("probe needs a directory or s3://bucket/prefix, got an empty path")
-    if save is not None:
-        profile_store.check_name(save)
-    if hosts is not None and not hosts.strip(" ,"):
-        raise InputError("--hosts names no hosts: give host[:port],…")
-    if agent_wait is not None and not (hosts or hosts_file):
-        raise InputError("--agent-wait applies to a multi-host probe (--hosts or --hosts-file)")
-    if writers is not None:
-        check_range(writers, "--writers", 1, MAX_GPUS, limit=f"{MAX_GPUS:,}")
-    o.output_file(out, "--out")
-    if emit_jobs is not None and path.startswith("s3:"):
-        raise InputError("--emit-jobs writes fio job files; the S3 probe runs ckplan's own client, not fio")
-    if emit_jobs is not None:
-        from ckplan.outputs import check_output_dir
-
-        check_output_dir(emit_jobs, "--emit-jobs")
-    chosen = o.preset(quick, thorough)
-    check_scale(scale, "--scale")
-    from ckplan.probe.backends import open_target
-    from ckplan.probe.engine import S3Options, TargetSpec
-    from ckplan.units import parse_duration
-
-    target = open_target(
-        TargetSpec(
-            path,
-            preset=chosen,
-            writers=writers,
-            plan=o.load_plan(plan_file) if plan_file else None,
-            scale=scale,
-            max_bytes=parse_bytes(max_bytes, "--max-bytes") if max_bytes else None,
-            name=save,
-            calibrate=not no_calibrate,
-            emit_jobs=emit_jobs,
-            hosts=hosts,
-            hosts_file=hosts_file,
-            agent_wait_s=parse_duration(agent_wait, "--agent-wait") if agent_wait is not None else None,
-            notice=lambda line: print(f"ckplan: {line}", file=sys.stderr, flush=True),
-            s3=S3Options(
-                endpoint_url=endpoint_url,
-                region=region,
-                profile=profile,
-                part_bytes=parse_bytes(part_size, "--part-size"),
-                timeout_s=parse_duration(timeout, "--timeout"),
-            ),
-        )
+    target = api.open_probe(
+        path,
+        preset=o.preset(quick, thorough),
+        writers=writers,
+        plan=plan_file,
+        scale=scale,
+        max_bytes=max_bytes,
+        save=save,
+        out=out,
+        endpoint_url=endpoint_url,
+        region=region,
+        profile=profile,
+        part_size=part_size,
+        timeout=timeout,
+        hosts=hosts,
+        hosts_file=hosts_file,
+        agent_wait=agent_wait,
+        calibrate=not no_calibrate,
+        emit_jobs=emit_jobs,
+        notice=lambda line: print(f"ckplan: {line}", file=sys.stderr, flush=True),
     )
     estimate = target.estimated_seconds  # prepares: every check that can fail comes before a byte is written
     signal.signal(signal.SIGTERM, o.interrupt)  # run the same cleanup as Ctrl-C
@@ -151,11 +123,9 @@ def probe(
 
     for warning in shared_target_warnings(result.notes):  # in the profile too, but shared figures must not pass unseen
         print(f"ckplan: warning: {warning}", file=sys.stderr)
-    if save:
-        where = profile_store.save(result, save)
+    where = api.keep_profile(result, save, out)
+    if where is not None:
         print(f"saved profile {save!r} to {where}", file=sys.stderr)
-    if out:
-        profile_store.write(result, out)
     emit(result, json)
 
 

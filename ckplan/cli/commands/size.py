@@ -28,19 +28,9 @@ def size(
     json: o.Json = False,
 ) -> None:
     """What one checkpoint save writes: bytes, files, writers, and the bandwidth an interval needs."""
-    from ckplan.sizing.plan import TYPICAL_INTERVALS_S, interval_demand
-    from ckplan.units import parse_duration, parse_fraction
+    from ckplan.api import size_request
 
-    interval_s = parse_duration(interval, "--interval") if interval is not None else None
-    overhead = parse_fraction(max_overhead, "--max-overhead")
-    plan = spec.plan()
-    if interval_s is not None:
-        plan = plan.model_copy(update={"interval": interval_demand(plan, interval_s, overhead)})
-    else:
-        plan = plan.model_copy(
-            update={"typical_demand": [interval_demand(plan, t, overhead) for t in TYPICAL_INTERVALS_S]}
-        )
-    emit(plan, json, full_manifest=full_manifest)
+    emit(size_request(spec, interval=interval, max_overhead=max_overhead), json, full_manifest=full_manifest)
 
 
 @commands.command()

@@ -1,0 +1,424 @@
+"""ckplan as a Python library: the commands' work, with the same inputs, defaults, normalisation and bounds.
+
+Each function takes what its command's flags take, under the names of the models they fill (a PlanRequest's fields,
+a Policy's): a number in the field's unit (seconds, bytes, bytes per second, a fraction) or the string the flag takes
+("7B", "1h", "5%", "2GB/s"). The CLI parses its flags into the same models (ckplan.cli.options) and calls these
+functions, so a notebook and a shell get the same result and the same refusal: an InputError whose message names the
+parameter (`str(exc)`), where the CLI names the flag.
+
+    >>> from ckplan import api
+    >>> plan = api.size(params="70B", framework="megatron", gpus=1024, tp=8)
+    >>> rec = api.recommend(plan, "lustre", mtbf_s="8h")
+    >>> rec.best_interval_s
+
+Imports happen inside the functions: `import ckplan` and the CLI's start-up stay as cheap as before.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, TypedDict, Unpack
+
+from ckplan.errors import InputError
+from ckplan.planning.defaults import DEFAULT_MAX_OVERHEAD
+
+if TYPE_CHECKING:
+    from ckplan.diagnose.records import RecordDiagnosis
+    from ckplan.diagnose.trend import Diagnosis
+    from ckplan.planning.policy import Policy
+    from ckplan.planning.provision import ProvisionSweep
+    from ckplan.planning.recommend import Comparison, Recommendation
+    from ckplan.probe.backends import ProbeTarget
+    from ckplan.profile import StorageProfile
+    from ckplan.sizing.plan import CheckpointPlan
+    from ckplan.sizing.request import PlanRequest
+
+Number = float | str  # a figure in the field's unit, or as a flag takes it ("1h", "5%", "2GB/s")
+PathLike = str | os.PathLike[str]
+
+# what `provision` sizes when not told: the cluster sizes it sweeps, and a large model's layout
+PROVISION_GPUS = (1024, 4096, 16384, 65536)
+PROVISION_FRAMEWORK = "megatron"
+PROVISION_TP = 8
+
+
+class ProvisionPolicyInputs(TypedDict, total=False):
+    """The Policy fields provision takes (ckplan.planning.policy.Policy; its mode is provision's own)."""
+
+    max_loss_s: Number
+    max_overhead: Number
+    mtbf_s: Number
+    node_failures_per_1000_days: Number
+    job_failures_per_day: Number
+    restart_s: Number
+    restart_fixed_s: Number
+    collective_timeout_s: Number
+    snapshot_bytes_per_s: Number
+    host_memory_bytes: Number
+    serialize_bytes_per_s: Mapping[str, Number]
+    aggregate_limit_bytes_per_s: Number
+
+
+class PolicyInputs(ProvisionPolicyInputs, total=False):
+    """Every Policy field, as recommend and compare take them."""
+
+    mode: Literal["sync", "async"]
+    iteration_s: Number
+    local_disk_bytes: Number
+    changed_fraction: Number
+    save_time_s: Number
+    stall_time_s: Number
+
+
+def size(
+    params: Number | None = None,
+    *,
+    model: str | None = None,
+    config: PathLike | None = None,
+    from_dir: PathLike | None = None,
+    optimizer: str | None = None,
+    precision: str | None = None,
+    framework: str | None = None,
+    gpus: int | None = None,
+    gpus_per_node: int | None = None,
+    tp: int | None = None,
+    pp: int | None = None,
+    zero: int | None = None,
+    ep: int | None = None,
+    dtype_overrides: Mapping[str, str] | None = None,
+    options: Mapping[str, str] | None = None,
+    interval: Number | None = None,
+    max_overhead: Number = DEFAULT_MAX_OVERHEAD,
+) -> CheckpointPlan:
+    """What one save writes (`ckplan size`): give one of params (7e9, "7B"; 7B when none is given), model (a catalog
+    name), config (a Hugging Face config.json) or from_dir (a checkpoint measured from disk). None is the default of
+    `ckplan size`. With `interval` (seconds or "5m") the plan carries that interval's bandwidth and IOPS, else those
+    of the typical intervals."""
+    request = plan_request(
+        params=params,
+        model=model,
+        config=config,
+        from_dir=from_dir,
+        optimizer=optimizer,
+        precision=precision,
+        framework=framework,
+        gpus=gpus,
+        gpus_per_node=gpus_per_node,
+        tp=tp,
+        pp=pp,
+        zero=zero,
+        ep=ep,
+        dtype_overrides=dtype_overrides,
+        options=options,
+    )
+    return size_request(request, interval=interval, max_overhead=max_overhead)
+
+
+def plan_request(**inputs: Any) -> PlanRequest:
+    """A PlanRequest from size's inputs (None: not given), or one InputError."""
+    from ckplan.sizing.request import PlanRequest
+
+    return PlanRequest.from_inputs({k: v for k, v in inputs.items() if v is not None})
+
+
+def size_request(
+    request: PlanRequest, *, interval: Number | None = None, max_overhead: Number = DEFAULT_MAX_OVERHEAD
+) -> CheckpointPlan:
+    """`size` for a request already made (the CLI's flags make one)."""
+    from ckplan.sizing.plan import TYPICAL_INTERVALS_S, interval_demand
+    from ckplan.units import parse_duration, parse_fraction
+
+    interval_s = parse_duration(interval, "‹interval›") if interval is not None else None
+    overhead = parse_fraction(max_overhead, "‹max_overhead›")
+    plan = request.plan()
+    if interval_s is not None:
+        return plan.model_copy(update={"interval": interval_demand(plan, interval_s, overhead)})
+    return plan.model_copy(update={"typical_demand": [interval_demand(plan, t, overhead) for t in TYPICAL_INTERVALS_S]})
+
+
+def recommend(
+    plan: CheckpointPlan | PlanRequest | PathLike,
+    storage: StorageProfile | PathLike,
+    *,
+    policy: Policy | None = None,
+    **inputs: Unpack[PolicyInputs],
+) -> Recommendation:
+    """The shortest safe and the best checkpoint interval for a plan on a storage target (`ckplan recommend
+    --storage`), under a Policy given whole or by its fields (max_overhead=0.05 or "5%", mtbf_s=28800 or "8h", …)."""
+    from ckplan import catalog
+    from ckplan.planning.recommend import recommend as run
+
+    chosen = _policy(policy, dict(inputs))
+    the_plan = _plan(plan)
+    return run(the_plan, _storage(storage), chosen, catalog.planning_data())
+
+
+def compare(
+    plan: CheckpointPlan | PlanRequest | PathLike, *, policy: Policy | None = None, **inputs: Unpack[PolicyInputs]
+) -> Comparison:
+    """The plan on every built-in storage class, side by side (`ckplan recommend` without --storage)."""
+    from ckplan import catalog
+    from ckplan.planning.recommend import compare as run
+
+    chosen = _policy(policy, dict(inputs))
+    return run(_plan(plan), chosen, list(catalog.storage_classes().values()))
+
+
+def provision(
+    gpus: Sequence[int] | str = PROVISION_GPUS,
+    *,
+    params: Number | None = None,
+    model: str | None = None,
+    config: PathLike | None = None,
+    optimizer: str | None = None,
+    precision: str | None = None,
+    framework: str | None = PROVISION_FRAMEWORK,
+    gpus_per_node: int | None = None,
+    tp: int | None = PROVISION_TP,
+    pp: int | None = None,
+    zero: int | None = None,
+    ep: int | None = None,
+    dtype_overrides: Mapping[str, str] | None = None,
+    options: Mapping[str, str] | None = None,
+    mode: Literal["sync", "async", "staged"] = "sync",
+    target_goodput: Number | None = None,
+    keep: int = 2,
+    storage: StorageProfile | PathLike | None = None,
+    max_restore: Number | None = None,
+    policy: Policy | None = None,
+    **inputs: Unpack[ProvisionPolicyInputs],
+) -> ProvisionSweep:
+    """The write and read bandwidth, file rate and capacity clusters of `gpus` GPUs need (`ckplan provision`): a
+    sweep of sizes, or "1024,4096"; the plan at each size from the plan inputs (a Megatron layout, tp 8, unless
+    given)."""
+    refused = set(inputs) - ProvisionPolicyInputs.__optional_keys__
+    if refused:
+        raise InputError(f"provision takes no {', '.join(f'‹{n}›' for n in sorted(refused))}")
+    request = plan_request(
+        params=params,
+        model=model,
+        config=config,
+        optimizer=optimizer,
+        precision=precision,
+        framework=framework,
+        gpus_per_node=gpus_per_node,
+        tp=tp,
+        pp=pp,
+        zero=zero,
+        ep=ep,
+        dtype_overrides=dtype_overrides,
+        options=options,
+    )
+    return provision_request(
+        request,
+        gpus,
+        policy=_policy(policy, dict(inputs)),
+        mode=mode,
+        target_goodput=target_goodput,
+        keep=keep,
+        storage=storage,
+        max_restore=max_restore,
+    )
+
+
+def provision_request(
+    request: PlanRequest,
+    gpus: Sequence[int] | str,
+    *,
+    policy: Policy,
+    mode: str = "sync",
+    target_goodput: Number | None = None,
+    keep: int = 2,
+    storage: StorageProfile | PathLike | None = None,
+    max_restore: Number | None = None,
+) -> ProvisionSweep:
+    """`provision` for a request and a Policy already made (the CLI's flags make them)."""
+    from ckplan import catalog
+    from ckplan.planning.provision import check_sweep_sizes, provision_sweep
+    from ckplan.units import parse_duration, parse_fraction
+
+    items: Sequence[int | str] = gpus.split(",") if isinstance(gpus, str) else gpus
+    check_sweep_sizes(len(items))
+    sizes = []
+    for item in items:
+        if isinstance(item, bool):
+            raise InputError(f"‹gpus› takes whole numbers, got {item!r}")
+        try:
+            sizes.append(int(item))
+        except ValueError:
+            raise InputError(f"‹gpus› takes whole numbers separated by commas, got {item!r}") from None
+    plans = [request.plan(gpus=g) for g in sizes]
+    goodput = parse_fraction(target_goodput, "‹target_goodput›") if target_goodput is not None else None
+    profile = _storage(storage) if storage is not None else None
+    restore_s = parse_duration(max_restore, "‹max_restore›") if max_restore is not None else None
+    return provision_sweep(plans, policy, mode, goodput, keep, catalog.planning_data(), profile, restore_s)
+
+
+def diagnose(
+    logs: PathLike | Sequence[PathLike],
+    *,
+    pattern: str | None = None,
+    by: str = "save",  # fit the trend against the "save" number or wall "time"
+    interval: Number | None = None,
+    plan: CheckpointPlan | PathLike | None = None,
+    storage: StorageProfile | PathLike | None = None,
+    collective_timeout_s: Number | None = None,
+) -> Diagnosis | RecordDiagnosis:
+    """Save times from training logs or from ckplan.record's save records (`ckplan diagnose`), their trend and a
+    verdict; with a plan and its storage, beside the prediction."""
+    from ckplan.diagnose import diagnose_logs
+    from ckplan.diagnose.records import diagnose_records, is_record_file
+    from ckplan.planning.defaults import COLLECTIVE_TIMEOUT_S
+    from ckplan.units import parse_duration
+
+    paths = [Path(logs)] if isinstance(logs, str | os.PathLike) else [Path(p) for p in logs]
+    if by not in ("save", "time"):
+        raise InputError(f"‹by› must be save or time, got {by!r}")
+    if (plan is None) != (storage is None):
+        raise InputError("‹plan› and ‹storage› go together")
+    timeout = (
+        parse_duration(collective_timeout_s, "‹collective_timeout_s›")
+        if collective_timeout_s is not None
+        else COLLECTIVE_TIMEOUT_S
+    )
+    records = [is_record_file(p) for p in paths]
+    if any(records) and not all(records):
+        raise InputError("give save records or logs, not both: " + ", ".join(str(p) for p in paths))
+    if all(records) and pattern:
+        raise InputError("‹pattern› reads logs; save records need none")
+    the_plan = _plan(plan) if plan is not None else None
+    profile = _storage(storage) if storage is not None else None
+    how = "wall time" if by == "time" else "save number"
+    every = parse_duration(interval, "‹interval›") if interval is not None else None
+    if all(records):
+        return diagnose_records(paths, how, every, the_plan, profile, timeout)
+    return diagnose_logs(paths, pattern, how, every, the_plan, profile, timeout)
+
+
+def open_probe(
+    path: PathLike,
+    *,
+    preset: Literal["quick", "default", "thorough"] = "default",
+    writers: int | None = None,
+    plan: CheckpointPlan | PathLike | None = None,
+    scale: float = 1.0,
+    max_bytes: Number | None = None,
+    save: str | None = None,
+    out: PathLike | None = None,
+    endpoint_url: str | None = None,
+    region: str | None = None,
+    profile: str | None = None,
+    part_size: Number = "8MiB",
+    timeout: Number = "30s",
+    hosts: str | None = None,
+    hosts_file: PathLike | None = None,
+    agent_wait: Number | None = None,
+    calibrate: bool = True,
+    emit_jobs: PathLike | None = None,
+    notice: Callable[[str], None] | None = None,
+) -> ProbeTarget:
+    """A probe of `path` (a directory, s3://bucket/prefix, or a directory every host of `hosts` sees), every input
+    checked and the target prepared, before a byte is written; `.run()` measures it."""
+    from ckplan import profile_store
+    from ckplan.outputs import check_output_dir, check_output_file
+    from ckplan.probe.backends import open_target
+    from ckplan.probe.engine import S3Options, TargetSpec
+    from ckplan.units import MAX_GPUS, check_range, check_scale, parse_bytes, parse_duration
+
+    path = str(path)
+    if not path.strip():  # Path("") is the current directory
+        raise InputError("probe needs a directory or s3://bucket/prefix, got an empty path")
+    if preset not in ("quick", "default", "thorough"):
+        raise InputError(f"‹preset› must be quick, default or thorough, got {preset!r}")
+    if save is not None:
+        profile_store.check_name(save)
+    if hosts is not None and not hosts.strip(" ,"):
+        raise InputError("‹hosts› names no hosts: give host[:port],…")
+    if agent_wait is not None and not (hosts or hosts_file):
+        raise InputError("‹agent_wait› applies to a multi-host probe (‹hosts› or ‹hosts_file›)")
+    if writers is not None:
+        check_range(writers, "‹writers›", 1, MAX_GPUS, limit=f"{MAX_GPUS:,}")
+    if out is not None:
+        check_output_file(Path(out), "‹out›")
+    if emit_jobs is not None and path.startswith("s3:"):
+        raise InputError("‹emit_jobs› writes fio job files; the S3 probe runs ckplan's own client, not fio")
+    if emit_jobs is not None:
+        check_output_dir(Path(emit_jobs), "‹emit_jobs›")
+    check_scale(scale, "‹scale›")
+    target = open_target(
+        TargetSpec(
+            path,
+            preset=preset,
+            writers=writers,
+            plan=_plan(plan) if plan is not None else None,
+            scale=scale,
+            max_bytes=parse_bytes(max_bytes, "‹max_bytes›") if max_bytes is not None else None,
+            name=save,
+            calibrate=calibrate,
+            emit_jobs=Path(emit_jobs) if emit_jobs is not None else None,
+            hosts=hosts,
+            hosts_file=Path(hosts_file) if hosts_file is not None else None,
+            agent_wait_s=parse_duration(agent_wait, "‹agent_wait›") if agent_wait is not None else None,
+            notice=notice,
+            s3=S3Options(
+                endpoint_url=endpoint_url,
+                region=region,
+                profile=profile,
+                part_bytes=parse_bytes(part_size, "‹part_size›"),
+                timeout_s=parse_duration(timeout, "‹timeout›"),
+            ),
+        )
+    )
+    target.prepare()  # every check that can fail comes before a byte is written
+    return target
+
+
+def probe(path: PathLike, **options: Any) -> StorageProfile:
+    """Measure what a target sustains (`ckplan probe`): open_probe's inputs, then the run; with `save` the profile
+    is saved under that name, with `out` written to that file."""
+    result = open_probe(path, **options).run()
+    keep_profile(result, options.get("save"), options.get("out"))
+    return result
+
+
+def keep_profile(result: StorageProfile, save: str | None, out: PathLike | None) -> Path | None:
+    """Save the profile under `save` and write it to `out`, where given; where it was saved."""
+    from ckplan import profile_store
+
+    where = profile_store.save(result, save) if save else None
+    if out is not None:
+        profile_store.write(result, Path(out))
+    return where
+
+
+def _policy(given: Policy | None, inputs: dict[str, Any]) -> Policy:
+    """A Policy from its fields' inputs, or the one given; not both."""
+    from ckplan.planning.policy import Policy
+
+    if given is None:
+        return Policy.from_inputs(inputs)
+    if inputs:
+        raise InputError(f"give a Policy or its fields, not both (got ‹policy› and {', '.join(inputs)})")
+    return given
+
+
+def _plan(plan: CheckpointPlan | PlanRequest | PathLike) -> CheckpointPlan:
+    from ckplan.sizing.plan import CheckpointPlan
+    from ckplan.sizing.request import PlanRequest, load_plan
+
+    if isinstance(plan, CheckpointPlan):
+        return plan
+    if isinstance(plan, PlanRequest):
+        return plan.plan()
+    return load_plan(Path(plan))
+
+
+def _storage(storage: StorageProfile | PathLike) -> StorageProfile:
+    from ckplan import profile_store
+    from ckplan.profile import StorageProfile
+
+    if isinstance(storage, StorageProfile):
+        return storage
+    return profile_store.resolve(os.fspath(storage))

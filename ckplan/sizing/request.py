@@ -1,0 +1,166 @@
+"""A plan as a caller asks for it: the model (a parameter count, a catalog model, a config.json or a checkpoint
+directory), the optimizer, the precision, the framework and the world, each bounded where it enters.
+
+`ckplan size`'s flags and `ckplan.api.size`'s arguments both become a PlanRequest (ckplan.inputs), and its `plan()`
+is the one way either door reaches build_plan or scan_plan, so both take the same defaults, normalisation and
+bounds, and refuse the same inputs in the same words.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+from pydantic import BeforeValidator, ConfigDict, Field
+
+from ckplan.errors import InputError
+from ckplan.inputs import parsed, validate_inputs
+from ckplan.schema import Int, Model
+from ckplan.units import MAX_GPUS, MAX_PARAMETERS, check_range, parse_count
+
+if TYPE_CHECKING:
+    from ckplan.sizing.plan import CheckpointPlan
+
+# the parameter count sized when the caller names no model: a 7B model's, whose shapes are the nearest catalog model's
+DEFAULT_PARAMETERS = 7 * 10**9
+
+
+def _count(value: Any, what: str) -> int:
+    return int(parse_count(value, what))
+
+
+def _whole(value: Any, what: str) -> Any:
+    """A whole number as given (an int, or the digits of one); anything else is left to the field's type."""
+    if isinstance(value, str):
+        try:
+            return int(value.strip())
+        except ValueError:
+            raise InputError(f"not a valid {what}: {value!r}") from None
+    return value
+
+
+def _world(value: Any, what: str) -> Any:
+    """A world size (GPUs, GPUs per node, tp, pp, ep): 1 to MAX_GPUS."""
+    value = _whole(value, what)
+    if isinstance(value, int):
+        check_range(value, what, 1, MAX_GPUS, limit=f"{MAX_GPUS:,} GPUs")
+    return value
+
+
+def _zero(value: Any, what: str) -> Any:
+    value = _whole(value, what)
+    if isinstance(value, int) and value not in (0, 1, 2, 3):
+        raise InputError(f"{what} must be 0, 1, 2 or 3, got {value}")
+    return value
+
+
+def _lower(value: Any) -> Any:
+    """Names are matched as lowercase, as the flags have always been: "Adam", "DeepSpeed"."""
+    return value.lower() if isinstance(value, str) else value
+
+
+Name = Annotated[str | None, BeforeValidator(_lower)]
+World = Annotated[Int | None, Field(ge=1, le=MAX_GPUS), parsed(_world)]
+
+
+class PlanRequest(Model):
+    """The inputs of a plan; None is "not given": the default of build_plan (or of scan_plan, with from_dir)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    params: Annotated[Int | None, Field(ge=1, le=MAX_PARAMETERS), parsed(_count)] = None  # 7e9, "7B", "1.5T"
+    model: str | None = None  # a catalog model
+    config: Path | None = None  # a Hugging Face config.json
+    from_dir: Path | None = None  # an existing checkpoint directory, measured from disk
+    optimizer: Name = None
+    precision: Name = None
+    framework: Name = None
+    gpus: World = None
+    gpus_per_node: World = None
+    tp: World = None
+    pp: World = None
+    zero: Annotated[Int | None, Field(ge=0, le=3), parsed(_zero)] = None
+    ep: World = None
+    dtype_overrides: dict[str, str] = Field(default_factory=dict)  # state or group → dtype: master=none
+    options: dict[str, str] = Field(default_factory=dict)  # layout options: writer=fast
+
+    @classmethod
+    def from_inputs(cls, inputs: dict[str, Any]) -> PlanRequest:
+        """A request from a caller's inputs (field name → value; None is not given), or one InputError."""
+        return validate_inputs(cls, inputs)
+
+    def given(self) -> list[str]:
+        """The inputs given, in field order."""
+        return [n for n in PlanRequest.model_fields if getattr(self, n) not in (None, [], {})]
+
+    def plan(self, gpus: int | None = None) -> CheckpointPlan:
+        """The plan: measured from `from_dir`, or built from the inputs (at `gpus`, for a sweep)."""
+        if self.from_dir is not None:
+            return self._measured(gpus)
+        from ckplan import catalog
+        from ckplan.sizing.plan import build_plan, nearest_shape
+
+        models = [f"‹{n}›" for n in ("params", "model", "config") if getattr(self, n) is not None]
+        if len(models) > 1:
+            raise InputError(
+                f"give one of ‹params›, ‹model› or ‹config›, not {'both' if len(models) == 2 else 'all three'} "
+                f"(got {' and '.join(models)})"
+            )
+        if self.config is not None:
+            arch, parameters = catalog.config_model(self.config), None
+        elif self.model is not None:
+            arch, parameters = catalog.model(self.model), None
+        else:
+            parameters = DEFAULT_PARAMETERS if self.params is None else self.params
+            arch = nearest_shape(parameters, catalog.models())
+        chosen: dict[str, Any] = {
+            k: v
+            for k, v in dict(
+                optimizer=self.optimizer,
+                precision=self.precision,
+                framework=self.framework,
+                gpus=gpus if gpus is not None else self.gpus,
+                gpus_per_node=self.gpus_per_node,
+                tp=self.tp,
+                pp=self.pp,
+                zero=self.zero,
+                ep=self.ep,
+            ).items()
+            if v is not None
+        }
+        return build_plan(
+            arch=arch,
+            parameters=parameters,
+            model_name=arch.name if self.model or self.config else None,
+            dtype_overrides=self.dtype_overrides,
+            options=self.options,
+            **chosen,
+        )
+
+    def _measured(self, gpus: int | None) -> CheckpointPlan:
+        """The plan measured from a checkpoint's files; only the inputs that the names leave open."""
+        from ckplan.scan import scan_plan
+
+        open_ = ("from_dir", "gpus_per_node", "gpus", "params", "ep")
+        others = [f"‹{n}›" for n in self.given() if n not in open_]
+        if others:
+            raise InputError(
+                f"‹from_dir› measures the plan from the checkpoint's files: drop {', '.join(others)} "
+                "(‹gpus_per_node›, ‹gpus›, ‹params› and ‹ep› go with it)"
+            )
+        if gpus is not None:
+            raise InputError("‹from_dir› measures one checkpoint: it cannot be resized to other GPU counts")
+        assert self.from_dir is not None
+        return scan_plan(
+            self.from_dir, gpus_per_node=self.gpus_per_node, gpus=self.gpus, parameters=self.params, ep=self.ep
+        )
+
+
+def load_plan(path: Path) -> CheckpointPlan:
+    """A plan file, as `ckplan size --json` writes it."""
+    from ckplan.readers import MAX_PLAN_BYTES, read_json_model
+    from ckplan.sizing.plan import CheckpointPlan
+
+    return read_json_model(
+        path, CheckpointPlan, "plan", MAX_PLAN_BYTES, expected=" (a plan comes from `ckplan size --json`)"
+    )

@@ -1,0 +1,400 @@
+"""ckplan.api: the commands' work from Python, with the CLI's inputs, defaults, normalisation and bounds.
+
+Each bad input goes through both doors: the CLI (in-process, as tests/test_bad_inputs.py runs it) exits 2 with one
+stderr line, and the library raises InputError whose message, rendered with the CLI's flag names, is that line.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+import ckplan
+from ckplan import api
+from ckplan.errors import InputError
+from ckplan.planning.policy import Policy
+from tests.conftest import FIXTURES, run_json
+
+ROOT = Path(__file__).parent.parent
+EXAMPLE = ROOT / "docs" / "examples" / "api_example.py"
+LOG = FIXTURES / "logs" / "torchtitan.log"
+
+
+@pytest.fixture
+def cli(tmp_path, monkeypatch, capsys):
+    """ckplan in-process in an empty working directory: (exit code, stdout, stderr)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.setenv("NO_COLOR", "1")
+    monkeypatch.delenv("CKPLAN_DEBUG", raising=False)
+    sigterm = signal.getsignal(signal.SIGTERM)
+
+    def go(*argv: str) -> tuple[int, str, str]:
+        from ckplan.cli.app import main
+
+        monkeypatch.setattr(sys, "argv", ["ckplan", *argv])
+        try:
+            with pytest.raises(SystemExit) as exit_:
+                main()
+        finally:
+            signal.signal(signal.SIGTERM, sigterm)
+        out, err = capsys.readouterr()
+        return exit_.value.code, out, err
+
+    return go
+
+
+def _plan_json(plan) -> dict:
+    return json.loads(plan.model_dump_json())
+
+
+# --- the same result ---------------------------------------------------------------------------------------------
+
+
+def test_size_is_the_cli_default(cli):
+    """api.size(params=7e9, optimizer="adam") is `ckplan size --json` (the CLI's default is 7e9 and adam) and
+    `ckplan size --params 7e9 --optimizer adam --json`, field for field; unit strings and capitals read as the
+    flags read them."""
+    code, default, err = cli("size", "--json")
+    assert code == 0, err
+    code, given, err = cli("size", "--params", "7e9", "--optimizer", "adam", "--json")
+    assert code == 0, err
+    plan = _plan_json(api.size(params=7e9, optimizer="adam"))
+    assert plan == json.loads(default) == json.loads(given)
+    # 7e9 parameters × 14 B (bf16 weights 2, fp32 master 4, Adam's two moments 8): 98 GB of states, 12 files
+    assert plan["parameters"] == 7_000_000_000 and plan["file_count"] == 12
+    assert plan["state_bytes"] == pytest.approx(98e9, rel=1e-6)
+    assert _plan_json(api.size()) == plan
+    assert _plan_json(api.size(params="7B", optimizer="ADAM", framework="DeepSpeed")) == plan
+    assert _plan_json(ckplan.size(params="7e9")) == plan  # the lazy re-export
+
+
+def test_size_with_flags_and_interval_matches_cli(cli):
+    argv = ["--model", "llama-3.1-8b", "--framework", "dcp", "--gpus", "16", "--tp", "2", "--interval", "5m"]
+    code, out, err = cli("size", *argv, "--max-overhead", "2%", "--json")
+    assert code == 0, err
+    plan = api.size(model="llama-3.1-8b", framework="dcp", gpus=16, tp=2, interval="5m", max_overhead="2%")
+    assert _plan_json(plan) == json.loads(out)
+    assert plan.interval is not None and plan.interval.stall_budget_s == pytest.approx(300 * 0.02)
+    same = api.size(model="llama-3.1-8b", framework="dcp", gpus=16, tp=2, interval=300, max_overhead=0.02)
+    assert _plan_json(same) == json.loads(out)
+
+
+def test_recommend_matches_cli(cli, tmp_path):
+    code, out, err = cli("recommend", "--storage", "nfs", "--mtbf", "8h", "--max-overhead", "2%", "--json")
+    assert code == 0, err
+    rec = api.recommend(api.size(), "nfs", mtbf_s="8h", max_overhead="2%")
+    assert json.loads(rec.model_dump_json()) == json.loads(out)
+    assert rec.mtbf_s == 8 * 3600 and rec.max_overhead == 0.02
+    # the same policy as numbers in its units, as a Policy, and the plan as a file from `size --json`
+    assert api.recommend(api.size(), "nfs", mtbf_s=28800, max_overhead=0.02) == rec
+    assert api.recommend(api.size(), "nfs", policy=Policy(mtbf_s=28800, max_overhead=0.02)) == rec
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(api.size().model_dump_json())
+    assert api.recommend(str(plan_file), "nfs", mtbf_s="8h", max_overhead="2%") == rec
+
+
+def test_compare_matches_cli(cli):
+    code, out, err = cli("recommend", "--json")
+    assert code == 0, err
+    assert json.loads(api.compare(api.size()).model_dump_json()) == json.loads(out)
+
+
+def test_provision_matches_cli(cli):
+    code, out, err = cli("provision", "--gpus", "64,128", "--params", "70B", "--json")
+    assert code == 0, err
+    sweep = api.provision([64, 128], params="70B")
+    assert json.loads(sweep.model_dump_json()) == json.loads(out)
+    assert api.provision("64,128", params=70e9) == sweep
+
+
+def test_diagnose_matches_cli(cli):
+    code, out, err = cli("diagnose", str(LOG), "--json")
+    assert code == 0, err
+    assert json.loads(api.diagnose(LOG).model_dump_json()) == json.loads(out)
+
+
+# --- the same refusal --------------------------------------------------------------------------------------------
+
+# (CLI argv, the library call, the message as the CLI prints it)
+BOTH_DOORS = [
+    (["size", "--params", "-7B"], lambda: api.size(params="-7B"), "--params must be ≥ 1: '-7B'"),
+    (["size", "--params", "nan"], lambda: api.size(params="nan"), "not a valid --params: 'nan'"),
+    (
+        ["size", "--params", "1e400"],
+        lambda: api.size(params="1e400"),
+        "--params is too large: '1e400' (at most 1e15)",
+    ),
+    (["size", "--gpus", "0"], lambda: api.size(gpus=0), "--gpus must be ≥ 1: '0'"),
+    (
+        ["size", "--gpus", "99999999999"],
+        lambda: api.size(gpus=99999999999),
+        "--gpus is too large: '99999999999' (at most 1,048,576 GPUs)",
+    ),
+    (
+        ["size", "--gpus", "12", "--gpus-per-node", "8"],
+        lambda: api.size(gpus=12, gpus_per_node=8),
+        "--gpus 12 is not a whole number of nodes of --gpus-per-node 8",
+    ),
+    (
+        ["size", "--gpus", "8", "--tp", "3"],
+        lambda: api.size(gpus=8, tp=3),
+        "--gpus 8 is not divisible by --tp 3 × --pp 1 = 3",
+    ),
+    (
+        ["size", "--optimizer", "adamx"],
+        lambda: api.size(optimizer="adamx"),
+        "unknown optimizer 'adamx'; did you mean adam, adamw, adam-8bit?",
+    ),
+    (["size", "--framework", "JAX"], lambda: api.size(framework="JAX"), "unknown framework 'jax'"),
+    (["size", "--zero", "4"], lambda: api.size(zero=4), "--zero must be 0, 1, 2 or 3, got 4"),
+    (
+        ["size", "--params", "7B", "--model", "llama-2-7b"],
+        lambda: api.size(params="7B", model="llama-2-7b"),
+        "give one of --params, --model or --config, not both (got --params and --model)",
+    ),
+    (
+        ["size", "--option", "bogus=1"],
+        lambda: api.size(options={"bogus": "1"}),
+        "unknown --option 'bogus': the deepspeed layout takes writer",
+    ),
+    (
+        ["size", "--interval", "5m", "--max-overhead", "150%"],
+        lambda: api.size(interval="5m", max_overhead="150%"),
+        "--max-overhead must lie between 0.0001% and 100%: '150%'",
+    ),
+    (
+        ["recommend", "--storage", "nfs", "--max-overhead=-1"],
+        lambda: api.recommend(api.size(), "nfs", max_overhead="-1"),
+        "--max-overhead must lie between 0.0001% and 100%: '-1'",
+    ),
+    (
+        ["recommend", "--storage", "nfs", "--max-overhead", "100%"],
+        lambda: api.recommend(api.size(), "nfs", max_overhead="100%"),
+        "--max-overhead must lie between 0.0001% and 100%: '100%'",
+    ),
+    (
+        ["recommend", "--storage", "nfs", "--mtbf", "0"],
+        lambda: api.recommend(api.size(), "nfs", mtbf_s="0"),
+        "--mtbf must be > 0: '0'",
+    ),
+    (
+        ["recommend", "--storage", "nfs", "--mtbf", "nan"],
+        lambda: api.recommend(api.size(), "nfs", mtbf_s="nan"),
+        "not a valid --mtbf: 'nan'",
+    ),
+    (
+        ["recommend", "--storage", "nfs", "--node-failure-rate", "nan"],
+        lambda: api.recommend(api.size(), "nfs", node_failures_per_1000_days="nan"),
+        "--node-failure-rate is not a number: 'nan'",
+    ),
+    (
+        ["recommend", "--storage", "nfs", "--host-memory", "2EiB"],
+        lambda: api.recommend(api.size(), "nfs", host_memory_bytes="2EiB"),
+        "--host-memory is too large: '2EiB' (at most 1 EB)",
+    ),
+    (
+        ["recommend", "--storage", "nfs", "--stall-time", "1s"],
+        lambda: api.recommend(api.size(), "nfs", stall_time_s="1s"),
+        "--stall-time applies to --mode async only",
+    ),
+    (
+        ["recommend", "--storage", "nfs", "--serialize-bandwidth", "pickle=1GB/s"],
+        lambda: api.recommend(api.size(), "nfs", serialize_bytes_per_s={"pickle": "1GB/s"}),
+        "--serialize-bandwidth takes torch.save=RATE or safetensors=RATE or dcp=RATE, got 'pickle'",
+    ),
+    (
+        ["recommend", "--storage", "floppy"],
+        lambda: api.recommend(api.size(), "floppy"),
+        "unknown storage 'floppy'",
+    ),
+    (
+        ["provision", "--gpus", "1024,lots"],
+        lambda: api.provision("1024,lots"),
+        "--gpus takes whole numbers separated by commas, got 'lots'",
+    ),
+    (
+        ["provision", "--gpus", "8", "--target-goodput", "120%"],
+        lambda: api.provision([8], target_goodput="120%"),
+        "--target-goodput must lie between 0.0001% and 100%: '120%'",
+    ),
+    (
+        ["diagnose", str(LOG), "--by", "step"],
+        lambda: api.diagnose(LOG, by="step"),
+        "--by must be save or time, got 'step'",
+    ),
+]
+
+
+@pytest.mark.parametrize("argv,call,message", BOTH_DOORS, ids=[" ".join(a[:3]) for a, _, _ in BOTH_DOORS])
+def test_both_doors_refuse_in_the_same_words(cli, argv, call, message):
+    from ckplan.cli.options import flag_names
+
+    code, out, err = cli(*argv, "--json")
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert (code, out, len(lines)) == (2, "", 1), err
+    assert lines[0].startswith(f"ckplan: error: {message}"), lines[0]
+    with pytest.raises(InputError) as exc:
+        call()
+    assert f"ckplan: error: {exc.value.render(flag_names())}" == lines[0]
+    assert "‹" not in str(exc.value) and "Traceback" not in err
+
+
+def test_probe_refuses_before_writing(cli, tmp_path):
+    """The probe's inputs are checked by api.open_probe for both doors, before fio is looked for."""
+    target = tmp_path / "target"
+    target.mkdir()
+    code, _, err = cli("probe", str(target), "--writers", "0", "--json")
+    assert code == 2 and err.strip() == "ckplan: error: --writers must be ≥ 1: '0'"
+    with pytest.raises(InputError, match=r"^writers must be ≥ 1: '0'$"):
+        api.open_probe(target, writers=0)
+    with pytest.raises(InputError, match=r"^scale is too large: '2.0' \(at most 1, full size\)$"):
+        api.probe(target, scale=2.0)
+    assert os.listdir(target) == []
+
+
+def test_library_messages_name_its_parameters():
+    """str() of a refusal names the library's parameter, not a flag; numbers are bounded as the strings are."""
+    cases = [
+        (lambda: api.size(params=-7e9), "params must be ≥ 1: '-7000000000.0'"),
+        (lambda: api.size(gpus=0), "gpus must be ≥ 1: '0'"),
+        (lambda: api.size(gpus=8, gpus_per_node=16), "gpus_per_node 16 exceeds gpus 8"),
+        (lambda: api.size(params=math.inf), "params is too large: 'inf' (at most 1e15)"),
+        (
+            lambda: api.recommend(api.size(), "nfs", max_overhead=-1),
+            "max_overhead must lie between 0.0001% and 100%: -1",
+        ),
+        (lambda: api.recommend(api.size(), "nfs", max_overhead=1.5), "max_overhead must lie between"),
+        (lambda: api.recommend(api.size(), "nfs", mtbf_s=0), "mtbf_s must be > 0: '0'"),
+        (lambda: api.recommend(api.size(), "nfs", mtbf_s=math.nan), "mtbf_s is not a number: 'nan'"),
+        (lambda: api.recommend(api.size(), "nfs", restart_s=1e300), "restart_s is too large: '1e+300'"),
+        (lambda: api.recommend(api.size(), "nfs", max_overhed=0.05), "max_overhed: Extra inputs are not permitted"),  # type: ignore[call-arg]
+        (lambda: api.size(gpus=True), "gpus: Input should be a valid integer"),
+        (lambda: api.provision([8], save_time_s=1), "provision takes no save_time_s"),  # type: ignore[call-arg]
+        (lambda: api.recommend(api.size(), "nfs", policy=Policy(), mtbf_s=1), "give a Policy or its fields, not both"),
+    ]
+    for call, message in cases:
+        with pytest.raises(InputError) as exc:
+            call()
+        assert str(exc.value).startswith(message), (message, str(exc.value))
+
+
+# a value each Policy field refuses; the keys must be every field, so a new field comes with its bound
+POLICY_REFUSES = {
+    "mode": "staged",
+    "max_loss_s": 0,
+    "max_overhead": -1,
+    "mtbf_s": 0.5,
+    "node_failures_per_1000_days": -1,
+    "job_failures_per_day": math.inf,
+    "restart_s": -1,
+    "restart_fixed_s": "1e9h",
+    "collective_timeout_s": 0,
+    "iteration_s": math.nan,
+    "snapshot_bytes_per_s": 0.5,
+    "host_memory_bytes": "2EiB",
+    "local_disk_bytes": 0,
+    "changed_fraction": 1.01,
+    "serialize_bytes_per_s": {"torch.save": "9PB/s"},
+    "aggregate_limit_bytes_per_s": 1e-320,
+    "save_time_s": 0,
+    "stall_time_s": -1,
+}
+
+
+def test_policy_bounds_every_field():
+    assert set(POLICY_REFUSES) == set(Policy.model_fields)
+    for field, value in POLICY_REFUSES.items():
+        with pytest.raises(ValidationError, match=field):  # the model itself, as pydantic reports it
+            Policy(**{field: value})
+        with pytest.raises(InputError) as exc:  # through the library's door: one line naming the field
+            Policy.from_inputs({field: value})
+        assert str(exc.value).startswith(field) or f" {field}" in str(exc.value), str(exc.value)
+    assert Policy(max_overhead=1e-6, changed_fraction=1, restart_s=0, mtbf_s=1).max_overhead == 1e-6
+
+
+def test_policy_inputs_name_every_field():
+    """The keyword arguments recommend and provision take (typed for mypy) are Policy's fields; provision's are the
+    ones its command takes."""
+    from ckplan.cli import options as o
+    from ckplan.cli.commands.plan import provision
+
+    assert api.PolicyInputs.__optional_keys__ == set(Policy.model_fields)
+    flags = set(inspect.signature(provision).parameters) - {"mode"}  # provision's --mode is its own, not Policy's
+    assert api.ProvisionPolicyInputs.__optional_keys__ == {f.field for f in o._policy_flags() if f.name in flags}
+
+
+def test_import_is_lazy():
+    """`import ckplan` loads neither the API nor pydantic; the first use of ckplan.size does."""
+    code = (
+        "import sys, ckplan; print('ckplan.api' in sys.modules, 'pydantic' in sys.modules, 'typing' in sys.modules);"
+        "ckplan.size; print('ckplan.api' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["False", "False", "False", "True"]
+    with pytest.raises(AttributeError, match="no attribute 'sise'"):
+        ckplan.sise  # noqa: B018
+
+
+def test_example_runs_and_type_checks(tmp_path):
+    """The README's example runs, and mypy passes on it; the same example calling the API wrongly (a misspelt
+    policy field, a string where a GPU count goes, a Recommendation where a plan goes) fails mypy, so the check
+    can fail."""
+    out = subprocess.run([sys.executable, str(EXAMPLE)], capture_output=True, text=True, check=True).stdout
+    assert "one save writes 98.0 GB in 20 files" in out and "save every" in out
+    assert "refused: max_overhead must lie between" in out
+    mypy = [str(Path(sys.executable).parent / "mypy"), "--no-incremental", "--cache-dir", str(tmp_path / "cache")]
+    good = subprocess.run([*mypy, str(EXAMPLE)], capture_output=True, text=True, cwd=ROOT)
+    assert good.returncode == 0, good.stdout
+    wrong = tmp_path / "wrong_example.py"
+    wrong.write_text(
+        EXAMPLE.read_text()
+        + 'ckplan.recommend(plan, "nfs", max_overhed=0.05)\n'
+        + 'ckplan.size(gpus="8")\n'
+        + 'ckplan.recommend(rec, "nfs")\n'
+    )
+    bad = subprocess.run([*mypy, str(wrong)], capture_output=True, text=True, cwd=ROOT)
+    assert bad.returncode == 1, bad.stdout
+    assert 'Unexpected keyword argument "max_overhed" for "recommend"' in bad.stdout
+    assert 'Argument "gpus" to "size" has incompatible type "str"' in bad.stdout
+    assert 'Argument 1 to "recommend" has incompatible type "Recommendation"' in bad.stdout
+    assert "Found 3 errors" in bad.stdout
+
+
+def test_wheel_ships_py_typed(tmp_path):
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(tmp_path),
+            str(ROOT),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    names = zipfile.ZipFile(next(tmp_path.glob("ckplan-*.whl"))).namelist()
+    assert {"ckplan/py.typed", "ckplan/api.py", "ckplan/sizing/request.py"} <= set(names)
+
+
+def test_cli_default_is_the_library_default():
+    """`size`'s shown default is the library's DEFAULT_PARAMETERS (cli/options.py keeps no default of its own)."""
+    from ckplan.sizing.request import DEFAULT_PARAMETERS
+
+    assert DEFAULT_PARAMETERS == 7 * 10**9
+    assert run_json("size")["parameters"] == DEFAULT_PARAMETERS
