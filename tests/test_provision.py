@@ -267,14 +267,17 @@ def test_loss_window_as_the_dominant_term():
 
 def test_assumptions_name_the_failure_rates_only_when_used():
     """--mtbf replaces the failure rates: the rates are not an assumption then. Defaults are labelled as such:
-    2.46 per 1,000 node-days + 2.72 per job-day, restart 600 s; the staged local disk 8 × 3.84 TB = 30.72 TB."""
+    2.46 per 1,000 node-days + 2.72 per job-day, the restart's fixed part 300 s; the staged local disk 8 × 3.84 TB =
+    30.72 TB."""
     rates = run_json("provision", "--model", "llama-3.1-70b", "--gpus", "1024")["assumptions"]
     assert (
         "failures: 2.46 per 1,000 node-days (default; --node-failure-rate) + 2.72 per job-day "
-        "(default; --job-failure-rate); restart 600 s (default; --restart)"
+        "(default; --job-failure-rate)"
     ) in rates
+    restart = [a for a in rates if a.startswith("restart cost ")]
+    assert len(restart) == 1 and "= fixed 300 s (default; --restart-fixed) + predicted load " in restart[0]
     given = run_json("provision", "--model", "llama-3.1-70b", "--gpus", "1024", "--mtbf", "24h")["assumptions"]
-    assert "job MTBF 86400 s (given (--mtbf)); restart 600 s (default; --restart)" in given
+    assert "job MTBF 86400 s (given (--mtbf))" in given
     assert not any("node-days" in a for a in given)
     staged = run_json("provision", "--model", "llama-3.1-70b", "--gpus", "1024", "--mode", "staged")["assumptions"]
     assert (

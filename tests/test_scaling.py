@@ -293,7 +293,7 @@ def test_report_and_provision_label_the_extrapolated_aggregate(tmp_path):
     assert row["headroom"] * row["burst_bandwidth_bytes_per_s"] == pytest.approx(0.96e9)
     assert any(WHERE in line for line in sweep["assumptions"])
     table = run_cli(*args, "--storage", str(profile), check=True).stdout
-    assert cell(table, "32", 11).endswith("× extrapolated")  # the headroom column
+    assert cell(table, "32", 12).endswith("× extrapolated")  # the headroom column
     assert (
         f"gives 960.0 MB/s to 16 nodes (extrapolated (the best measured aggregate, 960.0 MB/s at 1 host, held flat; {WHERE}))"
         in flat(table)

@@ -29,29 +29,33 @@ from ckplan.planning.policy import (
     DEFAULT_JOB_FAILURES_PER_DAY,
     DEFAULT_LOCAL_DISK_BYTES,
     DEFAULT_NODE_FAILURES_PER_1000_DAYS,
-    DEFAULT_RESTART_S,
     DEFAULT_SNAPSHOT_BYTES_PER_S,
     Policy,
     provenance,
 )
-from ckplan.planning.savetime import machine_figures, required_bandwidth, writer_loads
+from ckplan.planning.savetime import machine_figures, required_bandwidth, required_read_bandwidth, writer_loads
 from ckplan.planning.scaling import AggregateEstimate, aggregate_estimate, describe_rule
 from ckplan.planning.scenario import (
     OVERHEAD,
+    RestartCost,
     Scenario,
     async_scenario,
     async_stall,
     evaluate,
     job_mtbf_with_source,
+    restart_cost,
+    restart_of,
     staged_stall,
     sync_scenario,
+    with_restart,
 )
-from ckplan.profile import BandwidthPoint, Latency, Measurement, SmallFiles, StorageProfile
+from ckplan.profile import BandwidthPoint, Calibration, Latency, Measurement, SmallFiles, StorageProfile
 from ckplan.schema import Model
 from ckplan.sizing.plan import CheckpointPlan
-from ckplan.units import fmt_bytes, fmt_rate
+from ckplan.units import MAX_RATE_BYTES_PER_S, fmt_bytes, fmt_rate
 
 METADATA_SHARE = 0.1  # share of the persist time left for creates/fsyncs of the plan's files
+MAX_FILES_PER_S = 1e12  # the most a profile's file rate holds (schema.PerSecond)
 
 
 class Provision(Model):
@@ -74,6 +78,11 @@ class Provision(Model):
     expected_ettr: float | None = None
     expected_waste_fraction: float | None = None
     headroom: float | None = None  # given profile's aggregate bandwidth ÷ the burst needed
+    restart: RestartCost | None = None  # R used for the goodput: given, or fixed + the load
+    # --max-restore: the cold read bandwidth that loads the checkpoint within the restart target's time after the
+    # fixed part, for all nodes at once and for the busiest node (savetime.required_read_bandwidth)
+    read_bandwidth_bytes_per_s: float | None = None
+    node_read_bandwidth_bytes_per_s: float | None = None
     storage_aggregate: AggregateEstimate | None = None  # what the given profile gives the plan's nodes, and how
 
 
@@ -123,9 +132,14 @@ def _meets(s: Scenario, mtbf: float, policy: Policy, goodput: float | None) -> b
 
 
 def provisioned_profile(
-    node_bw: float, aggregate_bw: float, files_per_s_node: float, files_per_s: float, shared: bool = True
+    node_bw: float,
+    aggregate_bw: float,
+    files_per_s_node: float,
+    files_per_s: float,
+    shared: bool = True,
+    calibration: Calibration | None = None,
 ) -> StorageProfile:
-    """A storage that delivers exactly the provisioned figures at any writer count."""
+    """A storage that delivers exactly the provisioned figures at any writer count (and reads as fast)."""
     return StorageProfile(
         name="provisioned",
         source="builtin",
@@ -146,6 +160,7 @@ def provisioned_profile(
             writers=1,
         ),
         fsync_latency=Latency(p50_s=0, p99_s=0, p999_s=0),
+        calibration=calibration,
         measurement=Measurement(tool="provision", date="-", host="-", preset="-", duration_s=0),
     )
 
@@ -158,8 +173,10 @@ def provision_one(
     keep: int,
     data: PlanningData,
     storage: StorageProfile | None = None,
+    max_restore_s: float | None = None,
 ) -> Provision:
     mtbf, _ = job_mtbf_with_source(plan, policy)
+    restart, reads = _restart(plan, policy, storage, max_restore_s)
     busiest = plan.busiest_node
     machine = machine_figures(storage.calibration if storage else None, policy.serialize_bytes_per_s)
     # the busiest writer's serialiser and a collective save's fixed cost: time no storage can shorten
@@ -178,31 +195,59 @@ def provision_one(
         staging_bytes_per_node=staging,
     )
     floor = (serialize + coordination) / (1 - METADATA_SHARE) + 1e-6  # no storage can finish faster than the serialiser
-    if not _meets(_scenario(mode, floor, blocking, notes), mtbf, policy, goodput):
+    if reads is None and max_restore_s is not None:
         return Provision(
             feasible=False,
-            dominant_term=_dominant(policy, _scenario(mode, floor, blocking, notes), mtbf, goodput),
+            dominant_term=f"restart target: deserialising the busiest reader's bytes alone takes longer than the "
+            f"{max_restore_s - policy.restart_fixed_s:.3g} s the target leaves after the fixed part",
             **base,
         )
+    if reads is not None:
+        base["read_bandwidth_bytes_per_s"], base["node_read_bandwidth_bytes_per_s"] = reads
+
+    def needs(persist: float) -> tuple[float, float, float]:
+        """(aggregate bytes/s, busiest node's bytes/s, files/s) that give this persist time: the model inverted."""
+        needed = required_bandwidth(
+            plan,
+            persist,
+            fixed_seconds=persist * METADATA_SHARE + coordination,
+            writer_cpu_seconds=serialize,
+            overlap=False,
+        )
+        assert needed is not None  # persist ≥ floor leaves time for the bytes
+        return needed[0], needed[1], plan.file_count / (persist * METADATA_SHARE)
+
+    def storage_for(persist: float) -> StorageProfile:
+        """The storage that gives this persist time, reading as fast as it writes. Near the floor the figures pass
+        what a profile holds (1 PB/s, 10^12 files/s): capped there, where a load is its deserialisation alone."""
+        burst, node_bw, files = (min(x, MAX_RATE_BYTES_PER_S) for x in needs(persist))
+        node_files = min(busiest.files / (persist * METADATA_SHARE), MAX_FILES_PER_S)
+        calibration = storage.calibration if storage else None
+        return provisioned_profile(node_bw, burst, node_files, min(files, MAX_FILES_PER_S), calibration=calibration)
+
+    def trial(persist: float) -> tuple[Scenario, Policy, RestartCost]:
+        """A persist time's scenario, with R: given, the target, or fixed + the load on the storage that gives it."""
+        cost = restart or restart_cost(plan, storage_for(persist), policy)
+        return _scenario(mode, persist, blocking, notes), with_restart(policy, cost), cost
+
+    def meets(persist: float) -> bool:
+        s, p, _ = trial(persist)
+        return _meets(s, mtbf, p, goodput)
+
+    if not meets(floor):
+        s, p, cost = trial(floor)
+        return Provision(feasible=False, dominant_term=_dominant(p, s, mtbf, goodput), restart=cost, **base)
     lo, hi = floor, floor
-    while _meets(_scenario(mode, hi * 2, blocking, notes), mtbf, policy, goodput) and hi < 1e7:
+    while meets(hi * 2) and hi < 1e7:
         hi *= 2
     hi *= 2
     for _ in range(60):
         mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if _meets(_scenario(mode, mid, blocking, notes), mtbf, policy, goodput) else (lo, mid)
+        lo, hi = (mid, hi) if meets(mid) else (lo, mid)
     persist = lo
-    needed = required_bandwidth(
-        plan,
-        persist,
-        fixed_seconds=persist * METADATA_SHARE + coordination,
-        writer_cpu_seconds=serialize,
-        overlap=False,
-    )
-    assert needed is not None  # persist ≥ floor leaves time for the bytes
-    burst, node_bw = needed
-    files = plan.file_count / (persist * METADATA_SHARE)
-    profile = provisioned_profile(node_bw, burst, busiest.files / (persist * METADATA_SHARE), files)
+    burst, node_bw, files = needs(persist)
+    profile = storage_for(persist)
+    _, policy, cost = trial(persist)
     # the provisioned storage, checked by the forward model: the same scenario recommend would build on it
     check = async_scenario(plan, profile, policy) if mode == "async" else sync_scenario(plan, profile, policy)
     if mode == "staged":
@@ -232,8 +277,37 @@ def provision_one(
         expected_waste_fraction=ev.expected_waste_fraction,
         headroom=headroom,
         storage_aggregate=have,
+        restart=cost,
         **base,
     )
+
+
+def _restart(
+    plan: CheckpointPlan, policy: Policy, storage: StorageProfile | None, max_restore_s: float | None
+) -> tuple[RestartCost | None, tuple[float, float] | None]:
+    """R for the goodput where it does not depend on the storage bought, and with a restart target the read
+    bandwidth it needs. A target makes R the target itself (the storage bought loads within it); None: R = fixed +
+    the load on the storage each trial persist time needs (provision_one), as recommend would predict it there."""
+    if max_restore_s is None:
+        if policy.restart_s is not None or plan.restore is None:
+            return restart_cost(plan, None, policy), None
+        return None, None
+    fixed = policy.restart_fixed_s
+    if max_restore_s <= fixed:
+        raise InputError(
+            f"‹max_restore› ({max_restore_s:g} s) leaves no time for the load after the restart's fixed part "
+            f"({fixed:g} s, ‹restart_fixed›)"
+        )
+    if policy.restart_s is not None:
+        raise InputError("‹max_restore› is a target for the restart and ‹restart› a measured one: give one of them")
+    cost = restart_cost(plan, storage, policy)
+    target = RestartCost(
+        seconds=max_restore_s,
+        fixed_seconds=fixed,
+        fixed_source=cost.fixed_source,
+        source=f"the restart target (--max-restore): the load gets {max_restore_s - fixed:g} s after the fixed part",
+    )
+    return target, required_read_bandwidth(plan, max_restore_s - fixed, storage.calibration if storage else None)
 
 
 def _dominant(policy: Policy, s: Scenario, mtbf: float, goodput: float | None) -> str:
@@ -241,10 +315,11 @@ def _dominant(policy: Policy, s: Scenario, mtbf: float, goodput: float | None) -
     if not math.isfinite(s.stall_seconds):
         return "; ".join(s.notes) or "the save cannot complete"
     ev, _ = evaluate(s, mtbf, policy)
-    ceiling = interval.ettr_ceiling(policy.restart_s, mtbf)
+    restart = restart_of(policy)
+    ceiling = interval.ettr_ceiling(restart, mtbf)
     if goodput is not None and ceiling < goodput:
         return (
-            f"restart cost: {policy.restart_s:.0f} s per failure at a {mtbf / 3600:.2f} h MTBF caps ETTR at "
+            f"restart cost: {restart:.0f} s per failure at a {mtbf / 3600:.2f} h MTBF caps ETTR at "
             f"{ceiling:.1%} before any save; faster storage cannot fix that"
         )
     needs = OVERHEAD.interval(s, policy)
@@ -282,6 +357,7 @@ def provision_sweep(
     keep: int,
     data: PlanningData,
     storage: StorageProfile | None = None,
+    max_restore_s: float | None = None,
 ) -> ProvisionSweep:
     check_sweep_sizes(len(plans))
     if mode not in ("sync", "async", "staged"):
@@ -305,7 +381,9 @@ def provision_sweep(
     targets = {"max_overhead": policy.max_overhead, "max_loss_s": policy.max_loss_s}
     if goodput is not None:
         targets["target_goodput"] = goodput
-    rows = [provision_one(p, policy, mode, goodput, keep, data, storage) for p in plans]
+    if max_restore_s is not None:
+        targets["max_restore_s"] = max_restore_s
+    rows = [provision_one(p, policy, mode, goodput, keep, data, storage, max_restore_s) for p in plans]
     failures = (
         f"job MTBF {policy.mtbf_s:g} s (given (--mtbf))"
         if policy.mtbf_s is not None
@@ -317,7 +395,12 @@ def provision_sweep(
     assumptions = [
         f"persist time split: {1 - METADATA_SHARE:.0%} for bytes, {METADATA_SHARE:.0%} for per-file creates and fsyncs",
         "capacity = (keep + 1) × one checkpoint: the newest is written before the oldest is deleted",
-        f"{failures}; restart {policy.restart_s:g} s ({provenance(policy.restart_s, DEFAULT_RESTART_S, '--restart')})",
+        failures,
+        *dict.fromkeys(
+            f"{r.gpus:,} GPUs: {r.restart.describe()}" if len(rows) > 1 else r.restart.describe()
+            for r in rows
+            if r.restart is not None
+        ),
         "bandwidth is what the storage must sustain at the plan's writers per node, as measured by `ckplan probe`",
         machine_figures(storage.calibration if storage else None, policy.serialize_bytes_per_s).describe(),
     ]

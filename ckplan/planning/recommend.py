@@ -15,7 +15,6 @@ from ckplan.planning.data import PlanningData
 from ckplan.planning.mitigations import WhatIf
 from ckplan.planning.policy import (
     DEFAULT_HOST_MEMORY_BYTES,
-    DEFAULT_RESTART_S,
     DEFAULT_SNAPSHOT_BYTES_PER_S,
     Policy,
     provenance,
@@ -25,12 +24,16 @@ from ckplan.planning.scaling import describe_rule
 from ckplan.planning.scenario import (
     Constraint,
     Evaluation,
+    RestartCost,
     Scenario,
     async_scenario,
+    collective_timeout_warning,
     evaluate,
     job_mtbf_with_source,
     longest_feasible_persist,
+    restart_cost,
     sync_scenario,
+    with_restart,
 )
 from ckplan.profile import StorageProfile
 from ckplan.schema import Model
@@ -50,7 +53,8 @@ class Recommendation(Model):
     save_model: SaveTime | None
     mtbf_s: float
     mtbf_source: str
-    restart_s: float
+    restart_s: float  # R: restart.seconds
+    restart: RestartCost
     max_loss_s: float
     max_overhead: float
     shortest_safe_interval_s: float
@@ -72,6 +76,7 @@ class Recommendation(Model):
     summary: str
     what_if: list[WhatIf] = Field(default_factory=list)
     assumptions: list[str] = Field(default_factory=list)
+    warnings: list[str] = Field(default_factory=list)
 
 
 def recommend(
@@ -81,6 +86,8 @@ def recommend(
     if policy.max_loss_s <= 0:
         raise InputError("‹max_loss_s› must be > 0")
     mtbf, mtbf_source = job_mtbf_with_source(plan, policy)
+    restart = restart_cost(plan, profile, policy)
+    policy = with_restart(policy, restart)
     scenario = (
         async_scenario(plan, profile, policy, "as planned")
         if policy.mode == "async"
@@ -143,7 +150,8 @@ def recommend(
         save_model=scenario.save_model,
         mtbf_s=mtbf,
         mtbf_source=mtbf_source,
-        restart_s=policy.restart_s,
+        restart_s=restart.seconds,
+        restart=restart,
         max_loss_s=policy.max_loss_s,
         max_overhead=policy.max_overhead,
         constraints=constraints,
@@ -153,7 +161,8 @@ def recommend(
         failures_per_day=failures_per_day,
         needed=needed,
         summary=summary,
-        assumptions=_assumptions(plan, profile, policy, scenario),
+        assumptions=_assumptions(plan, profile, policy, scenario, restart),
+        warnings=_warnings(policy, scenario, restart),
         **ev.model_dump(),
     )
     if data is not None:
@@ -216,7 +225,23 @@ def _needed(plan: CheckpointPlan, profile: StorageProfile, policy: Policy, s: Sc
     return out
 
 
-def _assumptions(plan: CheckpointPlan, profile: StorageProfile, policy: Policy, s: Scenario) -> list[str]:
+def _warnings(policy: Policy, s: Scenario, restart: RestartCost) -> list[str]:
+    """What may kill the job outright: a blocking save or a load that nears the collective timeout."""
+    timeout = policy.collective_timeout_s
+    found = [
+        collective_timeout_warning(s.stall_seconds, timeout, f"a {s.mode} save's blocking part")
+        if math.isfinite(s.stall_seconds)
+        else None,
+        collective_timeout_warning(restart.load.seconds, timeout, "the checkpoint's load at restart")
+        if restart.load
+        else None,
+    ]
+    return [w for w in found if w]
+
+
+def _assumptions(
+    plan: CheckpointPlan, profile: StorageProfile, policy: Policy, s: Scenario, restart: RestartCost
+) -> list[str]:
     out = [
         f"storage: {profile.name} ({profile.source}"
         f"{', ' + profile.notes[0] if profile.source == 'builtin' and profile.notes else ''})"
@@ -264,8 +289,13 @@ def _assumptions(plan: CheckpointPlan, profile: StorageProfile, policy: Policy, 
             f"host memory {fmt_bytes(policy.host_memory_bytes)} per node holds the snapshot "
             f"({provenance(policy.host_memory_bytes, DEFAULT_HOST_MEMORY_BYTES, '--host-memory')})"
         )
-    out.append(
-        f"restart cost {policy.restart_s:g} s ({provenance(policy.restart_s, DEFAULT_RESTART_S, '--restart')}); "
-        "failures: exponential (Daly 2006)"
-    )
+    out.append(restart.describe() + "; failures: exponential (Daly 2006)")
+    if restart.load is not None:
+        load = restart.load
+        out.append(
+            f"load at restart = max(busiest reader: deserialise + its bytes ÷ one-stream read bandwidth; busiest node: "
+            f"deserialise + its distinct bytes ÷ read bandwidth at {load.streams_per_node:.3g} streams; all nodes' "
+            f"bytes ÷ aggregate read bandwidth, {load.aggregate.label}); {load.page_cache}"
+        )
+        out.extend(load.notes)
     return out

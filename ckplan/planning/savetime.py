@@ -40,9 +40,11 @@ from __future__ import annotations
 import math
 from typing import Literal, TypedDict
 
+from ckplan.errors import InputError
+from ckplan.planning.defaults import DEFAULT_DESERIALIZE_BYTES_PER_S
 from ckplan.planning.policy import DEFAULT_DCP_FIXED_S, DEFAULT_SERIALIZE_BYTES_PER_S
 from ckplan.planning.scaling import AggregateEstimate, aggregate_estimate
-from ckplan.profile import Calibration, StorageProfile
+from ckplan.profile import BandwidthPoint, Calibration, StorageProfile, interpolate
 from ckplan.schema import Model
 from ckplan.sizing.layouts.base import WritePath
 from ckplan.sizing.plan import CheckpointPlan
@@ -321,3 +323,157 @@ def required_bandwidth_on(
 def required_file_rate(plan: CheckpointPlan, seconds: float) -> float:
     """Files per second, per node, so that the per-file cost fits in `seconds`."""
     return max(n.files for n in plan.nodes) / seconds
+
+
+class LoadTime(Model):
+    """One restore's load of a plan's checkpoint on a profile (predict_load), with its terms and their sources."""
+
+    seconds: float
+    read_seconds: float  # the binding read term: the busiest reader alone, its node, or all nodes at once
+    deserialize_seconds: float  # the busiest reader's deserialisation, in the binding term
+    node_read_bandwidth_bytes_per_s: float  # per node, at the node's concurrent read streams
+    aggregate_read_bandwidth_bytes_per_s: float
+    aggregate: AggregateEstimate
+    read_curve: Literal["read", "write"]  # "write": the profile measured no reads, its write curve stands in
+    limited_by: Literal["single reader", "node bandwidth", "aggregate bandwidth", "replay"]
+    source: Literal["model", "replay"]
+    streams_per_node: float  # readers × distinct ÷ requested bytes: ranks reading one shared file count once
+    nodes: int
+    rank_bytes: int
+    node_bytes: int
+    storage_bytes: int
+    deserializers: dict[str, MachineFigure]  # per file format, one reader on one core
+    page_cache: str
+    replay_seconds: float | None = None
+    replay_nodes: int | None = None
+    notes: list[str] = []
+
+
+def deserializer_figures(calibration: Calibration | None) -> dict[str, MachineFigure]:
+    """Deserialiser rates per file format: this machine's calibration, else the default."""
+    rates = {fmt: MachineFigure(value=v, source="default") for fmt, v in DEFAULT_DESERIALIZE_BYTES_PER_S.items()}
+    if calibration is not None:
+        rates.update(
+            {
+                fmt: MachineFigure(value=v, source="measured here")
+                for fmt, v in calibration.deserialize_bytes_per_s.items()
+            }
+        )
+    return rates
+
+
+def read_curves(profile: StorageProfile) -> tuple[list[BandwidthPoint], list[BandwidthPoint], Literal["read", "write"]]:
+    """(per-host curve, aggregate curve, which) for loads: the measured reads, else the buffered writes standing in."""
+    if profile.read_bandwidth:
+        return profile.read_bandwidth, profile.aggregate_read_bandwidth, "read"
+    return profile.buffered_bandwidth, profile.aggregate_bandwidth, "write"
+
+
+def predict_load(plan: CheckpointPlan, profile: StorageProfile, aggregate_limit: float | None = None) -> LoadTime:
+    """Seconds for every rank to load `plan`'s checkpoint at a restart on `profile` (the plan's restore manifest):
+
+      D_r    = the busiest reader's bytes per format ÷ that format's deserialiser rate (one core per reader)
+      streams = readers per node × the node's distinct ÷ requested bytes (ranks of a node reading the same file
+                are served by one storage read, the page-cache assumption the manifest states)
+      T_load = max(D_r + b_r ÷ R(1),                    the busiest reader alone: read, then deserialise
+                   D_r + node's distinct bytes ÷ R_node(streams),
+                   all nodes' distinct bytes ÷ R_aggregate)  (planning/scaling.py, as for writes)
+    R is the profile's cold read curve, or its buffered write curve where it measured no reads (said in the notes).
+    A read replay of the same plan (probe --plan) replaces the model for the nodes it read, as a save's replay does.
+    """
+    restore = plan.restore
+    if restore is None:
+        raise InputError("this plan has no restore manifest (its framework's reads are not known): give ‹restart›")
+    per_host, aggregate_points, which = read_curves(profile)
+    notes = (
+        []
+        if which == "read"
+        else [f"{profile.name} has no read curve: its buffered write curve stands in for cold reads"]
+    )
+    streams = max(1.0, restore.readers_per_node * restore.node_bytes / max(restore.node_requested_bytes, 1))
+
+    def at(points: list[BandwidthPoint], x: float) -> float:
+        inside = interpolate([(p.writers, p.bytes_per_s) for p in points], x)
+        return inside if inside is not None else max(p.bytes_per_s for p in points)
+
+    node_bw, one_stream = at(per_host, streams), at(per_host, 1)
+    aggregate = aggregate_estimate(profile, node_bw, restore.nodes, aggregate_limit, aggregate_points)
+    deserializers = deserializer_figures(profile.calibration)
+    deserialize = sum(
+        b / deserializers[fmt].value for fmt, b in restore.rank_bytes_by_format.items() if fmt in deserializers
+    )
+    t_single = deserialize + restore.rank_bytes / one_stream
+    t_node = deserialize + restore.node_bytes / node_bw
+    t_agg = restore.storage_bytes / aggregate.bytes_per_s
+    seconds = max(t_single, t_node, t_agg)
+    limited_by: Literal["single reader", "node bandwidth", "aggregate bandwidth"] = (
+        "single reader" if seconds == t_single else "node bandwidth" if seconds == t_node else "aggregate bandwidth"
+    )
+    common = dict(
+        node_read_bandwidth_bytes_per_s=node_bw,
+        aggregate_read_bandwidth_bytes_per_s=aggregate.bytes_per_s,
+        aggregate=aggregate,
+        read_curve=which,
+        streams_per_node=streams,
+        nodes=restore.nodes,
+        rank_bytes=restore.rank_bytes,
+        node_bytes=restore.node_bytes,
+        storage_bytes=restore.storage_bytes,
+        deserializers=deserializers,
+        page_cache=restore.page_cache,
+    )
+    replay = profile.read_replay
+    if replay is not None and replay.plan_fingerprint == plan.fingerprint:
+        r = replay.full_scale_seconds
+        covered = f"the read replay loaded {replay.nodes} of the plan's {restore.nodes} nodes ({r:.3g} s at full size)"
+        if replay.nodes >= restore.nodes or r >= t_agg:
+            return LoadTime(
+                seconds=r,
+                read_seconds=r,
+                deserialize_seconds=replay.deserialize_seconds,
+                limited_by="replay",
+                source="replay",
+                replay_seconds=r,
+                replay_nodes=replay.nodes,
+                notes=notes + ([] if replay.nodes >= restore.nodes else [covered + ": the replay binds"]),
+                **common,
+            )
+        notes.append(f"{covered}; all nodes at the aggregate read bandwidth take {t_agg:.3g} s: the aggregate binds")
+        return LoadTime(
+            seconds=t_agg,
+            read_seconds=t_agg,
+            deserialize_seconds=0.0,
+            limited_by="aggregate bandwidth",
+            source="model",
+            replay_seconds=r,
+            replay_nodes=replay.nodes,
+            notes=notes,
+            **common,
+        )
+    return LoadTime(
+        seconds=seconds,
+        read_seconds=seconds - (deserialize if limited_by != "aggregate bandwidth" else 0.0),
+        deserialize_seconds=deserialize if limited_by != "aggregate bandwidth" else 0.0,
+        limited_by=limited_by,
+        source="model",
+        notes=notes,
+        **common,
+    )
+
+
+def required_read_bandwidth(
+    plan: CheckpointPlan, load_seconds: float, calibration: Calibration | None = None
+) -> tuple[float, float] | None:
+    """predict_load solved for bandwidth: (aggregate, per node) read bytes/s that finish the load in `load_seconds`
+    on a storage that gives a node that rate at any reader count; None when deserialisation alone takes longer."""
+    restore = plan.restore
+    if restore is None:
+        raise InputError("this plan has no restore manifest (its framework's reads are not known)")
+    deserializers = deserializer_figures(calibration)
+    deserialize = sum(
+        b / deserializers[fmt].value for fmt, b in restore.rank_bytes_by_format.items() if fmt in deserializers
+    )
+    left = load_seconds - deserialize
+    if left <= 0:
+        return None
+    return restore.storage_bytes / load_seconds, max(restore.rank_bytes, restore.node_bytes) / left

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from ckplan.profile import StorageProfile, interpolate
+from ckplan.profile import BandwidthPoint, StorageProfile, interpolate
 from ckplan.schema import Model
 from ckplan.units import MAX_RATE_BYTES_PER_S, check_range, fmt_rate
 
@@ -137,11 +137,17 @@ def fit_usl(points: list[tuple[int, float]]) -> UslFit:
 
 
 def aggregate_estimate(
-    profile: StorageProfile, per_node: float, nodes: int, limit: float | None = None
+    profile: StorageProfile,
+    per_node: float,
+    nodes: int,
+    limit: float | None = None,
+    points: list[BandwidthPoint] | None = None,
 ) -> AggregateEstimate:
     """The aggregate bandwidth of `nodes` nodes on `profile`, each at `per_node` bytes/s alone (the profile's
     per-host figure at the plan's writers per node). `limit`: the whole shared system's limit as the user gave it,
-    which replaces the profile's and any fit."""
+    which replaces the profile's and any fit. `points`: the aggregate curve to use, the profile's writes by default
+    (a load passes its reads)."""
+    points = profile.aggregate_bandwidth if points is None else points
     if limit is not None:
         check_range(limit, "‹aggregate_limit_bytes_per_s›", 0, MAX_RATE_BYTES_PER_S, above_minimum=True, limit="1 PB/s")
     if not profile.shared:
@@ -152,13 +158,13 @@ def aggregate_estimate(
             bytes_per_s=per_node * nodes,
             model="node-local",
             extrapolated=False,
-            measured_hosts_max=max((p.hosts for p in profile.aggregate_bandwidth), default=1),
+            measured_hosts_max=max((p.hosts for p in points), default=1),
             label=label,
             nodes=nodes,
             per_node_bytes_per_s=per_node,
         )
     # a shared target measured from one host only: its per-node figure is the one point, at 1 host
-    measured = [(p.hosts, p.bytes_per_s) for p in profile.aggregate_bandwidth] or [(1, per_node)]
+    measured = [(p.hosts, p.bytes_per_s) for p in points] or [(1, per_node)]
     hosts = sorted({h for h, _ in measured})
     top = hosts[-1]
     inside = interpolate([(float(h), x) for h, x in measured], nodes)

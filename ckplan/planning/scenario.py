@@ -29,8 +29,9 @@ from pydantic import Field
 
 from ckplan.errors import InputError
 from ckplan.planning import interval
-from ckplan.planning.policy import TIGHT_FRACTION, Policy
-from ckplan.planning.savetime import SaveOverrides, SaveTime, predict_save
+from ckplan.planning.defaults import COLLECTIVE_TIMEOUT_WARN_FRACTION
+from ckplan.planning.policy import DEFAULT_RESTART_FIXED_S, TIGHT_FRACTION, Policy, provenance
+from ckplan.planning.savetime import LoadTime, SaveOverrides, SaveTime, predict_load, predict_save
 from ckplan.profile import Calibration, StorageProfile
 from ckplan.schema import Model
 from ckplan.sizing.plan import CheckpointPlan
@@ -49,6 +50,81 @@ class Scenario(Model):
     def rework_s(self, restart_s: float) -> float:
         """R′: the restart, plus the background persist a failure falls back over (Daly's R, extended)."""
         return restart_with_persist(restart_s, self.save_seconds, self.stall_seconds)
+
+
+class RestartCost(Model):
+    """R: what a restart costs before training goes on. Given whole (--restart), or a fixed part (detect,
+    reschedule, initialise: a named default, --restart-fixed) plus the checkpoint's predicted load (predict_load)."""
+
+    seconds: float
+    fixed_seconds: float | None = None  # None when R was given whole
+    fixed_source: str | None = None
+    load: LoadTime | None = None  # the predicted load, where the plan's restore manifest and a profile allow one
+    source: str
+
+    def describe(self) -> str:
+        if self.fixed_seconds is None:
+            return f"restart cost {self.seconds:g} s ({self.source})"
+        load = (
+            f" + predicted load {self.load.seconds:.3g} s ({self.load.limited_by}, {self.load.read_curve} curve)"
+            if self.load
+            else ""
+        )
+        return f"restart cost {self.seconds:.4g} s = fixed {self.fixed_seconds:g} s ({self.fixed_source}){load}" + (
+            "" if self.load else f" ({self.source})"
+        )
+
+
+def restart_cost(
+    plan: CheckpointPlan, profile: StorageProfile | None, policy: Policy, load: LoadTime | None = None
+) -> RestartCost:
+    """R for this plan on this profile: the given one, else the fixed part plus the predicted load (`load`, when
+    the caller has one for another storage, e.g. provision's target). No load is added where the plan has no
+    restore manifest or no storage is given; the source says so."""
+    if policy.restart_s is not None:
+        return RestartCost(seconds=policy.restart_s, source="given (--restart)")
+    fixed = policy.restart_fixed_s
+    fixed_source = provenance(fixed, DEFAULT_RESTART_FIXED_S, "--restart-fixed")
+    if load is None and profile is not None and plan.restore is not None:
+        load = predict_load(plan, profile, policy.aggregate_limit_bytes_per_s)
+    why = (
+        ""
+        if load is not None
+        else "the load is not counted: the plan has no restore manifest"
+        if plan.restore is None
+        else "the load is not counted: no storage given"
+    )
+    return RestartCost(
+        seconds=fixed + (load.seconds if load else 0.0),
+        fixed_seconds=fixed,
+        fixed_source=fixed_source,
+        load=load,
+        source=why or "fixed + predicted load",
+    )
+
+
+def collective_timeout_warning(seconds: float, timeout_s: float, what: str) -> str | None:
+    """A warning when `what` (a sync save, a load: `seconds` on its busiest rank) keeps the other ranks waiting in a
+    collective for more than COLLECTIVE_TIMEOUT_WARN_FRACTION of the process group's timeout: past the timeout,
+    torch.distributed's watchdog kills the job."""
+    if seconds < COLLECTIVE_TIMEOUT_WARN_FRACTION * timeout_s:
+        return None
+    verdict = "passes" if seconds >= timeout_s else f"is over {COLLECTIVE_TIMEOUT_WARN_FRACTION:.0%} of"
+    return (
+        f"{what} takes {seconds:.4g} s on the busiest rank, which {verdict} the process group's {timeout_s:g} s "
+        "collective timeout: ranks waiting for it in a collective are killed by the watchdog when it passes "
+        "(raise the timeout in init_process_group(timeout=...), or shorten the save)"
+    )
+
+
+def with_restart(policy: Policy, cost: RestartCost) -> Policy:
+    """The policy with R resolved, for the rules that price a failure (evaluate, waste curves)."""
+    return policy.model_copy(update={"restart_s": cost.seconds})
+
+
+def restart_of(policy: Policy) -> float:
+    """R as the policy holds it: given or resolved (with_restart), else only its fixed part."""
+    return policy.restart_s if policy.restart_s is not None else policy.restart_fixed_s
 
 
 def restart_with_persist(restart_s: float, save_s: float, stall_s: float) -> float:
@@ -159,7 +235,7 @@ def evaluate(s: Scenario, mtbf: float, policy: Policy) -> tuple[Evaluation, list
         chosen = min(max(optimum, shortest), longest)
         verdict = "tight" if s.stall_seconds / chosen > TIGHT_FRACTION * policy.max_overhead else "ok"
     chosen = max(chosen, 1e-9)
-    waste = interval.waste_fraction(chosen, s.stall_seconds, mtbf, s.rework_s(policy.restart_s))
+    waste = interval.waste_fraction(chosen, s.stall_seconds, mtbf, s.rework_s(restart_of(policy)))
     return Evaluation(
         shortest_safe_interval_s=shortest,
         binding_constraint=binding.name,

@@ -13,7 +13,8 @@ def render_provision(sweep: ProvisionSweep) -> None:
     out = console()
     out.print(f"[bold]{sweep.plan}[/bold]")
     targets = ", ".join(
-        f"{k} {fmt_percent(v) if k != 'max_loss_s' else fmt_duration(v)}" for k, v in sweep.targets.items()
+        f"{k} {fmt_duration(v) if k in ('max_loss_s', 'max_restore_s') else fmt_percent(v)}"
+        for k, v in sweep.targets.items()
     )
     out.print(f"Storage needed for {sweep.mode} saves, targets: {targets}; keep {sweep.keep} checkpoints\n")
     table = Table(title="Provisioning by cluster size", title_justify="left")
@@ -29,7 +30,10 @@ def render_provision(sweep: ProvisionSweep) -> None:
         "capacity",
         "staging/node",
         "ETTR",
-    ] + (["headroom"] if sweep.storage else [])
+        "restart",
+    ]
+    reads = "max_restore_s" in sweep.targets
+    cols += (["read bw (agg)", "read/node"] if reads else []) + (["headroom"] if sweep.storage else [])
     for col in cols:
         table.add_column(col, justify="right")
     for r in sweep.rows:
@@ -63,7 +67,13 @@ def render_provision(sweep: ProvisionSweep) -> None:
             fmt_bytes(r.capacity_bytes),
             fmt_bytes(r.staging_bytes_per_node) if r.staging_bytes_per_node else "–",
             fmt_percent(r.expected_ettr),
+            fmt_duration(r.restart.seconds) if r.restart else "–",
         ]
+        if reads:
+            row += [
+                fmt_rate(r.read_bandwidth_bytes_per_s) if r.read_bandwidth_bytes_per_s else "–",
+                fmt_rate(r.node_read_bandwidth_bytes_per_s) if r.node_read_bandwidth_bytes_per_s else "–",
+            ]
         if sweep.storage and r.headroom is not None:
             style = "green" if r.headroom >= 1 else "red"
             mark = " extrapolated" if r.storage_aggregate is not None and r.storage_aggregate.extrapolated else ""

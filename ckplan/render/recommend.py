@@ -8,7 +8,7 @@ from rich.table import Table
 
 from ckplan.planning.recommend import Comparison, Recommendation
 from ckplan.render.console import console
-from ckplan.units import fmt_duration, fmt_named, fmt_percent, fmt_rate
+from ckplan.units import fmt_bytes, fmt_duration, fmt_named, fmt_percent, fmt_rate
 
 VERDICT_STYLE = {"ok": "green", "tight": "yellow", "infeasible": "red"}
 
@@ -39,6 +39,7 @@ def render_recommendation(rec: Recommendation) -> None:
             f"{'shortest' if c.bound == 'min' else 'longest'} τ: {c.name}{mark}", _d(c.seconds), c.explanation
         )
     table.add_row("job MTBF", _d(rec.mtbf_s), rec.mtbf_source)
+    table.add_row("restart cost R", _d(rec.restart_s), _restart_line(rec))
     table.add_row("Young optimum √(2δM)", _d(rec.young_interval_s), "first order")
     table.add_row("Daly optimum", _d(rec.optimal_interval_s), "higher order (Daly 2006)")
     table.add_row(
@@ -64,6 +65,8 @@ def render_recommendation(rec: Recommendation) -> None:
             "to meet the loss window within the budget",
         )
     out.print(table)
+    for warning in rec.warnings:
+        out.print(f"[bold yellow]warning:[/bold yellow] {warning}")
     if rec.what_if:
         w = Table(title="What-ifs (each alone, then the best combination)", title_justify="left")
         for col in ("mitigation", "save", "stall", "shortest safe τ", "recommended τ", "verdict", "waste", "notes"):
@@ -83,6 +86,19 @@ def render_recommendation(rec: Recommendation) -> None:
     out.print("[bold]Assumptions[/bold]")
     for a in rec.assumptions:
         out.print(f" • {a}")
+
+
+def _restart_line(rec: Recommendation) -> str:
+    r = rec.restart
+    if r.fixed_seconds is None:
+        return r.source
+    if r.load is None:
+        return f"fixed {_d(r.fixed_seconds)} ({r.fixed_source}); {r.source}"
+    load = r.load
+    return (
+        f"fixed {_d(r.fixed_seconds)} ({r.fixed_source}) + load {_d(load.seconds)}: {fmt_bytes(load.node_bytes)} per "
+        f"node, {fmt_bytes(load.storage_bytes)} in all, {load.limited_by} ({load.read_curve} curve)"
+    )
 
 
 def _model_line(rec: Recommendation) -> str:
@@ -127,6 +143,7 @@ def render_comparison(comp: Comparison) -> None:
         "recommended τ",
         "overhead",
         "waste",
+        "restart",
         "verdict",
     ):
         table.add_column(col, justify="left" if col in ("storage", "binds", "verdict") else "right")
@@ -141,6 +158,7 @@ def render_comparison(comp: Comparison) -> None:
             _d(r.recommended_interval_s),
             fmt_percent(r.overhead_at_recommended) if math.isfinite(r.overhead_at_recommended) else "—",
             fmt_percent(r.expected_waste_fraction),
+            _d(r.restart_s),
             f"[{VERDICT_STYLE[r.verdict]}]{r.verdict}[/]",
         )
     out.print(table)
@@ -151,9 +169,18 @@ def render_comparison(comp: Comparison) -> None:
     first = comp.recommendations[0]
     out.print(
         f"Job MTBF {_d(first.mtbf_s)} ({first.mtbf_source}); loss window {_d(first.max_loss_s)}; "
-        f"overhead budget {fmt_percent(first.max_overhead)}; restart {_d(first.restart_s)}; mode {first.mode}."
+        f"overhead budget {fmt_percent(first.max_overhead)}; mode {first.mode}; restart: {_restart_rule(first)}."
     )
     out.print("Run with --storage NAME for the constraints and what-ifs of one target.")
+
+
+def _restart_rule(rec: Recommendation) -> str:
+    r = rec.restart
+    if r.fixed_seconds is None:
+        return f"{_d(r.seconds)}, {r.source}"
+    return f"fixed {_d(r.fixed_seconds)} ({r.fixed_source}) + each class's predicted load" + (
+        "" if r.load else f" ({r.source})"
+    )
 
 
 def render_report_files(files) -> None:
