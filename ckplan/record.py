@@ -47,7 +47,7 @@ if TYPE_CHECKING:
 
 FORMAT: Literal["ckplan.save-record"] = "ckplan.save-record"
 VERSION: Literal[1] = 1
-Framework = Literal["hf", "lightning", "dcp", "deepspeed", "torch.save"]
+Framework = Literal["hf", "lightning", "dcp", "deepspeed", "torch.save", "other"]
 Counted = Literal["directory", "own files"]
 # the rounding a JSON float of epoch seconds allows between `seconds` and end − start (doubles near 1.8e9 s are
 # exact to ~0.24 µs)
