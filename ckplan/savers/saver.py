@@ -58,8 +58,9 @@ def _dtype(kind: str):
     return torch.bfloat16 if kind == "weights" else torch.float32 if kind in ("optimizer", "mixed") else torch.uint8
 
 
-def build_state(files: list[dict]) -> dict[str, dict]:
-    """For each file, a state dict of real tensors with the file's dtype and (scaled) byte count."""
+def build_state(files: list[dict], fill: bool = True) -> dict[str, dict]:
+    """For each file, a state dict of real tensors with the file's dtype and (scaled) byte count; `fill=False` leaves
+    them uninitialised, as the tensors a load copies into."""
     import torch
 
     gen = torch.Generator().manual_seed(0)
@@ -71,15 +72,20 @@ def build_state(files: list[dict]) -> dict[str, dict]:
         while left > 0:
             n = min(left, TENSOR_BYTES) // itemsize or 1
             t = torch.empty(n, dtype=dtype)
-            if dtype == torch.uint8:
+            if fill and dtype == torch.uint8:
                 t.random_(0, 255, generator=gen)
-            else:
+            elif fill:
                 t.normal_(0, 0.02, generator=gen)
             tensors[f"t{i}"] = t
             left -= n * itemsize
             i += 1
         out[f["path"]] = tensors
     return out
+
+
+def dcp_state(rank: int, state: dict[str, dict]) -> dict:
+    """One rank's flat DCP state dict: keys unique per rank, so DCP writes each rank's own bytes into its own file."""
+    return {f"r{rank}.{i}.{k}": v for i, t in enumerate(state.values()) for k, v in t.items()}
 
 
 def _fsync(path: Path) -> None:
@@ -136,12 +142,13 @@ def worker(
     port: int,
     barrier,
     results,
+    keep_last: bool = False,
 ) -> None:
     from ckplan.children import worker_dies_with_parent
 
     worker_dies_with_parent()
     try:
-        _save_repeats(rank, world, files, saver, root, repeats, mode, port, barrier, results)
+        _save_repeats(rank, world, files, saver, root, repeats, mode, port, barrier, results, keep_last)
     except BaseException as exc:  # reported to the parent, which stops the other ranks
         import threading
 
@@ -162,6 +169,7 @@ def _save_repeats(
     port: int,
     barrier,
     results,
+    keep_last: bool,
 ) -> None:
     import torch
 
@@ -174,8 +182,7 @@ def _save_repeats(
 
         os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
         dist.init_process_group("gloo", rank=rank, world_size=world)
-        # one flat state dict per rank; keys are unique per rank, so DCP writes each rank's own bytes
-        flat = {f"r{rank}.{i}.{k}": v for i, t in enumerate(state.values()) for k, v in t.items()}
+        flat = dcp_state(rank, state)
     for r in range(repeats):
         directory = Path(root) / f"save-{r}"
         barrier.wait()
@@ -204,44 +211,70 @@ def _save_repeats(
         end = time.perf_counter()
         results.put(("ok", rank, r, start, end, blocking))
         barrier.wait()
-        if rank == 0:
+        if rank == 0 and not (keep_last and r == repeats - 1):
             shutil.rmtree(directory, ignore_errors=True)
     if use_dcp:
         dist.destroy_process_group()
 
 
-def run_saves(
-    root: Path, files_by_rank: dict[int, list[dict]], framework: str, repeats: int, mode: str, what: str = "the saves"
-) -> tuple[list[float], list[float]]:
-    """Run `framework`'s saver `repeats` times; return wall times (first start to last end) and async blocking times.
-    A save process that fails or dies raises MeasurementFailed naming `what`, and the others are stopped."""
-    import multiprocessing as mp
+def span(intervals: list[tuple[float, float]]) -> float:
+    """Wall time of ranks working at once: the first (start) to the last (end)."""
+    return max(e for _, e in intervals) - min(st for st, _ in intervals)
+
+
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1 for a gloo group's rendezvous."""
     import socket
 
-    from ckplan.children import collect, stop_all
-    from ckplan.errors import MeasurementFailed, describe_errno
-    from ckplan.frameworks import framework_of
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
-    saver = framework_of(framework).saver.kind
-    check_save_processes(len(files_by_rank), what)
+
+def failure_check(what: str, action: str):
+    """For children.collect: raise MeasurementFailed for a rank's ("error", rank, errno, line) report."""
+    from ckplan.errors import MeasurementFailed, describe_errno
 
     def check(item) -> None:
         if item[0] == "error":
             _, rank, code, line = item
             raise MeasurementFailed(
-                describe_errno(code, what, failed=f"rank {rank}'s save failed")
+                describe_errno(code, what, failed=f"rank {rank}'s {action} failed")
                 if code
-                else f"rank {rank}'s save failed during {what}: {line}"
+                else f"rank {rank}'s {action} failed during {what}: {line}"
             )
 
+    return check
+
+
+def run_saves(
+    root: Path,
+    files_by_rank: dict[int, list[dict]],
+    framework: str,
+    repeats: int,
+    mode: str,
+    what: str = "the saves",
+    keep_last: bool = False,
+) -> tuple[list[float], list[float]]:
+    """Run `framework`'s saver `repeats` times, each into `root`/save-N, removed after it unless it is the last and
+    `keep_last` (what a restore then loads); return wall times (first start to last end) and async blocking times.
+    A save process that fails or dies raises MeasurementFailed naming `what`, and the others are stopped."""
+    import multiprocessing as mp
+
+    from ckplan.children import collect, stop_all
+    from ckplan.errors import MeasurementFailed
+    from ckplan.frameworks import framework_of
+
+    saver = framework_of(framework).saver.kind
+    check_save_processes(len(files_by_rank), what)
     ctx = mp.get_context("spawn")
     world = len(files_by_rank)
     barrier, results = ctx.Barrier(world), ctx.Queue()
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     procs = [
-        ctx.Process(target=worker, args=(i, world, files, saver, str(root), repeats, mode, port, barrier, results))
+        ctx.Process(
+            target=worker, args=(i, world, files, saver, str(root), repeats, mode, port, barrier, results, keep_last)
+        )
         for i, files in enumerate(files_by_rank.values())
     ]
     for p in procs:
@@ -253,7 +286,7 @@ def run_saves(
             world * repeats,
             3600,
             lambda why: MeasurementFailed(f"a save process stopped during {what}: {why}"),
-            check,
+            failure_check(what, "save"),
         )
         for p in procs:
             p.join()
@@ -264,6 +297,6 @@ def run_saves(
     by_repeat = defaultdict(list)
     for _, _rank, r, start, end, blocking in rows:
         by_repeat[r].append((start, end, blocking))
-    walls = [max(e for _, e, _ in v) - min(s for s, _, _ in v) for _, v in sorted(by_repeat.items())]
+    walls = [span([(s, e) for s, e, _ in v]) for _, v in sorted(by_repeat.items())]
     blocking = [max(b for _, _, b in v) for _, v in sorted(by_repeat.items()) if all(b is not None for _, _, b in v)]
     return walls, blocking
