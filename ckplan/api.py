@@ -32,8 +32,8 @@ if TYPE_CHECKING:
     from ckplan.planning.recommend import Comparison, Recommendation
     from ckplan.probe.backends import ProbeTarget
     from ckplan.profile import StorageProfile
+    from ckplan.request import PlanRequest
     from ckplan.sizing.plan import CheckpointPlan
-    from ckplan.sizing.request import PlanRequest
 
 Number = float | str  # a figure in the field's unit, or as a flag takes it ("1h", "5%", "2GB/s")
 PathLike = str | os.PathLike[str]
@@ -118,7 +118,7 @@ def size(
 
 def plan_request(**inputs: Any) -> PlanRequest:
     """A PlanRequest from size's inputs (None: not given), or one InputError."""
-    from ckplan.sizing.request import PlanRequest
+    from ckplan.request import PlanRequest
 
     return PlanRequest.from_inputs({k: v for k, v in inputs.items() if v is not None})
 
@@ -405,8 +405,8 @@ def _policy(given: Policy | None, inputs: dict[str, Any]) -> Policy:
 
 
 def _plan(plan: CheckpointPlan | PlanRequest | PathLike) -> CheckpointPlan:
+    from ckplan.request import PlanRequest, load_plan
     from ckplan.sizing.plan import CheckpointPlan
-    from ckplan.sizing.request import PlanRequest, load_plan
 
     if isinstance(plan, CheckpointPlan):
         return plan

@@ -389,12 +389,12 @@ def test_wheel_ships_py_typed(tmp_path):
         capture_output=True,
     )
     names = zipfile.ZipFile(next(tmp_path.glob("ckplan-*.whl"))).namelist()
-    assert {"ckplan/py.typed", "ckplan/api.py", "ckplan/sizing/request.py"} <= set(names)
+    assert {"ckplan/py.typed", "ckplan/api.py", "ckplan/request.py"} <= set(names)
 
 
 def test_cli_default_is_the_library_default():
     """`size`'s shown default is the library's DEFAULT_PARAMETERS (cli/options.py keeps no default of its own)."""
-    from ckplan.sizing.request import DEFAULT_PARAMETERS
+    from ckplan.request import DEFAULT_PARAMETERS
 
     assert DEFAULT_PARAMETERS == 7 * 10**9
     assert run_json("size")["parameters"] == DEFAULT_PARAMETERS

@@ -19,7 +19,7 @@ import typer
 
 from ckplan.errors import InputError
 from ckplan.inputs import validate_inputs
-from ckplan.sizing.request import PlanRequest
+from ckplan.request import PlanRequest
 
 if TYPE_CHECKING:
     from ckplan.planning.policy import Policy
@@ -40,7 +40,7 @@ def pairs(items: list[str] | None, flag: str) -> dict[str, str]:
 
 
 def load_plan(path: Path) -> CheckpointPlan:
-    from ckplan.sizing.request import load_plan
+    from ckplan.request import load_plan
 
     return load_plan(path)
 
@@ -145,8 +145,8 @@ class PlanSpec(PlanRequest):
 
 
 def _plan_flags(defaults: dict[str, Any], exclude: tuple[str, ...]) -> list[Flag]:
+    from ckplan.request import DEFAULT_PARAMETERS
     from ckplan.sizing.layouts import LAYOUTS
-    from ckplan.sizing.request import DEFAULT_PARAMETERS
     from ckplan.sizing.states import OPTIMIZERS, PRECISIONS
 
     d = {**_build_defaults(), **defaults}

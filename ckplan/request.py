@@ -3,7 +3,8 @@ directory), the optimizer, the precision, the framework and the world, each boun
 
 `ckplan size`'s flags and `ckplan.api.size`'s arguments both become a PlanRequest (ckplan.inputs), and its `plan()`
 is the one way either door reaches build_plan or scan_plan, so both take the same defaults, normalisation and
-bounds, and refuse the same inputs in the same words.
+bounds, and refuse the same inputs in the same words. It sits beside scan.py rather than in the pure sizing/:
+`plan()` reads the catalog, a config.json or a checkpoint directory.
 """
 
 from __future__ import annotations
