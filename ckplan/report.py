@@ -106,6 +106,7 @@ def build_document(
     ]
     rows += [
         ["job MTBF", f"{_d(rec.mtbf_s)} ({rec.mtbf_source})"],
+        ["restart cost R", rec.restart.describe()],
         ["Young optimum", _d(rec.young_interval_s)],
         ["Daly optimum", _d(rec.optimal_interval_s)],
         ["recommended", _d(rec.recommended_interval_s)],
@@ -136,6 +137,8 @@ def build_document(
                 ],
             ),
         )
+    if rec.warnings:
+        doc.add(Heading("Warnings"), Bullets(rec.warnings))
     doc.add(Heading("Assumptions"), Bullets(plan.assumptions + rec.assumptions))
     return doc
 

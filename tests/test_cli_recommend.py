@@ -145,6 +145,9 @@ def test_size_probe_recommend_report_end_to_end(tmp_path):
     files = run_json("report", "--plan", str(plan), "--storage", str(profile), "--out", str(out))
     md = Path(files["markdown"]).read_text()
     assert "## Decision" in md and "## What-ifs" in md and "![waste against interval](waste.png)" in md
+    # R's two parts, with their sources: the named fixed part and the load predicted on this profile
+    load = rec["restart"]["load"]["seconds"]
+    assert f"| restart cost R | restart cost {300 + load:.4g} s = fixed 300 s (default; --restart-fixed) + " in md
     assert "<table>" in Path(files["html"]).read_text()
     for chart in files["charts"]:
         assert Path(chart).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and Path(chart).stat().st_size > 10_000
