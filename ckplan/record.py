@@ -30,20 +30,12 @@ import time
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, model_validator
 
 from ckplan.schema import Bytes, Finite, Int, Model, Seconds
 from ckplan.units import MAX_GPUS
-
-if TYPE_CHECKING:
-    from ckplan.recorders.dcp import async_save as dcp_async_save
-    from ckplan.recorders.dcp import save as dcp_save
-    from ckplan.recorders.deepspeed import record_deepspeed
-    from ckplan.recorders.hf import TrainerRecorder
-    from ckplan.recorders.lightning import RecordingCheckpointIO
-    from ckplan.recorders.torch_save import save as torch_save
 
 FORMAT: Literal["ckplan.save-record"] = "ckplan.save-record"
 VERSION: Literal[1] = 1
@@ -218,24 +210,11 @@ def record_save(
 
 
 def __getattr__(name: str) -> Any:
-    """The adapters, imported with their framework only when named."""
+    """The adapters (ADAPTERS), each imported with its framework only when named: `from ckplan.record import
+    TrainerRecorder` imports transformers then. They are typed in their modules (ckplan.recorders.*)."""
     if name not in ADAPTERS:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     import importlib
 
     module, attr = ADAPTERS[name]
     return getattr(importlib.import_module(f"ckplan.recorders.{module}"), attr)
-
-
-__all__ = [
-    "FORMAT",
-    "VERSION",
-    "RecordingCheckpointIO",
-    "SaveRecord",
-    "TrainerRecorder",
-    "dcp_async_save",
-    "dcp_save",
-    "record_deepspeed",
-    "record_save",
-    "torch_save",
-]

@@ -188,6 +188,14 @@ def by_step(records: list[SaveRecord]) -> list[StepSaves]:
     return out
 
 
+def partly_recorded(records: list[SaveRecord], steps: list[StepSaves]) -> list[int]:
+    """Steps saved into a shared directory that fewer ranks recorded than the world size. Every rank calls such a
+    save (HF Trainer, DCP, DeepSpeed), so a rank is missing; a rank that writes no file of its own (Lightning's
+    ranks but 0) has no line by design."""
+    shared = {r.step for r in records if r.counted == "directory"}
+    return [s.step for s in steps if s.step in shared and s.ranks < s.world_size]
+
+
 def collective_timeout_warning(seconds: float, timeout_s: float, what: str) -> str | None:
     """A warning when a sync save (the busiest rank's) passes COLLECTIVE_TIMEOUT_WARN_FRACTION of the process
     group's timeout: the other ranks wait in their next collective meanwhile, and the watchdog kills the job when
@@ -245,14 +253,12 @@ def diagnose_records(
         trend = diagnose(saves, [str(p) for p in paths], read, by, interval_s, predicted)
     else:
         notes.append("one step recorded: no trend (it needs two)")
-    partial = [s.step for s in steps if s.ranks < s.world_size]
-    if partial and any(r.framework != "lightning" for r in records):
+    partial = partly_recorded(records, steps)
+    if partial:
         notes.append(
             f"{len(partial)} step(s) recorded by fewer ranks than the world size (first: step {partial[0]}): the "
             "others' lines are missing (another record file, or ranks without the recorder)"
         )
-    if any(r.framework == "lightning" for r in records):
-        notes.append("Lightning writes its checkpoint on global rank 0 only: one line per file")
     slowest_counts: dict[int, int] = {}
     for s in steps:
         slowest_counts[s.slowest_rank] = slowest_counts.get(s.slowest_rank, 0) + 1
@@ -329,8 +335,8 @@ def validate_records(paths: list[Path], plan: CheckpointPlan, profile: StoragePr
         text = diagnose(model, measured, node_bytes, busiest.files)
         off = "none" if measured.contains(predicted) or abs(error) <= LARGE_ERROR_PERCENT else "model"
     notes = []
-    if any(s.ranks < s.world_size for s in steps) and any(r.framework != "lightning" for r in records):
-        notes.append("some steps were recorded by fewer ranks than the world size")
+    if partial := partly_recorded(records, steps):
+        notes.append(f"{len(partial)} step(s) recorded by fewer ranks than the world size (first: step {partial[0]})")
     if len(timed) < len(steps):
         notes.append(f"{len(steps) - len(timed)} step(s) took 0 s and are left out of the errors")
     return RecordValidation(
