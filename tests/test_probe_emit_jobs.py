@@ -341,6 +341,7 @@ def test_multi_host_client_jobs_are_emitted_and_rerun(tmp_path):
 
 def test_a_multi_host_job_file_is_named_after_its_first_measuring_job(tmp_path):
     from ckplan.probe import fio, hostlist, jobfiles
+    from ckplan.probe.engine import RunNote
     from tests.test_probe_cluster import hosts_session
 
     run = hosts_session(Path("/shared"), [hostlist.Host("10.0.0.2")], "drv-1-abc")
@@ -348,6 +349,6 @@ def test_a_multi_host_job_file_is_named_after_its_first_measuring_job(tmp_path):
     sections = [line[1:-1] for line in text.splitlines() if line.startswith("[")]
     assert sections == ["global", "ckplan-marker", "small", "fsync", "ckplan-cleanup"]
     writer = jobfiles.JobWriter(tmp_path / "jobs", about="a test", fio_version="fio-3")
-    note = jobfiles.Note("small files", "writes small files", "small_files.files_per_s", "client_stats[]")
+    note = RunNote("small files", "small_files.files_per_s", measures="writes small files", read="client_stats[]")
     writer.record(["fio", "--client=ip:10.0.0.2,8765", "/tmp/host0.fio"], {"/tmp/host0.fio": text}, note)
     assert writer.jobs[0].files == ["001-small.host0.fio"] and (tmp_path / "jobs" / "001-small.host0.fio").exists()

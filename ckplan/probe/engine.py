@@ -77,6 +77,11 @@ class Preset:
     def small_files_runtime_s(self) -> float:
         return self.small_files_budget_s / self.small_files_repeats
 
+    @property
+    def measuring_s(self) -> float:
+        """The measured phases' time budgets together."""
+        return self.bandwidth_budget_s + self.small_files_budget_s + 2 * self.latency_runtime_s
+
 
 PRESETS = {
     "quick": Preset("quick", 256 * MiB, 6.0, 2.0, 1.0, 1, warm_up_s=1.0, small_files_repeats=1),
@@ -134,9 +139,6 @@ class TargetSpec:
         return self.writers or (self.plan.max_writers_per_node if self.plan else os.cpu_count() or 1)
 
 
-# --- the backend protocol -------------------------------------------------------------------------------------
-
-
 class CleanResult(Model):
     """What `ckplan clean` removed from a target, and what it kept."""
 
@@ -148,12 +150,20 @@ class CleanResult(Model):
 
 @dataclass(frozen=True)
 class RunNote:
-    """What one run is for, in the profile's terms; fio backends write it into `--emit-jobs`' job files."""
+    """What one run is for, in the profile's terms; fio backends add how it ran and write it into `--emit-jobs`'
+    job files."""
 
     phase: str  # e.g. "bandwidth, buffered"
     figure: str  # the profile figure it produced, or why it produced none (a warm-up, a calibration)
-    warm_up: bool = False
+    warm_up: bool = False  # a warm-up: the group's later job files say to run it first, as the probe did
     group: str | None = None  # the runs that share a warm-up (default: the phase)
+    measures: str = ""  # what the run does to the target (fio backends)
+    read: str = ""  # where the figure is in fio's JSON output
+    raw_fio: int | None = None  # index of this run's output in the profile's raw_fio
+    name: str | None = None  # the job file name's stem after the number (default: the first job's name)
+    # a directory under CKPLAN_JOB_DIR that run.sh makes fresh, counts the files of after the run (into
+    # NNN-NAME.files) and removes: the small-file phase, whose files ckplan counts itself
+    count_files_in: str | None = None
 
 
 @dataclass(frozen=True)
@@ -230,15 +240,9 @@ class Backend(Protocol):
     def clean(self, force: bool = False) -> CleanResult: ...
 
 
-# --- the engine -------------------------------------------------------------------------------------------------
-
-
 def writer_counts(max_writers: int) -> list[int]:
-    counts, w = [], 1
-    while w < max_writers:
-        counts.append(w)
-        w *= 2
-    return counts + [max_writers]
+    """1, 2, 4 … below `max_writers`, then `max_writers`."""
+    return [2**i for i in range(max_writers.bit_length()) if 2**i < max_writers] + [max_writers]
 
 
 def scaled_files(files: list[Any], scale: float) -> list[FileToWrite]:
@@ -272,13 +276,7 @@ class Job:
         p = self.preset
         hosts = len(writer_counts(self.facts.hosts)) if self.facts.hosts > 1 else 0
         overhead = 0.4 * (p.small_files_repeats + 6 + hosts)  # each non-bandwidth run's start and end
-        return (
-            p.bandwidth_budget_s
-            + p.small_files_budget_s
-            + 2 * p.latency_runtime_s
-            + overhead
-            + (ESTIMATE_S[p.name] if self.calibrate else 0)
-        )
+        return p.measuring_s + overhead + (ESTIMATE_S[p.name] if self.calibrate else 0)
 
 
 def prepare(spec: TargetSpec, backend: Backend) -> Job:
@@ -352,10 +350,23 @@ def run(job: Job, backend: Backend, progress: Progress | None = None) -> Storage
         # every host writes its own latency file: together they stay inside the byte budget
         share = None if job.data_bytes is None else job.data_bytes // job.facts.hosts // MiB * MiB
         size = LATENCY_FILE_BYTES if share is None else min(LATENCY_FILE_BYTES, share)
-        latencies = [_latency(job, session, progress, kind, size) for kind in ("fsync", "o_sync")]
+        latencies = []
+        kinds: tuple[tuple[Literal["fsync", "o_sync"], str, str, str], ...] = (
+            ("fsync", "4 KiB write + fsync", "fsync", "fsync_latency"),
+            ("o_sync", "4 KiB O_SYNC writes", "O_SYNC writes", "sync_write_latency"),
+        )
+        for kind, what, phase, figure in kinds:
+            progress.phase(f"latency: {what}", job.preset.latency_runtime_s)
+            note = RunNote(f"latency, {phase}", f"{figure} (p50_s, p99_s, p999_s, mean_s, samples): the worst host's")
+            latencies.append(session.latency(kind, job.preset.latency_runtime_s, size, note))
         look()
         if job.calibrate:
-            calibration = _calibrate(job, session, progress)
+            from ckplan.savers.calibrate import calibrate
+            from ckplan.savers.saver import max_save_processes
+
+            why = "PyTorch's serialisers into /dev/null, not fio; `ckplan calibrate` runs it again"
+            session.phase_ran("calibration", why)
+            calibration = calibrate(job.preset.name, min(job.writers, max_save_processes()), progress)
             if job.facts.hosts > 1:
                 notes.append(f"serialisers calibrated on the probing host {calibration.host}, not on the hosts")
         replayed = _replay(job, session, calibration, progress) if job.replay else None
@@ -365,16 +376,12 @@ def run(job: Job, backend: Backend, progress: Progress | None = None) -> Storage
         notes.append(f"another probe of this target ran at the same time ({'; '.join(others)}); {SHARED_TARGET}")
     fsync, sync_write = latencies
     assert fsync is not None, "every backend times durable small writes"
+    facts = {k: getattr(job.facts, k) for k in ("target", "fs_type", "storage_class", "mount_point", "shared", "hosts")}
     return StorageProfile(
+        **facts,
         target_kind=backend.kind,
         name=job.spec.name or job.facts.name,
-        target=job.facts.target,
-        fs_type=job.facts.fs_type,
-        storage_class=job.facts.storage_class,
-        mount_point=job.facts.mount_point,
         mount_options=job.facts.mount_options,
-        shared=job.facts.shared,
-        hosts=job.facts.hosts,
         direct_io=None if job.facts.fs_type == "s3" else "direct" in session.write_paths,
         buffered_bandwidth=bandwidth.curves["buffered"],
         direct_bandwidth=bandwidth.curves.get("direct", []),
@@ -536,25 +543,6 @@ def _small_files(job: Job, session: Session, progress: Progress) -> tuple[SmallF
         spread=spread,
     )
     return small, Spread.of(sums).median if session.hosts > 1 else None
-
-
-def _latency(
-    job: Job, session: Session, progress: Progress, kind: Literal["fsync", "o_sync"], size: int
-) -> Latency | None:
-    what = "4 KiB write + fsync" if kind == "fsync" else "4 KiB O_SYNC writes"
-    progress.phase(f"latency: {what}", job.preset.latency_runtime_s)
-    field_name = "fsync_latency" if kind == "fsync" else "sync_write_latency"
-    phase = "latency, fsync" if kind == "fsync" else "latency, O_SYNC writes"
-    note = RunNote(phase, f"{field_name} (p50_s, p99_s, p999_s, mean_s, samples): the worst host's")
-    return session.latency(kind, job.preset.latency_runtime_s, size, note)
-
-
-def _calibrate(job: Job, session: Session, progress: Progress) -> Calibration:
-    from ckplan.savers.calibrate import calibrate
-    from ckplan.savers.saver import max_save_processes
-
-    session.phase_ran("calibration", "PyTorch's serialisers into /dev/null, not fio; `ckplan calibrate` runs it again")
-    return calibrate(job.preset.name, min(job.writers, max_save_processes()), progress)
 
 
 def full_scale_seconds(

@@ -11,6 +11,7 @@ fio quirks handled here (shared reference storage-and-fio.md, fixtures in tests/
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import json
 import os
@@ -26,12 +27,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from ckplan import children, errors, scratch
-from ckplan.errors import InputError, MeasurementFailed
+from ckplan.errors import EnvironmentProblem, InputError, MeasurementFailed
 from ckplan.probe import jobfiles
+from ckplan.probe.engine import RunNote, SmallRun, Stream
 from ckplan.profile import Latency
 
 if TYPE_CHECKING:
-    from ckplan.probe.engine import RunNote
+    from ckplan.probe.engine import StreamPath
 
 MiB = 2**20
 DEFAULT_PORT = 8765  # fio --server's
@@ -78,8 +80,6 @@ def escape_path(path: Path | str) -> str:
 def fio_binary() -> str:
     exe = shutil.which("fio")
     if not exe:
-        from ckplan.errors import EnvironmentProblem
-
         raise EnvironmentProblem(
             "fio is not installed; install it with `apt-get install fio` (Debian/Ubuntu) or `dnf install fio` (RHEL/Fedora)"
         )
@@ -130,10 +130,10 @@ def run_fio(
     workdir: Path,
     what: str,
     on_status: Callable[[int, float], None] | None = None,
-    note: jobfiles.Note | None = None,
+    record: Callable[[list[str], dict[str, str]], None] | None = None,
 ) -> dict:
     """Run jobs and return fio's final JSON document; `on_status(bytes_written, elapsed_s)` about once a second,
-    from fio's --status-interval documents; `note` is what the run is for, for `probe --emit-jobs`."""
+    from fio's --status-interval documents; `record(command, {job file: text})` as it starts (`probe --emit-jobs`)."""
     exe = fio_binary()
     jobfile = workdir / f"{jobs[0].name}.fio"
     # Jobs as threads of the one fio process: fio puts each job process in a session of its own, beyond
@@ -147,8 +147,8 @@ def run_fio(
             errors.describe_errno(exc.errno, what) if exc.errno else f"cannot write fio's job file: {exc}", exc.errno
         ) from None
     cmd = [exe, "--output-format=json", "--status-interval=1", str(jobfile)]
-    if note is not None:
-        jobfiles.record(cmd, {str(jobfile): text}, note)
+    if record is not None:
+        record(cmd, {str(jobfile): text})
     start = time.monotonic()
     chunks: list[bytes] = []
     with tempfile.TemporaryFile() as err:
@@ -225,15 +225,10 @@ def percentiles_s(section: dict, key: str = "clat_ns") -> tuple[float, float, fl
     pct = lat.get("percentile", {})
 
     def at(p: str) -> float:
-        for k, v in pct.items():
-            if abs(float(k) - float(p)) < 1e-6:
-                return v / 1e9
-        return float("nan")
+        return next((v / 1e9 for k, v in pct.items() if abs(float(k) - float(p)) < 1e-6), float("nan"))
 
     return at("50"), at("99"), at("99.9"), lat.get("mean", 0) / 1e9, int(lat.get("N", 0))
 
-
-# --- the jobs the fio backends (local, hosts) run: one definition each -------------------------------------------
 
 PAGE_CACHE = "page-cache"
 
@@ -242,27 +237,19 @@ def bandwidth_job(path: str, writers: int, size: int, seconds: float, warm_up: b
     """Sequential 1 MiB writes, one file per writer: buffered or direct, ending with an fsync inside the runtime
     cap; or (PAGE_CACHE) one writer's copy of a sample into the page cache, never flushed (unlinked while dirty).
     Returns the job and what it measures, in words; a warm-up's job is named so in the raw fio output."""
+    options: dict[str, str | int] = {"rw": "write", "bs": "1M", "size": size, "numjobs": writers, "ioengine": "psync"}
+    options["direct"] = int(path == "direct")
     if path == PAGE_CACHE:
-        flush: dict[str, str | int] = {"size": size}
         measures = "one writer's copy of a sample into the page cache, never flushed (its file is unlinked while dirty)"
     else:
-        flush = {"end_fsync": 1, "runtime": f"{seconds}s", "size": size}
+        options.update(end_fsync=1, runtime=f"{seconds}s")
         how = "with O_DIRECT" if path == "direct" else "through the page cache"
         measures = (
             f"sequential 1 MiB writes by {writers} writer(s), one file each, {how}, ending with an fsync "
             "(end_fsync=1) inside the runtime cap"
         )
-    options = {
-        "rw": "write",
-        "bs": "1M",
-        **flush,
-        "numjobs": writers,
-        "ioengine": "psync",
-        "direct": int(path == "direct"),
-    }
     name = f"{'warm-up' if warm_up else 'bw'}-{path}-{writers}"
-    job = FioJob(name, {**options, "fallocate": "none", "group_reporting": 1, "unlink": 1})
-    return job, measures
+    return FioJob(name, {**options, "fallocate": "none", "group_reporting": 1, "unlink": 1}), measures
 
 
 def small_files_job(writers: int, low: int, high: int, nrfiles: int) -> tuple[FioJob, str]:
@@ -336,25 +323,53 @@ def file_jobs(files: list[tuple[str, int, int]], prefix: str) -> list[FioJob]:
 
 
 class FioSession:
-    """What the fio backends' sessions (local, hosts) share: the direct-I/O check, each run's note for
-    `--emit-jobs` and the other probes' scratch directories."""
+    """What the fio backends' sessions (local, hosts) share: the runs that are alike on one host and many (the
+    bandwidth streams, the latency runs, the direct-I/O check), the arithmetic of the small-file runs, each run's note
+    for `--emit-jobs` and the other probes' scratch directories. A backend runs a job on its hosts (`run_job`) and
+    finds each host's figures in fio's output (`entries`)."""
 
     page_cache = True
     on = ""  # how a run's note says where it ran
+    stats = "jobs[]"  # where fio's output holds each host's figures, for the job files' notes
 
     def __init__(self, writer: jobfiles.JobWriter | None):
         self.raw: list[dict[str, Any]] = []
         self.notes: list[str] = []
+        self.writer = writer
         self.jobs = writer.jobs if writer else []
         self.write_paths: tuple[Literal["buffered", "direct"], ...] = ("buffered", "direct")
 
-    def run_job(self, job: FioJob, what: str, note: jobfiles.Note, keep: bool = True) -> dict:
-        """One run of `job` (on every host), its output kept in raw unless `keep` is False."""
+    def run_job(self, job: FioJob, what: str, note: RunNote, hosts: int = 0, keep: bool = True) -> dict:
+        """One run of `job` on the first `hosts` hosts (0: all), its output kept in raw unless `keep` is False."""
         raise NotImplementedError
 
-    def check_direct_io(self, note: jobfiles.Note, refused: str) -> None:
+    def entries(self, doc: dict, jobname: str) -> list[tuple[str, dict]]:
+        """(host, its stats) of every job named `jobname` in fio's output."""
+        raise NotImplementedError
+
+    def stem(self, job: FioJob, hosts: int) -> str | None:
+        """A run's job file name after its number (None: its first job's name)."""
+        return None
+
+    def per_host(
+        self, doc: dict, jobname: str, key: str, combine=lambda a, b: a + b, direction: str = "write"
+    ) -> dict[str, float]:
+        """One figure of a job per host (a host's jobs combined: summed, or the max)."""
+        out: dict[str, float] = {}
+        for host, stats in self.entries(doc, jobname):
+            value = float(stats[direction][key])
+            out[host] = combine(out[host], value) if host in out else value
+        return out
+
+    def check_direct_io(self) -> None:
         """Only the buffered path where the target refuses O_DIRECT (EINVAL): one 1 MiB write with direct=1."""
         job, _ = bandwidth_job("direct", 1, MiB, 0)
+        note = RunNote(
+            "direct-I/O check",
+            "direct_io: true unless fio fails with EINVAL (then only the buffered path is measured); not kept in raw_fio",
+            measures=self.on + "whether the target takes O_DIRECT: one 1 MiB write with direct=1",
+            read=f"fio's exit status, and {self.stats}.error (22 = EINVAL)",
+        )
         try:
             self.run_job(
                 FioJob("direct-check", {**job.options, "runtime": "5s"}), "the direct I/O check", note, keep=False
@@ -363,19 +378,43 @@ class FioSession:
             if exc.errno != errno.EINVAL:
                 raise
             self.write_paths = ("buffered",)
-            self.notes.append(refused)
+            self.notes.append(
+                f"{'a host' if self.on else 'the target'} refused O_DIRECT (EINVAL): only the buffered write path was "
+                "measured; direct-I/O writers are predicted on it"
+            )
 
-    def note(self, note: RunNote, measures: str, read: str, **extra: Any) -> jobfiles.Note:
-        return jobfiles.Note(
-            note.phase,
-            self.on + measures,
-            note.figure,
-            read,
-            raw_fio=len(self.raw),
-            group=note.group,
-            warm_up=note.warm_up,
-            **extra,
-        )
+    def note(self, note: RunNote, measures: str, read: str, **extra: Any) -> RunNote:
+        return dataclasses.replace(note, measures=self.on + measures, read=read, raw_fio=len(self.raw), **extra)
+
+    def record(self, note: RunNote) -> Callable[[list[str], dict[str, str]], None] | None:
+        """What records a run's command and job files in `--emit-jobs`' directory, if it is given."""
+        writer = self.writer
+        return None if writer is None else lambda cmd, texts: writer.record(cmd, texts, note)
+
+    def stream(self, path: StreamPath, writers: int, hosts: int, size: int, seconds: float, note: RunNote) -> Stream:
+        job, measures = bandwidth_job(path, writers, size, seconds, note.warm_up)
+        way = "write"
+        read = f"{self.stats} named {job.name}: {way}.bw_bytes per host, in bytes/s (group_reporting sums the jobs)"
+        note = self.note(note, measures, read, name=self.stem(job, hosts))
+        doc = self.run_job(job, f"the bandwidth phase ({path}, {writers} writers)", note, hosts)
+        rates = self.per_host(doc, job.name, "bw_bytes", direction=way)
+        agg = [c for c in doc.get("client_stats", []) if c.get("jobname") == "All clients"]
+        return Stream(rates, float(agg[0][way]["bw_bytes"]) if agg else sum(rates.values()))
+
+    def latency(self, kind: Literal["fsync", "o_sync"], seconds: float, size: int, note: RunNote) -> Latency:
+        job, measures, section = latency_job(kind, size, seconds)
+        read = f"{self.stats} named {job.name}: {section} percentiles 50, 99, 99.9, mean and N, in ns; the worst p99's"
+        doc = self.run_job(job, f"the {kind} latency phase", self.note(note, measures, read))
+        return latency_of([stats for _, stats in self.entries(doc, job.name)], section)
+
+    def small_run(self, doc: dict, jobname: str, files: dict[str, int]) -> SmallRun:
+        """A small-file run's rates from each host's files: per file its create, fsync and close, plus the write
+        calls, over the host's longest writer's runtime."""
+        seconds = {h: max(t / 1000, 1e-3) for h, t in self.per_host(doc, jobname, "runtime", max).items()}
+        calls = self.per_host(doc, jobname, "total_ios")
+        rates = {h: files[h] / t for h, t in seconds.items()}
+        ops = {h: (3 * files[h] + calls[h]) / t for h, t in seconds.items()}
+        return SmallRun(rates, ops, sum(files.values()), max(seconds.values()))
 
     def others_in(self, root: Path, mine: Callable[[Path], bool]) -> list[str]:
         """The live probes' scratch directories in `root`, but this probe's own."""
@@ -386,4 +425,5 @@ class FioSession:
         ]
 
     def phase_ran(self, phase: str, why: str) -> None:
-        jobfiles.other(phase, why)
+        if self.writer is not None:
+            self.writer.other(phase, why)

@@ -11,35 +11,19 @@ Runs that are not fio (the calibration, a single-host replay) are a comment in r
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import os
 import shlex
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ckplan.errors import InputError
 from ckplan.profile import JobFile
 
+if TYPE_CHECKING:
+    from ckplan.probe.engine import RunNote
+
 PLACEHOLDER = "${CKPLAN_JOB_DIR}"
 SCRIPT = "run.sh"
-
-
-@dataclass(frozen=True)
-class Note:
-    """What one fio run is for, in the words its job file's comment uses."""
-
-    phase: str  # e.g. "bandwidth, buffered write path"
-    measures: str  # what the run does to the target
-    figure: str  # the profile figure it produced, or why it produced none (a warm-up, a calibration)
-    read: str  # where that figure is in fio's JSON output
-    raw_fio: int | None = None  # index of this run's output in the profile's raw_fio
-    name: str | None = None  # the file name's stem after the number (default: the first job's name)
-    count_files_in: str | None = None  # a directory under CKPLAN_JOB_DIR that run.sh makes fresh, counts the files of
-    # after the run (into NNN-NAME.files) and removes: the small-file phase, whose files ckplan counts itself
-    group: str | None = None  # the runs that share a warm-up (default: the phase)
-    warm_up: bool = False  # a warm-up: the group's later runs say to run it first, as the probe did
 
 
 def check_dir(path: Path) -> Path:
@@ -68,7 +52,7 @@ class JobWriter:
     """Writes each run's job file as it starts (a failed run's too) and rewrites run.sh after each."""
 
     def __init__(self, directory: Path, about: str, fio_version: str, local_target: Path | None = None):
-        self.directory = directory
+        self.directory = directory.absolute()
         self.about = about  # "the probe of PATH on HOST"
         self.fio_version = fio_version
         self.local_target = local_target  # single host: where run.sh makes its fresh directory; None: multi-host
@@ -78,7 +62,7 @@ class JobWriter:
         self.blocks: list[str] = []
         self.warm_ups: dict[str, str] = {}  # group -> the number of its latest warm-up run
 
-    def record(self, cmd: list[str], texts: dict[str, str], note: Note) -> None:
+    def record(self, cmd: list[str], texts: dict[str, str], note: RunNote) -> None:
         """One fio run: its command line and the text of each job file it names (a path in cmd → the text)."""
         number = f"{len(self.jobs) + 1:03d}"
         first = next(iter(texts.values()))
@@ -126,7 +110,7 @@ class JobWriter:
         self.blocks.append(f"# ({phase} ran here: {why}; it has no fio job file)")
         self._write(SCRIPT, self._script())
 
-    def _comment(self, number: str, note: Note, cmd: list[str], hand: list[str], warm_up: str | None) -> str:
+    def _comment(self, number: str, note: RunNote, cmd: list[str], hand: list[str], warm_up: str | None) -> str:
         lines = [
             f"ckplan probe --emit-jobs: fio run {number} of {self.about} ({self.fio_version})",
             f"phase:    {note.phase}",
@@ -222,31 +206,3 @@ def _first_job(text: str) -> str:
     sections = [line.strip()[1:-1] for line in text.splitlines() if line.strip().startswith("[")]
     # not the global section, nor a multi-host run's own housekeeping (ckplan-marker, ckplan-cleanup)
     return next((s for s in sections if s != "global" and not s.startswith("ckplan-")), "job")
-
-
-_CURRENT: contextvars.ContextVar[JobWriter | None] = contextvars.ContextVar("ckplan_job_writer", default=None)
-
-
-@contextlib.contextmanager
-def emitting(
-    directory: Path | None, about: str, fio_version: str, local_target: Path | None = None
-) -> Iterator[JobWriter | None]:
-    """Every fio run inside records itself in `directory`'s job files (`probe --emit-jobs`; None: nowhere)."""
-    writer = None if directory is None else JobWriter(directory.absolute(), about, fio_version, local_target)
-    token = _CURRENT.set(writer)
-    try:
-        yield writer
-    finally:
-        _CURRENT.reset(token)
-
-
-def record(cmd: list[str], texts: dict[str, str], note: Note) -> None:
-    writer = _CURRENT.get()
-    if writer is not None:
-        writer.record(cmd, texts, note)
-
-
-def other(phase: str, why: str) -> None:
-    writer = _CURRENT.get()
-    if writer is not None:
-        writer.other(phase, why)

@@ -1,5 +1,5 @@
 """The probe's backends, one module each: what a kind of target must do for the engine (probe/engine.py's
-`Backend` and `Session`). Adding a target is one module beside these and one line in BACKENDS; `backend_for`
+`Backend` and `Session`). Adding a target is one module beside these and one line in BACKENDS; `ProbeTarget`
 picks one from the spec (an s3:// URL, hosts given, else a directory on this host)."""
 
 from __future__ import annotations
@@ -21,25 +21,16 @@ BACKENDS = {
 }
 
 
-def kind_of(spec: TargetSpec) -> str:
-    if spec.path.startswith("s3:"):  # s3://bucket/prefix; malformed ones get the S3 parser's message
-        return "s3"
-    return "hosts" if spec.hosts or spec.hosts_file else "filesystem"
-
-
-def backend_for(spec: TargetSpec) -> Backend:
-    module, name = BACKENDS[kind_of(spec)]
-    backend: Backend = getattr(importlib.import_module(module), name)(spec)
-    return backend
-
-
 class ProbeTarget:
     """A target to measure into a StorageProfile or clean of what a killed probe left: the backend its spec names
-    (`backends.backend_for`), prepared once, on first need, so that every check runs before a byte is written."""
+    (`BACKENDS`), prepared once, on first need, so that every check runs before a byte is written."""
 
     def __init__(self, spec: TargetSpec):
         self.spec, self.plan = spec, spec.plan
-        self.backend: Backend = backend_for(spec)
+        # an s3:// URL (malformed ones get the S3 parser's message), hosts given, else a directory on this host
+        kind = "s3" if spec.path.startswith("s3:") else "hosts" if spec.hosts or spec.hosts_file else "filesystem"
+        module, name = BACKENDS[kind]
+        self.backend: Backend = getattr(importlib.import_module(module), name)(spec)
         self.kind = self.backend.kind
         self._job: Job | None = None
 
@@ -59,5 +50,4 @@ class ProbeTarget:
         return self.backend.clean(force)
 
 
-def open_target(spec: TargetSpec) -> ProbeTarget:
-    return ProbeTarget(spec)
+open_target = ProbeTarget

@@ -1,10 +1,8 @@
 """The hosts backend: a directory as many hosts see it, measured by their fio servers (`ckplan agent`) at once, all
-driven by one `fio --client=HOST job --client=HOST job …`.
-
-Each host's job file writes inside its own scratch directory (fio makes a filename's directories): a first job
-writes the owner marker there, a last stonewalled one removes it with `exec_prerun=rm -rf`; after a failure the
-same clean-up job goes to every host that still answers. fio's client exits 0 even when a server drops a job, so
-every host must report, or the error names those that did not.
+driven by one `fio --client=HOST job --client=HOST job …`. Each host's job file writes inside its own scratch
+directory (fio makes a filename's directories): a first job writes the owner marker, a last stonewalled one
+removes the directory (`exec_prerun=rm -rf`), sent again to every host that answers after a failure. fio's client
+exits 0 even when a server drops a job, so every host must report, or the error names those that did not.
 """
 
 from __future__ import annotations
@@ -18,19 +16,17 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Literal
 
 from ckplan import children, filesystem, scratch
 from ckplan.confine import confined_key
 from ckplan.errors import EnvironmentProblem, InputError, MeasurementFailed, describe_errno
 from ckplan.probe import engine, fio, hostlist, jobfiles
-from ckplan.probe.engine import PRESETS, Facts, FileToWrite, Progress, RunNote, SmallRun, Stream, StreamPath, TargetSpec
-from ckplan.profile import Latency, TargetKind
+from ckplan.probe.engine import PRESETS, Facts, FileToWrite, Progress, RunNote, SmallRun, TargetSpec
+from ckplan.profile import TargetKind
 
 CLEANUP_JOB = "ckplan-cleanup"
 MARKER_JOB = "ckplan-marker"
 NOT_MEASURED = ("All clients", CLEANUP_JOB, MARKER_JOB)  # client_stats entries that are no host's measurement
-DIRECT_CHECK = jobfiles.Note("direct-I/O check", "one 1 MiB write with direct=1 on every host", "direct_io", "error")
 
 
 class HostsBackend:
@@ -39,9 +35,7 @@ class HostsBackend:
     def __init__(self, spec: TargetSpec):
         self.spec, self.path = spec, Path(spec.path)
         self.hosts: list[hostlist.Host] = []
-        p = PRESETS[spec.preset]
-        # a run that takes thrice the whole probe's budget has hung
-        self.timeout_s = 3 * (p.bandwidth_budget_s + p.small_files_budget_s + 2 * p.latency_runtime_s) + 60
+        self.timeout_s = 3 * PRESETS[spec.preset].measuring_s + 60  # a run that takes thrice the whole probe's has hung
 
     def prepare(self, spec: TargetSpec) -> Facts:
         self.hosts = hostlist.parse_hosts(spec.hosts, spec.hosts_file, notice=spec.notice)
@@ -85,16 +79,14 @@ class HostsBackend:
     @contextlib.contextmanager
     def open(self, facts: Facts, progress: Progress) -> Iterator[HostsSession]:
         about = f"the probe of {self.path} from {len(self.hosts)} hosts, driven from {socket.gethostname()}"
-        with jobfiles.emitting(self.spec.emit_jobs, about, facts.tool) as writer:
-            session = HostsSession(self, scratch.scratch_name(""), progress, writer)
-            try:
-                session.check_direct_io(
-                    DIRECT_CHECK, "a host refused O_DIRECT (EINVAL): only the buffered write path was measured"
-                )
-                yield session
-            except BaseException:
-                session.cleanup()
-                raise
+        writer = jobfiles.JobWriter(self.spec.emit_jobs, about, facts.tool) if self.spec.emit_jobs else None
+        session = HostsSession(self, scratch.scratch_name(""), progress, writer)
+        try:
+            session.check_direct_io()
+            yield session
+        except BaseException:
+            session.cleanup()
+            raise
 
     def clean(self, force: bool = False):
         raise InputError(
@@ -105,6 +97,7 @@ class HostsBackend:
 
 class HostsSession(fio.FioSession):
     on = "every host at once: "
+    stats = "client_stats[] per hostname"
 
     def __init__(self, backend: HostsBackend, run_id: str, progress: Progress, writer: jobfiles.JobWriter | None):
         super().__init__(writer)
@@ -130,15 +123,17 @@ class HostsSession(fio.FioSession):
         marker = fio.FioJob(MARKER_JOB, {"ioengine": "null", "size": "4k", "exec_prerun": mark})
         return "".join(j.render() for j in [head, marker, first, *jobs[1:], cleanup_job(where)])
 
-    def run_job(self, job: fio.FioJob, what: str, note: jobfiles.Note | None, keep: bool = True) -> dict:
-        return self.clients({h: [job] for h in self.all}, what, note, keep)
+    def run_job(self, job: fio.FioJob, what: str, note: RunNote, hosts: int = 0, keep: bool = True) -> dict:
+        return self.clients({h: [job] for h in self.all[: hosts or None]}, what, note, keep)
+
+    def entries(self, doc: dict, jobname: str) -> list[tuple[str, dict]]:
+        return [(c["hostname"], c) for c in doc.get("client_stats", []) if c.get("jobname") == jobname]
+
+    def stem(self, job: fio.FioJob, hosts: int) -> str:
+        return f"{job.name}-{hosts}h"
 
     def clients(
-        self,
-        jobs_by_host: dict[hostlist.Host, list[fio.FioJob]],
-        what: str,
-        note: jobfiles.Note | None,
-        keep: bool = True,
+        self, jobs_by_host: dict[hostlist.Host, list[fio.FioJob]], what: str, note: RunNote, keep: bool = True
     ) -> dict:
         """One fio client run, every named host at once; every host must report, or the error names those that did not."""
         with tempfile.TemporaryDirectory(prefix="ckplan-cluster-") as tmp:
@@ -149,8 +144,8 @@ class HostsSession(fio.FioSession):
                 texts[str(job)] = self.jobfile(host, jobs)
                 job.write_text(texts[str(job)])
                 args += [host.client_arg, str(job)]
-            if note is not None:
-                jobfiles.record(args, texts, note)
+            if self.writer is not None:
+                self.writer.record(args, texts, note)
             try:
                 proc = subprocess.run(
                     args, capture_output=True, text=True, timeout=self.backend.timeout_s, preexec_fn=children.preexec()
@@ -164,17 +159,6 @@ class HostsSession(fio.FioSession):
             self.raw.append(doc)
         return doc
 
-    def stream(self, path: StreamPath, writers: int, hosts: int, size: int, seconds: float, note: RunNote) -> Stream:
-        job, measures = fio.bandwidth_job(path, writers, size, seconds, note.warm_up)
-        read = f"client_stats[] with jobname {job.name}: write.bw_bytes per hostname; 'All clients' for the total"
-        what = f"the bandwidth phase ({path}, {writers} writers)"
-        doc = self.clients(
-            {h: [job] for h in self.all[:hosts]}, what, self.note(note, measures, read, name=f"{job.name}-{hosts}h")
-        )
-        rates = per_host(doc, "bw_bytes", job.name)
-        agg = [c for c in doc.get("client_stats", []) if c.get("jobname") == "All clients"]
-        return Stream(rates, float(agg[0]["write"]["bw_bytes"]) if agg else sum(rates.values()))
-
     def small_files(self, writers: int, low: int, high: int, files_per_writer: int, note: RunNote) -> SmallRun:
         job, measures = fio.small_files_job(writers, low, high, files_per_writer)
         job.options["unlink"] = 1
@@ -183,18 +167,7 @@ class HostsSession(fio.FioSession):
             ".write.runtime (ms) of that host (every file completes); ops/s adds 3 per file to the write calls"
         )
         doc = self.run_job(job, "the small-file phase", self.note(note, measures, read, name="small"))
-        seconds = per_host(doc, "runtime", job.name, max)
-        calls = per_host(doc, "total_ios", job.name)
-        files = files_per_writer * writers
-        rates = {h: files / max(t / 1000, 1e-3) for h, t in seconds.items()}
-        ops = {h: (3 * files + calls[h]) / max(t / 1000, 1e-3) for h, t in seconds.items()}
-        return SmallRun(rates, ops, files * len(seconds), max(seconds.values()) / 1000)
-
-    def latency(self, kind: Literal["fsync", "o_sync"], seconds: float, size: int, note: RunNote) -> Latency:
-        job, measures, section = fio.latency_job(kind, size, seconds)
-        read = f"client_stats[jobname {job.name}].{section} percentiles per host, in ns: the worst p99's host"
-        doc = self.run_job(job, f"the {kind} latency phase", self.note(note, measures, read, name=f"{kind}-lat"))
-        return fio.latency_of([c for c in doc["client_stats"] if c.get("jobname") == job.name], section)
+        return self.small_run(doc, job.name, {h: files_per_writer * writers for h, _ in self.entries(doc, job.name)})
 
     def write_files(self, nodes: list[list[FileToWrite]], path: str, run: int) -> tuple[float, int]:
         """Host k writes node k's files exactly: one fio job per file (two where it ends in a partial MiB), each
@@ -283,49 +256,27 @@ def client_report(out: str, err: str, hosts: list[hostlist.Host], what: str) -> 
     return docs[-1]
 
 
-def per_host(doc: dict, field: str, jobname: str, combine=lambda a, b: a + b) -> dict[str, float]:
-    """One figure of a job per host, from fio's client_stats (a host's jobs combined: summed, or the max)."""
-    out: dict[str, float] = {}
-    for c in doc.get("client_stats", []):
-        if c.get("jobname") == jobname:
-            value = float(c["write"][field])
-            out[c["hostname"]] = combine(out[c["hostname"]], value) if c["hostname"] in out else value
-    return out
-
-
 def wait_for_agents(hosts: list[hostlist.Host], timeout_s: float, poll_s: float = 0.5) -> None:
-    """Return once every host's agent has run a job for us (agents that srun started a moment ago), or raise naming
-    those that did not within `timeout_s`: first a TCP connection on its port, then fio's own handshake, a null
-    job that writes nothing. A port that takes the connection and never answers (not a fio server, or one
-    stopped with SIGSTOP) would otherwise hold the probe until its first phase's deadline."""
+    """Return once every host's agent has run fio's handshake for us, a null job that writes nothing (agents that
+    srun started a moment ago refuse connections at first, so it is tried again), or raise naming those that did
+    not within `timeout_s`. A port that takes the connection and never answers (not a fio server, or one stopped
+    with SIGSTOP) would otherwise hold the probe until its first phase's deadline."""
+    for host in hosts:  # a name that does not resolve is a typo, not an agent still starting
+        try:
+            socket.getaddrinfo(host.name, host.port)
+        except socket.gaierror:
+            raise InputError(
+                f"host {host.name!r} does not resolve to an address: check ‹hosts› or ‹hosts_file›"
+            ) from None
     deadline = time.monotonic() + timeout_s
-    pending = list(hosts)
-    while True:
-        for host in list(pending):
-            try:
-                with socket.create_connection((host.name, host.port), timeout=min(2.0, max(0.1, timeout_s))):
-                    pending.remove(host)
-            except socket.gaierror:
-                raise InputError(
-                    f"host {host.name!r} does not resolve to an address: check ‹hosts› or ‹hosts_file›"
-                ) from None
-            except OSError:
-                pass
-        if not pending:
-            break
+    while pending := each_host(dict.fromkeys(hosts, "[ckplan-handshake]\nioengine=null\nsize=4k\n"), deadline):
         if time.monotonic() >= deadline:
-            raise _no_answer(pending, timeout_s, "answered")
+            raise EnvironmentProblem(
+                f"no agent ran fio's handshake (a null job) on {', '.join(map(str, pending))} within {timeout_s:g} s "
+                "(start one on each host with `ckplan agent`)"
+            )
+        hosts = pending
         time.sleep(poll_s)
-    silent = each_host(dict.fromkeys(hosts, "[ckplan-handshake]\nioengine=null\nsize=4k\n"), deadline)
-    if silent:
-        raise _no_answer(silent, timeout_s, "ran fio's handshake (a null job)")
-
-
-def _no_answer(hosts: list[hostlist.Host], timeout_s: float, what: str) -> EnvironmentProblem:
-    return EnvironmentProblem(
-        f"no agent {what} on {', '.join(map(str, hosts))} within {timeout_s:g} s "
-        "(start one on each host with `ckplan agent`)"
-    )
 
 
 def each_host(jobs: dict[hostlist.Host, str], deadline: float) -> list[hostlist.Host]:

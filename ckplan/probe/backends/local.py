@@ -9,35 +9,14 @@ import shutil
 import socket
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Literal
 
 from ckplan import filesystem, scratch
 from ckplan.errors import InputError, oserror_message
 from ckplan.probe import fio, jobfiles, replay
-from ckplan.probe.engine import (
-    CleanResult,
-    Facts,
-    FileToWrite,
-    Progress,
-    RunNote,
-    SmallRun,
-    Stream,
-    StreamPath,
-    TargetSpec,
-)
-from ckplan.profile import Latency, TargetKind
+from ckplan.probe.engine import CleanResult, Facts, FileToWrite, Progress, RunNote, SmallRun, TargetSpec
+from ckplan.profile import TargetKind
 
 UNSIZED_DEFAULT_BYTES = 2**30  # what the probe may write on a filesystem that reports no size, unless --max-bytes
-DIRECT_CHECK = jobfiles.Note(
-    "direct-I/O check",
-    "whether the target takes O_DIRECT: one 1 MiB write with direct=1",
-    "direct_io: true unless fio fails with EINVAL (then only the buffered path is measured); not kept in raw_fio",
-    "fio's exit status, and jobs[0].error (22 = EINVAL)",
-)
-REFUSED_DIRECT = (
-    "the target refused O_DIRECT (EINVAL): only the buffered write path was measured; direct-I/O writers are "
-    "predicted on it"
-)
 
 
 class LocalBackend:
@@ -79,14 +58,14 @@ class LocalBackend:
 
     @contextlib.contextmanager
     def open(self, facts: Facts, progress: Progress) -> Iterator[LocalSession]:
-        where = f"the probe of {self.path.resolve()} on {socket.gethostname()}"
-        jobs = jobfiles.emitting(self.spec.emit_jobs, where, facts.tool, local_target=self.path.resolve())
-        with scratch.ScratchDir(self.path) as area, jobs as writer:
+        where, emit = f"the probe of {self.path.resolve()} on {socket.gethostname()}", self.spec.emit_jobs
+        writer = jobfiles.JobWriter(emit, where, facts.tool, local_target=self.path.resolve()) if emit else None
+        with scratch.ScratchDir(self.path) as area:
             if writer is not None:
                 writer.scratch = fio.escape_path(area.path)
             try:
                 session = LocalSession(area.path, progress, writer)
-                session.check_direct_io(DIRECT_CHECK, REFUSED_DIRECT)
+                session.check_direct_io()
                 yield session
             except OSError as exc:  # ckplan's own file operations on the target (mkdir, job files) mid-run
                 raise oserror_message(exc, "the probe") from None
@@ -94,16 +73,14 @@ class LocalBackend:
     def clean(self, force: bool = False) -> CleanResult:
         """Remove the scratch directories killed probes left in the target; a live one is kept (another host's
         unless `force`)."""
-        path = self.path
-        if not path.is_dir():
-            raise InputError(f"{path} is not a directory")
-        removed, kept, why = [], [], {}
-        for found in scratch.scratch_dirs(path):
+        if not self.path.is_dir():
+            raise InputError(f"{self.path} is not a directory")
+        removed, why = [], {}
+        for found in scratch.scratch_dirs(self.path):
             elsewhere = found.host not in (None, socket.gethostname())
             if found.live and not elsewhere:
                 continue  # a probe running on this host
             if found.live and not force:  # its heartbeat is fresh: a probe running on another host
-                kept.append(str(found.path))
                 why[str(found.path)] = (
                     f"a probe on {found.host} (pid {found.pid}) rewrote its marker within the last "
                     f"{scratch.STALE_AFTER_S:.0f} s"
@@ -111,7 +88,7 @@ class LocalBackend:
                 continue
             shutil.rmtree(found.path, ignore_errors=True)
             removed.append(str(found.path))
-        return CleanResult(target=str(path), removed=removed, kept=kept, why=why)
+        return CleanResult(target=str(self.path), removed=removed, kept=list(why), why=why)
 
 
 class LocalSession(fio.FioSession):
@@ -121,19 +98,15 @@ class LocalSession(fio.FioSession):
         super().__init__(writer)
         self.root, self.progress = root, progress
 
-    def run_job(self, job: fio.FioJob, what: str, note: jobfiles.Note, keep: bool = True) -> dict:
+    def run_job(self, job: fio.FioJob, what: str, note: RunNote, hosts: int = 0, keep: bool = True) -> dict:
         job.options.setdefault("directory", fio.escape_path(self.root))
-        doc = fio.run_fio([job], self.root, what, on_status=self.progress.update, note=note)
+        doc = fio.run_fio([job], self.root, what, on_status=self.progress.update, record=self.record(note))
         if keep:
             self.raw.append(doc)
         return doc
 
-    def stream(self, path: StreamPath, writers: int, hosts: int, size: int, seconds: float, note: RunNote) -> Stream:
-        job, measures = fio.bandwidth_job(path, writers, size, seconds, note.warm_up)
-        read = "jobs[0].write.bw_bytes, in bytes/s (group_reporting sums the writers)"
-        doc = self.run_job(job, f"the bandwidth phase ({path}, {writers} writers)", self.note(note, measures, read))
-        rate = float(doc["jobs"][0]["write"]["bw_bytes"])
-        return Stream({socket.gethostname(): rate}, rate)
+    def entries(self, doc: dict, jobname: str) -> list[tuple[str, dict]]:
+        return [(socket.gethostname(), j) for j in doc["jobs"] if j.get("jobname") == jobname]
 
     def small_files(self, writers: int, low: int, high: int, files_per_writer: int, note: RunNote) -> SmallRun:
         directory = self.root / "small"
@@ -151,16 +124,7 @@ class LocalSession(fio.FioSession):
             files = sum(1 for _ in os.scandir(directory))
         finally:
             shutil.rmtree(directory, ignore_errors=True)
-        seconds = max(max(int(j["write"]["runtime"]) for j in doc["jobs"]) / 1000, 1e-3)
-        ops = 3 * files + sum(int(j["write"]["total_ios"]) for j in doc["jobs"])  # create, fsync, close + writes
-        host = socket.gethostname()
-        return SmallRun({host: files / seconds}, {host: ops / seconds}, files, seconds)
-
-    def latency(self, kind: Literal["fsync", "o_sync"], seconds: float, size: int, note: RunNote) -> Latency:
-        job, measures, section = fio.latency_job(kind, size, seconds)
-        read = f"jobs[0].{section}: percentile['50.000000'], ['99.000000'], ['99.900000'], mean and N, in ns"
-        doc = self.run_job(job, f"the {kind} latency phase", self.note(note, measures, read))
-        return fio.latency_of(doc["jobs"], section)
+        return self.small_run(doc, job.name, {socket.gethostname(): files})
 
     def write_files(self, nodes: list[list[FileToWrite]], path: str, run: int) -> tuple[float, int]:
         if run == 0:

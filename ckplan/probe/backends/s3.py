@@ -1,13 +1,9 @@
 """The S3 backend: an object-store prefix, measured with ckplan's own boto3 client (fio 3.33 has no S3 engine).
-
-- a stream is one multipart upload whose parts go one after another (the part size stated, --part-size);
-- a small file is one PUT of a small object: its PUT is the only operation the store serves for it;
-- the durable small write is one writer's 4 KiB PUT: an object is durable when its PUT returns;
-- the replay writes each of the plan's files as one object by its rank's thread, multipart above the part size,
-  as object-store writers do; there is no framework saver here, so the engine adds the serialiser term.
-Everything goes under one scratch prefix (scratch.py's name), whose first object is the owner marker, rewritten
-every HEARTBEAT_S; the prefix is deleted at the end, on error and on Ctrl-C, with every multipart upload it
-started aborted. Credentials come from the standard AWS chain and never reach output, profiles or errors.
+A stream is one multipart upload, its parts one after another (--part-size); a small file is one PUT, the only
+operation the store serves for it; the durable small write is a 4 KiB PUT; the replay writes each file of the plan
+as one object by its rank's thread (no framework saver here: the engine adds the serialiser term). Everything goes
+under one scratch prefix whose first object is the owner marker (scratch.py), deleted with every multipart upload
+it started at the end, on error and on Ctrl-C. Credentials come from the AWS chain and never reach any output.
 """
 
 from __future__ import annotations
@@ -198,24 +194,9 @@ def client(loc: S3Location, timeout_s: float, pool: int) -> Any:
         raise describe(exc, loc, "the S3 client's set-up") from None
 
 
-@dataclass(frozen=True)
-class Owner:
-    """Who wrote a scratch prefix, from its marker; age_s is the time since its last heartbeat."""
-
-    host: str | None
-    pid: int | None
-    age_s: float
-
-    @property
-    def live(self) -> bool:
-        return scratch.probe_alive(self.host, self.pid, self.age_s)
-
-    def __str__(self) -> str:
-        return f"host {self.host}, pid {self.pid}, last heartbeat {self.age_s:.0f} s ago"
-
-
-def owner_of(s3: Any, bucket: str, prefix: str) -> Owner | None:
-    """The owner named by the prefix's marker; None where there is none, or it is not ckplan's."""
+def live_owner(s3: Any, bucket: str, prefix: str) -> str | None:
+    """The live probe that owns the prefix, by its marker (host, pid, the age of its last heartbeat); None where
+    there is no marker, it is not ckplan's or its owner is gone."""
     import botocore.exceptions
 
     try:
@@ -228,15 +209,14 @@ def owner_of(s3: Any, bucket: str, prefix: str) -> Owner | None:
     except (ValueError, RecursionError):
         return None
     host, pid = scratch.owner(info)
-    if pid is None:
-        return None
     # the age by the server's own clock (its Date header against the marker's LastModified), so that clock
     # skew between the probe's host and this one cannot make a live probe look dead or a dead one live
     try:
         now = email.utils.parsedate_to_datetime(got["ResponseMetadata"]["HTTPHeaders"]["date"])
     except (KeyError, TypeError, ValueError):
         now = dt.datetime.now(dt.UTC)
-    return Owner(host, pid, max(0.0, (now - got["LastModified"]).total_seconds()))
+    age = max(0.0, (now - got["LastModified"]).total_seconds())
+    return f"host {host}, pid {pid}, last heartbeat {age:.0f} s ago" if scratch.probe_alive(host, pid, age) else None
 
 
 def scratch_prefixes(s3: Any, bucket: str, base: str) -> set[str]:
@@ -334,10 +314,10 @@ class Scratch:
     def look_for_others(self) -> None:
         """Record every other live probe under the same prefix; a dead probe's leftovers do not count."""
         for prefix in scratch_prefixes(self.s3, self.loc.bucket, self.loc.base) - {self.prefix}:
-            owner = owner_of(self.s3, self.loc.bucket, prefix)
-            if owner is not None and owner.live:
+            owner = live_owner(self.s3, self.loc.bucket, prefix)
+            if owner is not None:
                 with self.lock:
-                    self.others[f"s3://{self.loc.bucket}/{prefix}"] = str(owner)
+                    self.others[f"s3://{self.loc.bucket}/{prefix}"] = owner
 
     def _beat(self) -> None:
         self.write_marker()
@@ -353,32 +333,27 @@ def part_size(size: int | None, part_bytes: int) -> int:
 
 
 class Writer:
-    """Uploads from one shared random buffer (incompressible, like weights), tracking multipart uploads."""
+    """Uploads from one shared random buffer (incompressible, like weights); `on_bytes` is told each part's bytes."""
 
-    def __init__(self, s3: Any, area: Scratch, part_bytes: int, cancel: threading.Event, on_bytes: _Counter):
+    def __init__(
+        self, s3: Any, area: Scratch, part_bytes: int, cancel: threading.Event, on_bytes: Callable[[int], None]
+    ):
         self.s3, self.area, self.part_bytes, self.cancel, self.on_bytes = s3, area, part_bytes, cancel, on_bytes
         self.bucket = area.loc.bucket
         self.block = os.urandom(part_bytes)
 
     def body(self, n: int) -> bytes:
+        if self.cancel.is_set():
+            raise replay.Cancelled()
+        self.on_bytes(n)
         return self.block[:n] if n <= len(self.block) else (self.block * -(-n // len(self.block)))[:n]
 
     def put(self, key: str, size: int) -> float:
         """One PUT of `size` bytes; returns its latency."""
-        if self.cancel.is_set():
-            raise replay.Cancelled()
         body = self.body(size)
         start = time.perf_counter()
         self.s3.put_object(Bucket=self.bucket, Key=key, Body=body)
-        self.on_bytes(size)
         return time.perf_counter() - start
-
-    def write(self, key: str, size: int) -> None:
-        """One object as a saver writes it: one PUT up to the part size, a multipart upload above."""
-        if size > self.part_bytes:
-            self.multipart(key, size)
-        else:
-            self.put(key, size)
 
     def multipart(self, key: str, size: int, deadline: float | None = None) -> int:
         """Upload parts one after another until `size` bytes or the deadline; returns the bytes uploaded."""
@@ -386,14 +361,11 @@ class Writer:
         parts: list[dict[str, Any]] = []
         sent, part = 0, part_size(size, self.part_bytes)
         while sent < size:
-            if self.cancel.is_set():
-                raise replay.Cancelled()
             n = min(part, size - sent)
             number = len(parts) + 1
             etag = self.s3.upload_part(Bucket=self.bucket, Key=key, UploadId=up, PartNumber=number, Body=self.body(n))
             parts.append({"ETag": etag["ETag"], "PartNumber": number})
             sent += n
-            self.on_bytes(n)
             if deadline is not None and time.perf_counter() >= deadline:
                 break
         self.s3.complete_multipart_upload(Bucket=self.bucket, Key=key, UploadId=up, MultipartUpload={"Parts": parts})
@@ -448,13 +420,13 @@ class S3Backend:
 
     @contextlib.contextmanager
     def open(self, facts: Facts, progress: Progress) -> Iterator[S3Session]:
-        cancel = threading.Event()
         try:
             with Scratch(self.s3, self.loc) as area, ThreadPoolExecutor(self.threads) as pool:
+                session = S3Session(self.s3, area, self.part_bytes, pool, progress)
                 try:
-                    yield S3Session(Writer(self.s3, area, self.part_bytes, cancel, _Counter(progress)), pool)
+                    yield session
                 except BaseException:
-                    cancel.set()
+                    session.cancel.set()
                     raise
         except (InputError, EnvironmentProblem, MeasurementFailed):
             raise
@@ -478,8 +450,8 @@ class S3Backend:
                 doomed = []
                 for prefix in sorted(scratch_prefixes(s3, loc.bucket, loc.base) - set(kept)):
                     if prefix not in removed and not force:  # judged once: a dead probe's marker may land again
-                        owner = owner_of(s3, loc.bucket, prefix)
-                        if owner is not None and owner.live:
+                        owner = live_owner(s3, loc.bucket, prefix)
+                        if owner is not None:
                             kept[prefix] = f"a live probe owns it ({owner})"
                             continue
                     doomed.append(prefix)
@@ -510,41 +482,35 @@ class S3Backend:
         )
 
 
-class _Counter:
-    """The bytes uploaded since the phase began, for the progress bar, from every writer thread."""
-
-    def __init__(self, progress: Progress):
-        self.progress, self.lock = progress, threading.Lock()
-        self.bytes, self.t0 = 0, time.perf_counter()
-
-    def reset(self) -> None:
-        self.bytes, self.t0 = 0, time.perf_counter()
-
-    def __call__(self, n: int) -> None:
-        with self.lock:
-            self.bytes += n
-            self.progress.update(self.bytes, time.perf_counter() - self.t0)
-
-
 class S3Session:
+    """Each writer a thread of the pool; each run under a prefix of its own, removed when the run ends (so that no
+    more than the byte budget is kept)."""
+
     hosts = 1
     page_cache = False  # no page cache between the client and the store
     write_paths: tuple[Literal["buffered", "direct"], ...] = ("buffered",)
 
-    def __init__(self, writer: Writer, pool: ThreadPoolExecutor):
-        self.writer, self.pool, self.area = writer, pool, writer.area
+    def __init__(self, s3: Any, area: Scratch, part_bytes: int, pool: ThreadPoolExecutor, progress: Progress):
+        self.area, self.pool, self.progress, self.cancel = area, pool, progress, threading.Event()
+        self.writer = Writer(s3, area, part_bytes, self.cancel, self._count)
         self.host = socket.gethostname()
         self.notes: list[str] = []
         self.raw: list[dict[str, Any]] = []
-        self.runs = 0
+        self.runs, self.sent, self.t0, self.lock = 0, 0, time.perf_counter(), threading.Lock()
+
+    def _count(self, n: int) -> None:
+        """The bytes sent since the run began, for the progress bar, from every writer thread."""
+        with self.lock:
+            self.sent += n
+            self.progress.update(self.sent, time.perf_counter() - self.t0)
 
     def _root(self, what: str) -> str:
         self.runs += 1
-        self.writer.on_bytes.reset()
+        self.sent, self.t0 = 0, time.perf_counter()
         return f"{self.area.prefix}{what}-{self.runs}/"
 
     def _done(self, root: str) -> None:
-        remove_prefix(self.writer.s3, self.writer.bucket, root)  # so that no more than the byte budget is kept
+        remove_prefix(self.writer.s3, self.writer.bucket, root)
 
     def _each(self, work: Callable[[int], Any], writers: int) -> list[Any]:
         return [f.result() for f in [self.pool.submit(work, w) for w in range(writers)]]
@@ -596,9 +562,12 @@ class S3Session:
         groups = list(by_writer.values())
         start = time.perf_counter()
 
-        def write(w: int) -> None:
+        def write(w: int) -> None:  # one PUT up to the part size, a multipart upload above, as savers write
             for f in groups[w]:
-                self.writer.write(keys[id(f)], f.bytes)
+                if f.bytes > self.writer.part_bytes:
+                    self.writer.multipart(keys[id(f)], f.bytes)
+                else:
+                    self.writer.put(keys[id(f)], f.bytes)
 
         self._each(write, len(groups))
         seconds = time.perf_counter() - start
