@@ -129,7 +129,8 @@ def run_hf(config_dir: str, out: str, case: str) -> None:
 
 
 def run_lightning(config_dir: str, out: str, case: str) -> None:
-    """Lightning: `PRECISION` (bf16-mixed, 32-true); DDP over the torchrun ranks when there are several."""
+    """Lightning: `PRECISION` (bf16-mixed, 32-true), `PRECISION-async` through AsyncCheckpointIO; DDP over the
+    torchrun ranks when there are several."""
     import lightning as L
     import torch
 
@@ -147,17 +148,22 @@ def run_lightning(config_dir: str, out: str, case: str) -> None:
             return torch.optim.AdamW(self.parameters(), lr=1e-3)
 
     world = int(os.environ.get("WORLD_SIZE", "1"))
+    precision, asynchronous = case.removesuffix("-async"), case.endswith("-async")
     plugins = []
     if RECORD:
         from ckplan.record import RecordingCheckpointIO
 
-        plugins.append(RecordingCheckpointIO(RECORD))
+        plugins.append(RecordingCheckpointIO(RECORD, asynchronous=asynchronous))
+    elif asynchronous:
+        from lightning.pytorch.plugins.io import AsyncCheckpointIO
+
+        plugins.append(AsyncCheckpointIO())
     trainer = L.Trainer(
         default_root_dir=out,
         accelerator="cpu",
         devices=world,
         strategy="ddp" if world > 1 else "auto",
-        precision=case,
+        precision=precision,
         max_steps=STEPS,
         plugins=plugins,
         logger=False,

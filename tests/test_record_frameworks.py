@@ -101,17 +101,21 @@ def test_hf_trainer(scratch, monkeypatch, ranks):  # noqa: F811
     )
 
 
-def test_lightning(scratch, monkeypatch):  # noqa: F811
-    out, lines = recorded(scratch, monkeypatch, "lightning", 1, "record-lightning", "bf16-mixed")
+@pytest.mark.parametrize("case", ["bf16-mixed", "bf16-mixed-async"])
+def test_lightning(scratch, monkeypatch, case):  # noqa: F811
+    name = f"record-lightning-{case}"
+    out, lines = recorded(scratch, monkeypatch, "lightning", 1, name, case)
     (save,) = (out / "checkpoints").iterdir()
     check_lines(lines, [0], 1, "lightning", [save])
-    assert lines[0]["counted"] == "own files" and lines[0]["path"] == str(save)
+    (line,) = lines
+    assert (line["counted"], line["path"], line["files"]) == ("own files", str(save), 1)
+    if case.endswith("-async"):  # AsyncCheckpointIO: the clone and submit, then the write in its worker thread
+        assert line["mode"] == "async" and line["persist_seconds"] > 0
+        assert line["blocking_seconds"] + line["persist_seconds"] == pytest.approx(line["seconds"], abs=1e-6)
+    else:
+        assert line["mode"] == "sync"
     diagnose_and_validate(
-        scratch,
-        scratch / "record-lightning.jsonl",
-        ["--framework", "lightning", "--gpus", "1"],
-        save.stat().st_size,
-        lines,
+        scratch, scratch / f"{name}.jsonl", ["--framework", "lightning", "--gpus", "1"], save.stat().st_size, lines
     )
 
 
