@@ -104,3 +104,156 @@ def test_dcp_loads_each_rank_its_own_keys(target):
     wrong = {0: [{"format": "dcp", "path": str(saved), "times": 1, "writers": {5: files[0]}}]}
     with pytest.raises(MeasurementFailed, match="rank 0's load failed during the loads"):
         run_loads(wrong, 1, [])
+
+
+# --- `ckplan validate --restore` -------------------------------------------------------------------------------------
+
+SCALE = 0.0005  # 1e9 parameters: a few MB per rank
+READ_BPS, TORCH_LOAD_BPS, SAFETENSORS_BPS = 1e9, 2e9, 20e9
+
+
+@pytest.fixture(scope="module")
+def hand_read_profile(tmp_path_factory):
+    """A profile with round figures: cold reads at 1 GB/s at any reader count, torch.load at 2 GB/s, safetensors 20."""
+    from ckplan.profile import BandwidthPoint
+    from tests.handmade import hand_calibration, hand_profile
+
+    calibration = hand_calibration({"torch.save": 1e9}).model_copy(
+        update={"deserialize_bytes_per_s": {"torch.save": TORCH_LOAD_BPS, "safetensors": SAFETENSORS_BPS}}
+    )
+    profile = hand_profile({1: 1e9, 2: 1e9}, calibration=calibration).model_copy(
+        update={"read_bandwidth": [BandwidthPoint(writers=w, bytes_per_s=READ_BPS) for w in (1, 2)]}
+    )
+    path = tmp_path_factory.mktemp("profile") / "hand.json"
+    path.write_text(profile.model_dump_json())
+    return path
+
+
+def sized(tmp_path, *layout: str) -> tuple[Path, dict]:
+    from tests.conftest import run_cli
+
+    path = tmp_path / "plan.json"
+    path.write_text(
+        run_cli("size", "--params", "1e9", "--gpus", "2", "--gpus-per-node", "2", *layout, "--json", check=True).stdout
+    )
+    import json
+
+    return path, json.loads(path.read_text())
+
+
+def scaled(nbytes: int) -> int:
+    return max(1, int(nbytes * SCALE))
+
+
+def validate_restore(tmp_path, root: Path, plan: Path, profile: Path) -> dict:
+    from tests.conftest import run_json
+
+    v = run_json(
+        "validate", str(root), "--plan", str(plan), "--storage", str(profile), "--scale", str(SCALE),
+        "--repeats", "3", "--restore",
+    )  # fmt: skip
+    assert list(root.iterdir()) == [], "validate --restore left files behind"
+    return v["restore"]
+
+
+def check_measured(r: dict, kind: str) -> None:
+    m = r["measured"]
+    assert m["repeats"] == 3 and 0 < m["min"] <= r["measured_seconds"] <= m["max"] < 60
+    assert r["error_percent"] == pytest.approx((r["predicted_seconds"] - m["median"]) / m["median"] * 100)
+    spread = (m["max"] - m["min"]) / m["median"]
+    assert r["judged_on"] == ("range" if spread >= 0.30 else "error")
+    assert r["cold"] == (kind == "disk")
+    assert any("cannot be dropped" in n for n in r["notes"]) == (kind == "shm")
+
+
+def test_hf_ddp_every_rank_loads_the_whole_checkpoint(tmp_path, target, hand_read_profile):
+    kind, root = target
+    plan, p = sized(tmp_path, "--framework", "hf", "--zero", "0")
+    files = {f["path"].rsplit("/", 1)[1]: scaled(f["bytes"]) for f in p["manifest"]}
+    # by hand (docs/restore-reads.md §1): each rank reads the model, optimizer.pt, scheduler.pt, config.json,
+    # trainer_state.json twice and its own RNG file; training_args.bin and generation_config.json are not read
+    shared = ["model.safetensors", "optimizer.pt", "scheduler.pt", "config.json"]
+    rank = sum(files[n] for n in shared) + 2 * files["trainer_state.json"] + files["rng_state_0.pth"]
+    distinct = sum(files[n] for n in shared) + files["trainer_state.json"] + files["rng_state_0.pth"] * 2
+    r = validate_restore(tmp_path, root, plan, hand_read_profile)
+    assert r["readers"] == 2 and r["files"] == 7 and r["requested_bytes"] == 2 * rank
+    pred = r["prediction"]
+    assert (pred["rank_bytes"], pred["node_bytes"], pred["storage_bytes"], pred["nodes"]) == (
+        rank,
+        distinct,
+        distinct,
+        1,
+    )
+    # the files on the target are the saver's: torch.save's zip and safetensors' header add a little
+    assert r["bytes"] == pytest.approx(distinct, rel=0.05)
+    deserialise = (
+        files["model.safetensors"] / SAFETENSORS_BPS
+        + (files["optimizer.pt"] + files["scheduler.pt"] + files["rng_state_0.pth"]) / TORCH_LOAD_BPS
+    )
+    assert r["predicted_seconds"] == pytest.approx(deserialise + max(rank, distinct) / READ_BPS, rel=1e-9)
+    assert r["loader"].startswith("safetensors load_file")
+    check_measured(r, kind)
+
+
+def test_deepspeed_zero3_ranks_load_their_own_shards(tmp_path, hand_read_profile):
+    root = Path(tempfile.mkdtemp(prefix="ckplan-restore-test-", dir=tempfile.gettempdir()))
+    try:
+        plan, p = sized(tmp_path, "--framework", "deepspeed", "--zero", "3")
+        own = [scaled(f["bytes"]) for f in p["manifest"] if f["rank"] == 1 and "global_step" in f["path"]]
+        latest = scaled(16)
+        r = validate_restore(tmp_path, root, plan, hand_read_profile)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    # by hand (§5): `latest` on every rank, then each rank its own model-states and optim-states files only
+    assert r["readers"] == 2 and r["files"] == 5
+    assert r["prediction"]["rank_bytes"] == latest + sum(own)
+    assert r["requested_bytes"] == 2 * latest + sum(
+        scaled(f["bytes"]) for f in p["manifest"] if "global_step" in f["path"]
+    )
+    check_measured(r, "disk")
+
+
+def test_dcp_ranks_load_their_own_files_through_dcp(tmp_path, hand_read_profile):
+    root = Path(tempfile.mkdtemp(prefix="ckplan-restore-test-", dir="/dev/shm"))
+    try:
+        plan, p = sized(tmp_path, "--framework", "dcp", "--zero", "3")
+        r = validate_restore(tmp_path, root, plan, hand_read_profile)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    shard = {f["rank"]: scaled(f["bytes"]) for f in p["manifest"] if f["path"].endswith(".distcp")}
+    assert r["readers"] == 2 and r["files"] == 3 and r["loader"].startswith("torch.distributed.checkpoint.load")
+    # each rank its own shard and the .metadata (§4, FSDP loaded on the same mesh)
+    metadata = next(scaled(f["bytes"]) for f in p["manifest"] if f["path"].endswith(".metadata"))
+    assert r["prediction"]["rank_bytes"] == max(shard.values()) + metadata
+    check_measured(r, "shm")
+
+
+def test_restore_bad_input(tmp_path, hand_read_profile):
+    from tests.conftest import assert_one_line_error, run_cli
+
+    plan, _ = sized(tmp_path, "--framework", "hf", "--zero", "0")
+    record = tmp_path / "r.jsonl"
+    record.write_text("")
+    proc = run_cli(
+        "validate", "--plan", str(plan), "--storage", str(hand_read_profile), "--record", str(record), "--restore"
+    )
+    assert_one_line_error(proc, "not both")
+
+
+def test_local_readers_and_judgement():
+    from ckplan.profile import Spread
+    from ckplan.sizing.layouts.base import Readers
+    from ckplan.validate.model import judge, local_readers
+
+    # ranks 3, 7, 11, 15 read; node 1 holds ranks 4…7 and node 2 ranks 8…11, numbered from 0 on each
+    every_fourth = Readers(3, 4, 4)
+    assert local_readers(every_fourth, 4, 8) == Readers(3, 4, 1)
+    assert local_readers(every_fourth, 0, 16) == every_fourth
+    assert local_readers(every_fourth, 0, 3) is None
+    assert local_readers(Readers(0, 1, 16), 8, 16) == Readers(0, 1, 8)
+    assert local_readers(Readers(5, 1, 1), 4, 8) == Readers(1, 1, 1)
+    quiet, noisy = Spread.of([1.0, 1.1, 1.2]), Spread.of([1.0, 1.2, 1.4])
+    assert judge(1.3, quiet) == ("error", True)  # +18% of 1.1, outside min…max: within ±20%
+    assert judge(1.33, quiet) == ("error", False)  # +21%
+    assert judge(1.39, noisy) == ("range", True)  # spread 33%: inside min…max is enough
+    assert judge(1.41, noisy) == ("range", False)

@@ -6,7 +6,7 @@ from rich.table import Table
 
 from ckplan.render.console import console
 from ckplan.units import fmt_bytes, fmt_duration, fmt_rate
-from ckplan.validate.model import Validation
+from ckplan.validate.model import LOAD_TARGET_PERCENT, NOISY_SPREAD, RestoreValidation, Validation
 
 if TYPE_CHECKING:
     from ckplan.diagnose.records import RecordValidation
@@ -56,6 +56,50 @@ def render_validation(v: Validation) -> None:
     if p.machine is not None:
         out.print(p.machine.describe())
     for note in [*p.notes, *v.notes]:
+        out.print(f"[yellow]note:[/yellow] {note}")
+    if v.restore is not None:
+        render_restore(v.restore)
+
+
+def render_restore(r: RestoreValidation) -> None:
+    out = console()
+    out.print(
+        f"\n[bold]Restore[/bold]: node {r.node}'s {r.readers} ranks load the last save's files with {r.loader}, "
+        f"{r.files} files, {fmt_bytes(r.bytes)} distinct ({fmt_bytes(r.requested_bytes)} requested), "
+        f"{'cold (pages dropped before each load)' if r.cold else 'from memory (tmpfs: no pages to drop)'}, "
+        f"{r.repeats} repeats after one unrecorded warm-up load"
+    )
+    table = Table(title="Predicted against measured load", title_justify="left")
+    for col in ("", "seconds", "notes"):
+        table.add_column(col, justify="right" if col == "seconds" else "left")
+    p = r.prediction
+    how = (
+        "the profile's read replay of this plan"
+        if p.source == "replay"
+        else f"{fmt_duration(p.deserialize_seconds)} deserialise + {fmt_duration(p.read_seconds)} read "
+        f"({p.limited_by}; {p.read_curve} curve, {fmt_rate(p.node_read_bandwidth_bytes_per_s)} at "
+        f"{p.streams_per_node:.3g} streams)"
+    )
+    table.add_row("predicted load", fmt_duration(r.predicted_seconds), how)
+    m = r.measured
+    table.add_row(
+        "measured load (median)",
+        fmt_duration(r.measured_seconds),
+        f"min {fmt_duration(m.min)} … max {fmt_duration(m.max)} (spread {r.measured_range_percent:.0f}% of the median); "
+        f"{fmt_rate(r.effective_bytes_per_s)} effective",
+    )
+    style = "green" if r.holds else "red"
+    judged = (
+        f"judged on the error: within ±{LOAD_TARGET_PERCENT:.0f}% or inside min…max"
+        if r.judged_on == "error"
+        else f"judged on the range alone: the loads spread ≥{NOISY_SPREAD:.0%} of their median"
+    )
+    table.add_row(
+        "error", f"[{style}]{r.error_percent:+.1f}%[/{style}]", f"(predicted − measured) ÷ measured; {judged}"
+    )
+    out.print(table)
+    out.print(f"diagnosis: {r.diagnosis}")
+    for note in [*p.notes, *r.notes]:
         out.print(f"[yellow]note:[/yellow] {note}")
 
 

@@ -5,10 +5,14 @@ from __future__ import annotations
 from typing import Literal
 
 from ckplan import __version__
-from ckplan.planning.savetime import SaveTime, predict_save
+from ckplan.errors import InputError
+from ckplan.frameworks import framework_of
+from ckplan.planning.savetime import LoadTime, SaveTime, predict_load, predict_save
 from ckplan.profile import Spread, StorageProfile
 from ckplan.schema import Model
-from ckplan.sizing.plan import CheckpointPlan
+from ckplan.sizing.layouts.base import Parallelism, Read, Readers
+from ckplan.sizing.plan import CheckpointPlan, TrainingSetup
+from ckplan.sizing.restore import restore_manifest
 
 LARGE_ERROR_PERCENT = 15.0
 
@@ -40,6 +44,7 @@ class Validation(Model):
     effective_bytes_per_s: float
     diagnosis: str
     notes: list[str] = []
+    restore: RestoreValidation | None = None  # --restore: the loads of the last save's files
 
 
 def scaled_prediction(plan: CheckpointPlan, profile: StorageProfile, scale: float) -> tuple[int, list, SaveTime]:
@@ -93,4 +98,145 @@ def diagnose(prediction: SaveTime, measured: Spread, nbytes: int, files: int) ->
     return (
         f"bandwidth: the save's bytes moved at {implied / 1e9:.2f} GB/s, {ratio:.2f}× the probe's "
         f"{prediction.node_bandwidth_bytes_per_s / 1e9:.2f} GB/s at {prediction.writers_per_node} writers"
+    )
+
+
+# --- restores: the busiest node's loads against predict_load ---------------------------------------------------------
+
+LOAD_TARGET_PERCENT = 20.0  # a load prediction holds within this of the measured median (issue 25's target)
+NOISY_SPREAD = 0.30  # loads (or saves) spreading this much of their median are judged on their range alone
+
+
+class RestoreValidation(Model):
+    """Real cold loads of the files a save wrote, by the busiest restore node's ranks, against predict_load."""
+
+    loader: str  # the PyTorch calls used
+    node: int
+    readers: int
+    files: int  # distinct files the node's ranks read
+    bytes: int  # distinct bytes the node reads (its page cache serving its other ranks' reads of a file)
+    requested_bytes: int  # every rank's reads summed
+    scale: float
+    repeats: int
+    cold: bool  # each file's cached pages were dropped before each load; False on a filesystem in memory
+    predicted_seconds: float
+    prediction: LoadTime
+    measured_seconds: float  # median wall time, first rank's start to last rank's end
+    measured: Spread
+    error_percent: float  # (predicted − measured) ÷ measured × 100
+    measured_range_percent: float  # (max − min) ÷ median × 100
+    within_measured_range: bool  # min ≤ prediction ≤ max
+    judged_on: Literal["error", "range"]  # range: the loads spread ≥ NOISY_SPREAD of their median
+    holds: bool  # judged on the error: within ±LOAD_TARGET_PERCENT, or inside the range; on the range: inside it
+    effective_bytes_per_s: float  # distinct bytes ÷ the median
+    diagnosis: str
+    notes: list[str] = []
+
+
+def judge(predicted: float, measured: Spread) -> tuple[Literal["error", "range"], bool]:
+    """What a prediction is judged on, and whether it holds: rows whose repeats spread ≥ NOISY_SPREAD of the median
+    only on lying inside the measured range; quieter ones also within ±LOAD_TARGET_PERCENT of the median."""
+    inside = measured.contains(predicted)
+    if measured.relative_range >= NOISY_SPREAD:
+        return "range", inside
+    return "error", inside or abs(predicted - measured.median) <= LOAD_TARGET_PERCENT / 100 * measured.median
+
+
+def local_readers(readers: Readers, lo: int, hi: int) -> Readers | None:
+    """The readers among ranks lo…hi−1, numbered from lo; None when none is."""
+    first = max(0, -(-(lo - readers.start) // readers.step))
+    last = min(readers.count - 1, (hi - 1 - readers.start) // readers.step)
+    if last < first:
+        return None
+    return Readers(readers.start + first * readers.step - lo, readers.step, last - first + 1)
+
+
+def parallelism(setup: TrainingSetup) -> Parallelism:
+    return Parallelism(
+        gpus=setup.gpus, gpus_per_node=setup.gpus_per_node, tp=setup.tp, pp=setup.pp, zero=setup.zero, ep=setup.ep
+    )
+
+
+def restore_node(plan: CheckpointPlan) -> tuple[int, list[Read], int]:
+    """The node the plan's restore manifest calls busiest (the most distinct bytes read, then the most requested), its
+    reads with readers numbered from the node's first rank, and how many ranks it holds."""
+    restore = plan.restore
+    if restore is None:
+        raise InputError(
+            f"this plan has no restore manifest ({plan.setup.framework}'s reads on resume are not known for it): "
+            "validate --restore cannot tell which files each rank loads"
+        )
+    declared = framework_of(plan.setup.framework).layout.restore(parallelism(plan.setup), plan.manifest)
+    assert declared.reads is not None  # the plan has a manifest, so the layout declared its reads
+    per_node = plan.setup.gpus_per_node
+    best: tuple[tuple[int, int], int, list[Read], int] | None = None
+    for node in range(plan.setup.nodes):
+        lo, hi = node * per_node, min((node + 1) * per_node, plan.setup.gpus)
+        reads = []
+        for r in declared.reads:
+            who = local_readers(r.readers, lo, hi)
+            if who is not None:
+                reads.append(Read(r.path, r.bytes, who, r.times))
+        key = (sum(r.bytes for r in reads), sum(r.bytes * r.times * r.readers.count for r in reads))
+        if key == (restore.node_bytes, restore.node_requested_bytes):  # the manifest's busiest: first of a tie
+            return node, reads, hi - lo
+        if best is None or key > best[0]:
+            best = (key, node, reads, hi - lo)
+    assert best is not None
+    return best[1], best[2], best[3]
+
+
+def scaled_load_prediction(
+    plan: CheckpointPlan, profile: StorageProfile, reads: list[Read], readers: int, scale: float
+) -> tuple[LoadTime, list[str]]:
+    """predict_load for one node's `reads` (readers numbered 0…readers−1) at `scale`, that node loading alone."""
+    scaled = [Read(r.path, max(1, int(r.bytes * scale)), r.readers, r.times) for r in reads]
+    par = Parallelism(gpus=readers, gpus_per_node=readers, tp=1, pp=1, zero=plan.setup.zero)
+    one_node = restore_manifest(scaled, par, max(1, sum(r.bytes for r in scaled)), [])
+    notes = []
+    replay = profile.read_replay
+    if scale != 1 and replay is not None and replay.plan_fingerprint == plan.fingerprint:
+        profile = profile.model_copy(update={"read_replay": None})
+        notes.append(
+            f"the profile's read replay of this plan is of its full size; at ‹scale› {scale:g} the model predicts"
+        )
+    return predict_load(plan.model_copy(update={"restore": one_node}), profile), notes
+
+
+def diagnose_load(p: LoadTime, measured: Spread) -> str:
+    """Whether a load's error is inside the target's own noise, and which term of the model was off when it is not."""
+    error = (p.seconds - measured.median) / measured.median * 100
+    if measured.contains(p.seconds):
+        return (
+            f"{error:+.0f}% lies inside the measured spread ({measured.min:.3g}…{measured.max:.3g} s, "
+            f"{measured.relative_range:.0%} of the median): the loads themselves vary this much here"
+        )
+    if abs(error) <= LOAD_TARGET_PERCENT and measured.relative_range < NOISY_SPREAD:
+        return f"within ±{LOAD_TARGET_PERCENT:.0f}%: the load model holds on this target"
+    if abs(error) <= LOAD_TARGET_PERCENT:
+        return (
+            f"within ±{LOAD_TARGET_PERCENT:.0f}% of the median but outside the measured {measured.min:.3g}…"
+            f"{measured.max:.3g} s; the loads spread {measured.relative_range:.0%} (≥{NOISY_SPREAD:.0%}), so the "
+            "range judges: repeat with more --repeats on a quieter machine"
+        )
+    if p.source == "replay":
+        return (
+            f"the read replay: the profile's replay of this plan's restore took {p.seconds:.3g} s and these loads "
+            f"{measured.median:.3g} s; the target changed between the probe and now — probe again"
+        )
+    if p.deserialize_seconds > 0.3 * p.seconds:
+        return (
+            f"deserialisation: {p.deserialize_seconds:.3g} s of the prediction is the busiest reader's deserialiser "
+            f"({', '.join(f'{fmt} {f.value / 1e9:.3g} GB/s ({f.source})' for fmt, f in p.deserializers.items())}); "
+            "re-measure it on this CPU (`ckplan calibrate`)"
+        )
+    left = measured.median - p.deserialize_seconds
+    curve = "cold read curve" if p.read_curve == "read" else "write curve (no reads measured)"
+    if left <= 0:
+        return f"deserialisation: the model's {p.deserialize_seconds:.3g} s exceeds the whole measured load"
+    implied = max(p.node_bytes, p.rank_bytes) / left
+    return (
+        f"read bandwidth: the loads' bytes moved at {implied / 1e9:.2f} GB/s after deserialisation, "
+        f"{implied / p.node_read_bandwidth_bytes_per_s:.2f}× the profile's {curve} "
+        f"({p.node_read_bandwidth_bytes_per_s / 1e9:.2f} GB/s at {p.streams_per_node:.3g} streams)"
     )

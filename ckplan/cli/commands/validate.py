@@ -31,6 +31,14 @@ def validate(
         str, typer.Option(help="sync, or async (DCP async_save: blocking part and persist apart).")
     ] = "sync",
     max_bytes: Annotated[str | None, typer.Option("--max-bytes", help="Most bytes one save may write.")] = None,
+    restore: Annotated[
+        bool,
+        typer.Option(
+            "--restore",
+            help="Then load the last save's files cold, one process per rank, as the busiest restore node's ranks "
+            "read them on resume, --repeats times, against the load-time prediction.",
+        ),
+    ] = False,
     json: o.Json = False,
 ) -> None:
     """Save one node's share of a plan with real PyTorch calls and compare the time with the prediction; with
@@ -40,8 +48,8 @@ def validate(
     from ckplan.validate.run import validate as run
 
     if record:
-        if path is not None:
-            raise InputError("give a directory to save into, or --record, not both")
+        if path is not None or restore:
+            raise InputError("give a directory to save into (and --restore), or --record, not both")
         from ckplan.diagnose.records import validate_records
 
         emit(validate_records(record, o.load_plan(plan_file), profile_store.resolve(storage)), json)
@@ -61,5 +69,6 @@ def validate(
         repeats=repeats,
         mode=mode,
         max_bytes=parse_bytes(max_bytes, "--max-bytes") if max_bytes else None,
+        restore=restore,
     )
     emit(result, json)
