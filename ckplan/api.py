@@ -375,7 +375,30 @@ def open_probe(
     return target
 
 
-def probe(path: PathLike, **options: Any) -> StorageProfile:
+class ProbeOptions(TypedDict, total=False):
+    """open_probe's options, as probe takes them."""
+
+    preset: Literal["quick", "default", "thorough"]
+    writers: int | None
+    plan: CheckpointPlan | PathLike | None
+    scale: float
+    max_bytes: Number | None
+    save: str | None
+    out: PathLike | None
+    endpoint_url: str | None
+    region: str | None
+    profile: str | None
+    part_size: Number
+    timeout: Number
+    hosts: str | None
+    hosts_file: PathLike | None
+    agent_wait: Number | None
+    calibrate: bool
+    emit_jobs: PathLike | None
+    notice: Callable[[str], None] | None
+
+
+def probe(path: PathLike, **options: Unpack[ProbeOptions]) -> StorageProfile:
     """Measure what a target sustains (`ckplan probe`): open_probe's inputs, then the run; with `save` the profile
     is saved under that name, with `out` written to that file."""
     result = open_probe(path, **options).run()

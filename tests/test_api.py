@@ -334,6 +334,12 @@ def test_policy_inputs_name_every_field():
     assert api.ProvisionPolicyInputs.__optional_keys__ == {f.field for f in o._policy_flags() if f.name in flags}
 
 
+def test_probe_options_are_open_probes():
+    """probe's keyword arguments (typed for mypy) are exactly open_probe's."""
+    keywords = {n for n, p in inspect.signature(api.open_probe).parameters.items() if p.kind is p.KEYWORD_ONLY}
+    assert api.ProbeOptions.__optional_keys__ == keywords
+
+
 def test_import_is_lazy():
     """`import ckplan` loads neither the API nor pydantic; the first use of ckplan.size does."""
     code = (
