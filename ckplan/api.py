@@ -9,7 +9,7 @@ parameter (`str(exc)`), where the CLI names the flag.
     >>> from ckplan import api
     >>> plan = api.size(params="70B", framework="megatron", gpus=1024, tp=8)
     >>> rec = api.recommend(plan, "lustre", mtbf_s="8h")
-    >>> rec.best_interval_s
+    >>> rec.optimal_interval_s, rec.shortest_safe_interval_s  # seconds
 
 Imports happen inside the functions: `import ckplan` and the CLI's start-up stay as cheap as before.
 """
