@@ -172,9 +172,13 @@ def test_provision_max_restore_gives_the_read_bandwidth():
 
 
 def test_collective_timeout_warning_threshold():
-    assert collective_timeout_warning(299.0, 600, "a save") is None
-    assert "over 50%" in (collective_timeout_warning(300.0, 600, "a save") or "")
-    assert "passes" in (collective_timeout_warning(601.0, 600, "a save") or "")
+    assert collective_timeout_warning(300.0, 600, "a save") is None  # half of it: not past it
+    assert "a save takes 301 s, 50% of the process group's timeout (600 s, torch.distributed's NCCL default; " in (
+        collective_timeout_warning(301.0, 600, "a save") or ""
+    )
+    assert "takes 700 s, 58% of the process group's timeout (1200 s; warned past 50%" in (
+        collective_timeout_warning(700.0, 1200, "a save") or ""
+    )
 
 
 def _cli(*args: str) -> dict:

@@ -32,8 +32,8 @@ def diagnose_logs(
         from ckplan.planning.scenario import sync_scenario
 
         predicted = sync_scenario(plan, profile, Policy()).save_seconds
-    from ckplan.diagnose.records import collective_timeout_warning
     from ckplan.planning.defaults import COLLECTIVE_TIMEOUT_S
+    from ckplan.planning.scenario import collective_timeout_warning
 
     saves, read = extract(logs, pattern)
     result = diagnose(saves, [str(p) for p in logs], read, by, interval_s, predicted)

@@ -20,8 +20,9 @@ from pydantic import ValidationError
 from ckplan import __version__
 from ckplan.diagnose.trend import Diagnosis
 from ckplan.errors import InputError
-from ckplan.planning.defaults import COLLECTIVE_TIMEOUT_S, COLLECTIVE_TIMEOUT_WARN_FRACTION
+from ckplan.planning.defaults import COLLECTIVE_TIMEOUT_S
 from ckplan.planning.savetime import SaveTime
+from ckplan.planning.scenario import collective_timeout_warning
 from ckplan.profile import Spread, StorageProfile
 from ckplan.readers import check_regular_file
 from ckplan.record import FORMAT, SaveRecord
@@ -194,21 +195,6 @@ def partly_recorded(records: list[SaveRecord], steps: list[StepSaves]) -> list[i
     ranks but 0) has no line by design."""
     shared = {r.step for r in records if r.counted == "directory"}
     return [s.step for s in steps if s.step in shared and s.ranks < s.world_size]
-
-
-def collective_timeout_warning(seconds: float, timeout_s: float, what: str) -> str | None:
-    """A warning when a sync save (the busiest rank's) passes COLLECTIVE_TIMEOUT_WARN_FRACTION of the process
-    group's timeout: the other ranks wait in their next collective meanwhile, and the watchdog kills the job when
-    the wait reaches the timeout."""
-    if seconds <= COLLECTIVE_TIMEOUT_WARN_FRACTION * timeout_s:
-        return None
-    return (
-        f"{what} blocked {seconds:.3g} s, {seconds / timeout_s:.0%} of the process group's timeout ({timeout_s:.4g} s"
-        + (", torch.distributed's NCCL default" if timeout_s == COLLECTIVE_TIMEOUT_S else "")
-        + f"; warned past {COLLECTIVE_TIMEOUT_WARN_FRACTION:.0%} of it): ranks waiting in a collective meanwhile are "
-        "killed by the watchdog if a save reaches it — raise the timeout (init_process_group(timeout=…)), or save "
-        "asynchronously or on every rank"
-    )
 
 
 def predictions(

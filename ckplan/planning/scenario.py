@@ -29,7 +29,7 @@ from pydantic import Field
 
 from ckplan.errors import InputError
 from ckplan.planning import interval
-from ckplan.planning.defaults import COLLECTIVE_TIMEOUT_WARN_FRACTION
+from ckplan.planning.defaults import COLLECTIVE_TIMEOUT_S, COLLECTIVE_TIMEOUT_WARN_FRACTION
 from ckplan.planning.policy import DEFAULT_RESTART_FIXED_S, TIGHT_FRACTION, Policy, provenance
 from ckplan.planning.savetime import LoadTime, SaveOverrides, SaveTime, predict_load, predict_save
 from ckplan.profile import Calibration, StorageProfile
@@ -104,16 +104,17 @@ def restart_cost(
 
 
 def collective_timeout_warning(seconds: float, timeout_s: float, what: str) -> str | None:
-    """A warning when `what` (a sync save, a load: `seconds` on its busiest rank) keeps the other ranks waiting in a
-    collective for more than COLLECTIVE_TIMEOUT_WARN_FRACTION of the process group's timeout: past the timeout,
-    torch.distributed's watchdog kills the job."""
-    if seconds < COLLECTIVE_TIMEOUT_WARN_FRACTION * timeout_s:
+    """A warning when `what` (a sync save or an async save's blocking part, a load at restart: `seconds` on its
+    busiest rank) passes COLLECTIVE_TIMEOUT_WARN_FRACTION of the process group's timeout: the other ranks wait in
+    their next collective meanwhile, and the watchdog kills the job when the wait reaches the timeout."""
+    if seconds <= COLLECTIVE_TIMEOUT_WARN_FRACTION * timeout_s:
         return None
-    verdict = "passes" if seconds >= timeout_s else f"is over {COLLECTIVE_TIMEOUT_WARN_FRACTION:.0%} of"
     return (
-        f"{what} takes {seconds:.4g} s on the busiest rank, which {verdict} the process group's {timeout_s:g} s "
-        "collective timeout: ranks waiting for it in a collective are killed by the watchdog when it passes "
-        "(raise the timeout in init_process_group(timeout=...), or shorten the save)"
+        f"{what} takes {seconds:.3g} s, {seconds / timeout_s:.0%} of the process group's timeout ({timeout_s:.4g} s"
+        + (", torch.distributed's NCCL default" if timeout_s == COLLECTIVE_TIMEOUT_S else "")
+        + f"; warned past {COLLECTIVE_TIMEOUT_WARN_FRACTION:.0%} of it): ranks waiting in a collective meanwhile are "
+        "killed by the watchdog if it reaches the timeout: raise the timeout (init_process_group(timeout=…)), or "
+        "shorten what they wait for (an async save, fewer bytes on the busiest rank, faster storage)"
     )
 
 
