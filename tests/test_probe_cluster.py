@@ -72,6 +72,10 @@ def test_three_hosts_bandwidth_scaling_and_replay(tmp_path):
     # the aggregate of all hosts exceeds any one host's share, and one host's figure is a real write rate
     assert p["aggregate_bandwidth"][-1]["bytes_per_s"] >= p["buffered_bandwidth"][-1]["bytes_per_s"]
     assert all(b["bytes_per_s"] > 10e6 for b in p["buffered_bandwidth"] + p["aggregate_bandwidth"])
+    # the read phase on every host at once: a point per reader count, and the aggregate of 1, 2 and 3 hosts reading
+    assert [b["writers"] for b in p["read_bandwidth"]] == [1, 2]
+    assert [a["hosts"] for a in p["aggregate_read_bandwidth"]] == [1, 2, 3]
+    assert all(b["bytes_per_s"] > 10e6 for b in p["read_bandwidth"] + p["aggregate_read_bandwidth"])
     (straggler,) = [n for n in p["notes"] if "straggler" in n]
     assert all(addr in straggler for addr, _ in servers)
     r = p["replay"]

@@ -161,11 +161,12 @@ def test_every_phase_has_a_job_file_naming_its_figure(tmp_path):
         ["direct-I/O check", "bandwidth, buffered"]
         + [f"bandwidth, {path}" for path in paths for _ in (1, 2)]
         + ["bandwidth, page-cache"]
+        + ["bandwidth, read"] * 3  # the warm-up, then 1 and 2 readers
         + ["small files"] * 3
         + ["latency, fsync", "latency, O_SYNC writes"]
     )
     # each comment names the profile figure its run produced, and that figure is in the profile
-    figures = {f"{path}_bandwidth (writers={w})" for path in paths for w in (1, 2)} | {
+    figures = {f"{path}_bandwidth (writers={w})" for path in paths + ["read"] for w in (1, 2)} | {
         "page_cache_write",
         "small_files.files_per_s",
         "fsync_latency",
@@ -308,6 +309,10 @@ def test_multi_host_client_jobs_are_emitted_and_rerun(tmp_path):
             "bandwidth, page-cache",
             "host scaling, 1 host(s)",
             "host scaling, 2 host(s)",
+            "bandwidth, read",  # the warm-up
+            "bandwidth, read",
+            "read host scaling, 1 host(s)",
+            "read host scaling, 2 host(s)",
             "small files",
             "small files",
             "small files",

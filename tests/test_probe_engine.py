@@ -23,9 +23,11 @@ MiB = 2**20
 
 @dataclass
 class Script:
-    """What the fake target reports: bandwidth per run (in call order, warm-up first), small-file runs, latency."""
+    """What the fake target reports: bandwidth per run (in call order, warm-up first; reads apart, each host 1 GB/s
+    unless given), small-file runs, latency."""
 
     streams: list[dict[str, float]]
+    reads: list[dict[str, float]] = field(default_factory=list)
     small: list[tuple[float, float]] = field(default_factory=lambda: [(1000.0, 4000.0)] * 10)  # files/s, ops/s
     replay_seconds: list[float] = field(default_factory=list)
     others: list[str] = field(default_factory=list)
@@ -43,8 +45,13 @@ class FakeSession:
         self.written: list[list[FileToWrite]] = []
 
     def stream(self, path, writers, hosts, size, seconds, note):
-        self.calls.append(("stream", note, (path, writers, hosts, size)))
-        per_host = self.script.streams.pop(0)
+        self.calls.append(("stream", note, (path, writers, hosts, size, seconds)))
+        if path != "read":
+            per_host = self.script.streams.pop(0)
+        elif self.script.fail_in == "read" and len([c for c in self.calls if c[2][0] == "read"]) == 3:
+            raise MeasurementFailed("the read phase failed: Input/output error")
+        else:
+            per_host = self.script.reads.pop(0) if self.script.reads else {f"h{i}": 1e9 for i in range(hosts)}
         return Stream(per_host, sum(per_host.values()))
 
     def small_files(self, writers, low, high, files_per_writer, note):
@@ -112,7 +119,7 @@ def test_warm_up_is_not_counted_and_each_point_keeps_the_median_of_its_repeats()
     script = Script(streams=[{"h": 0.1 * gb}] + [{"h": v * gb} for v in (1.0, 2.0, 1.2, 2.2, 1.1, 2.1)])
     backend = FakeBackend(script)
     _, p = probe(backend)
-    calls = [c for c in backend.session.calls if c[0] == "stream"]
+    calls = [c for c in backend.session.calls if c[0] == "stream" and c[2][0] != "read"]
     assert calls[0][1].warm_up and calls[0][2][1] == 2  # the warm-up at the most writers
     assert not any(note.warm_up for _, note, _ in calls[1:])
     points = {b.writers: b for b in p.buffered_bandwidth}
@@ -218,3 +225,51 @@ def test_a_backend_failing_mid_phase_propagates_and_the_session_is_closed():
     with pytest.raises(MeasurementFailed, match="No space left on device"):
         engine.run(job, backend)
     assert backend.closed  # the backend's scratch area is removed on the way out
+
+
+def test_the_read_phase_warms_up_then_keeps_each_reader_counts_median_and_spread():
+    gb = 1e9
+    # default preset, 2 writers: writes at 1.0 GB/s (1 writer) and 1.6 GB/s (2 writers, 0.8 GB/s each)
+    writes = [{"h": gb}] + [{"h": v * gb} for v in (1.0, 1.6) * 3]
+    reads = [{"h": 0.1 * gb}] + [{"h": v * gb} for v in (0.9, 1.5, 1.1, 1.9, 1.0, 1.7)]
+    backend = FakeBackend(Script(streams=writes, reads=reads))
+    job, p = probe(backend)
+    calls = [args for what, _, args in backend.session.calls if what == "stream" and args[0] == "read"]
+    notes = [note for what, note, args in backend.session.calls if what == "stream" and args[0] == "read"]
+    assert notes[0].warm_up and calls[0][1] == 2 and not any(n.warm_up for n in notes[1:])
+    assert [c[1] for c in calls[1:]] == [1, 2] * 3  # the writers' counts, round by round
+    # each reader's file: what one writer wrote in half the run's time at that count, in whole MiB (the warm-up:
+    # 0.8 GB/s × 3 s ÷ 2 = 1.2e9 bytes = 1,144.4 MiB)
+    assert calls[0][3] == 1144 * MiB
+    for _, n, _, size, seconds in calls[1:]:
+        assert size == max(4 * MiB, int({1: 1.0, 2: 0.8}[n] * gb * seconds / 2) // MiB * MiB)
+    points = {b.writers: b for b in p.read_bandwidth}
+    assert points[1].bytes_per_s == pytest.approx(1.0 * gb) and points[2].bytes_per_s == pytest.approx(1.7 * gb)
+    assert (points[2].spread.min, points[2].spread.max, points[2].spread.repeats) == (1.5 * gb, 1.9 * gb, 3)
+    assert p.aggregate_read_bandwidth == [] and p.buffered_bandwidth[1].bytes_per_s == pytest.approx(1.6 * gb)
+    # the best read point's repeats span 0.4 ÷ 1.7 = 24%: flagged like a write figure's
+    assert any("the 2-reader read bandwidth varied by 24% across its 3 repeats" in n for n in p.notes)
+
+
+def test_with_many_hosts_a_read_point_is_the_slowest_host_and_the_aggregate_the_sum():
+    gb = 1e9
+    two = {"a": 1.0 * gb, "b": 0.6 * gb}
+    writes = [two, two, two, {"a": 1.5 * gb}, {"a": 0.8 * gb, "b": 0.7 * gb}]
+    reads = [
+        two,
+        {"a": 0.9 * gb, "b": 0.5 * gb},
+        {"a": 1.2 * gb, "b": 0.7 * gb},
+        {"a": 1.4 * gb},
+        {"a": gb, "b": 0.9 * gb},
+    ]
+    _, p = probe(FakeBackend(Script(streams=writes, reads=reads), hosts=2), preset="quick")
+    assert [(b.writers, b.bytes_per_s) for b in p.read_bandwidth] == [(1, 0.5 * gb), (2, 0.7 * gb)]
+    assert [(b.hosts, b.bytes_per_s) for b in p.aggregate_read_bandwidth] == [(1, 1.4 * gb), (2, 1.9 * gb)]
+
+
+def test_a_backend_failing_mid_read_phase_propagates_and_no_later_phase_runs():
+    backend = FakeBackend(Script(streams=[{"h": 1e9}] * 7, fail_in="read"))
+    job = engine.prepare(TargetSpec("/fake", writers=2, calibrate=False), backend)
+    with pytest.raises(MeasurementFailed, match="Input/output error"):
+        engine.run(job, backend)
+    assert backend.closed and not [c for c in backend.session.calls if c[0] in ("small", "latency")]

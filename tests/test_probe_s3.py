@@ -56,6 +56,9 @@ def test_probe_measures_and_leaves_nothing(endpoint, tmp_path):
     assert [b["writers"] for b in p["buffered_bandwidth"]] == [1, 2]
     assert all(b["bytes_per_s"] > 1e6 for b in p["buffered_bandwidth"])
     assert p["small_files"]["files_per_s"] > 1
+    # reads: plain GETs of objects uploaded first, a point per reader count (the writers' counts)
+    assert [b["writers"] for b in p["read_bandwidth"]] == [1, 2] and p["aggregate_read_bandwidth"] == []
+    assert all(b["bytes_per_s"] > 1e6 for b in p["read_bandwidth"])
     lat = p["fsync_latency"]
     assert 0 < lat["p50_s"] <= lat["p99_s"] <= lat["p999_s"] < 10
     assert p["mount_options"]["part_size"] == str(8 * 2**20)

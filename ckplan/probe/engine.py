@@ -8,11 +8,13 @@ with the same rules on every target:
    sets the measured runs' cap; then the repeats go round every point: each write path at 1, 2, 4 … writers per
    host on every host at once (the slowest host's figure: a save ends with its slowest writer), one writer's copy
    into the page cache, and with many hosts the aggregate of 1, 2, 4 … hosts at once.
-2. Small files: no backend stops between files, so a calibration run sizes the file count to the time budget;
+2. Reads: the same warm-up and rounds, reading cold the files each run lays out first (untimed), by 1, 2, 4 …
+   readers per host and with many hosts on 1, 2, 4 … hosts at once: what a restart's load gets.
+3. Small files: no backend stops between files, so a calibration run sizes the file count to the time budget;
    then a warm-up and the repeats.
-3. Latency: one writer's durable 4 KiB writes (fsync after each, and O_SYNC where there is such a thing).
-4. Calibration (PyTorch installed): this machine's serialisers, for the replay's raw-bytes term and predictions.
-5. Replay (a plan given): the busiest node's files (one node per host, busiest first), a warm-up and the repeats,
+4. Latency: one writer's durable 4 KiB writes (fsync after each, and O_SYNC where there is such a thing).
+5. Calibration (PyTorch installed): this machine's serialisers, for the replay's raw-bytes term and predictions.
+6. Replay (a plan given): the busiest node's files (one node per host, busiest first), a warm-up and the repeats,
    extrapolated to full size (`full_scale_seconds`).
 """
 
@@ -38,7 +40,7 @@ if TYPE_CHECKING:
     from ckplan.sizing.plan import CheckpointPlan
 
 MiB = 2**20
-StreamPath = Literal["buffered", "direct", "page-cache"]
+StreamPath = Literal["buffered", "direct", "page-cache", "read"]
 NOISY_RANGE = 0.10  # repeats spanning more than this are flagged: the bar for two probes to agree
 MIN_RUNTIME_S = 1.0  # shortest runtime cap of a bandwidth run, however tight the budget
 PAGE_CACHE_SAMPLE_BYTES = 256 * MiB  # one writer's page-cache copy: well under the kernel's dirty limits
@@ -62,6 +64,7 @@ class Preset:
     name: str
     bytes_per_writer: int  # upper bound per writer for a bandwidth point; the runtime cap usually ends it first
     bandwidth_budget_s: float  # the warm-up and every bandwidth point and repeat together
+    read_budget_s: float  # the same for the reads, each run's lay-out of its files included
     small_files_budget_s: float  # all small-file repeats together
     latency_runtime_s: float  # each latency run
     repeats: int  # bandwidth points and replays
@@ -80,13 +83,13 @@ class Preset:
     @property
     def measuring_s(self) -> float:
         """The measured phases' time budgets together."""
-        return self.bandwidth_budget_s + self.small_files_budget_s + 2 * self.latency_runtime_s
+        return self.bandwidth_budget_s + self.read_budget_s + self.small_files_budget_s + 2 * self.latency_runtime_s
 
 
 PRESETS = {
-    "quick": Preset("quick", 256 * MiB, 6.0, 2.0, 1.0, 1, warm_up_s=1.0, small_files_repeats=1),
-    "default": Preset("default", 2048 * MiB, 36.0, 12.0, 3.0, 3, warm_up_s=3.0, small_files_repeats=5),
-    "thorough": Preset("thorough", 8192 * MiB, 180.0, 40.0, 10.0, 5, warm_up_s=10.0, small_files_repeats=9),
+    "quick": Preset("quick", 256 * MiB, 6.0, 3.0, 2.0, 1.0, 1, warm_up_s=1.0, small_files_repeats=1),
+    "default": Preset("default", 2048 * MiB, 36.0, 18.0, 12.0, 3.0, 3, warm_up_s=3.0, small_files_repeats=5),
+    "thorough": Preset("thorough", 8192 * MiB, 180.0, 90.0, 40.0, 10.0, 5, warm_up_s=10.0, small_files_repeats=9),
 }
 
 
@@ -219,6 +222,8 @@ class Session(Protocol):
     notes: list[str]  # what the backend says about how it measured
     raw: list[dict[str, Any]]  # every fio output, for the profile's audit trail
 
+    # sequential writes by w writers on each of h hosts, for a byte and time budget; path "read": sequential reads,
+    # cold (no cache between the reader and the storage holds them), of files it lays out first, untimed
     def stream(
         self, path: StreamPath, writers: int, hosts: int, bytes_per_writer: int, seconds: float, note: RunNote
     ) -> Stream: ...
@@ -345,20 +350,11 @@ def run(job: Job, backend: Backend, progress: Progress | None = None) -> Storage
         bandwidth = _bandwidth(job, session, progress)
         notes += bandwidth.notes
         look()
+        reads = _bandwidth(job, session, progress, bandwidth)
+        look()
         small, aggregate_files = _small_files(job, session, progress)
         look()
-        # every host writes its own latency file: together they stay inside the byte budget
-        share = None if job.data_bytes is None else job.data_bytes // job.facts.hosts // MiB * MiB
-        size = LATENCY_FILE_BYTES if share is None else min(LATENCY_FILE_BYTES, share)
-        latencies = []
-        kinds: tuple[tuple[Literal["fsync", "o_sync"], str, str, str], ...] = (
-            ("fsync", "4 KiB write + fsync", "fsync", "fsync_latency"),
-            ("o_sync", "4 KiB O_SYNC writes", "O_SYNC writes", "sync_write_latency"),
-        )
-        for kind, what, phase, figure in kinds:
-            progress.phase(f"latency: {what}", job.preset.latency_runtime_s)
-            note = RunNote(f"latency, {phase}", f"{figure} (p50_s, p99_s, p999_s, mean_s, samples): the worst host's")
-            latencies.append(session.latency(kind, job.preset.latency_runtime_s, size, note))
+        fsync, sync_write = _latencies(job, session, progress)
         look()
         if job.calibrate:
             from ckplan.savers.calibrate import calibrate
@@ -374,8 +370,8 @@ def run(job: Job, backend: Backend, progress: Progress | None = None) -> Storage
         notes += session.notes
     if others:
         notes.append(f"another probe of this target ran at the same time ({'; '.join(others)}); {SHARED_TARGET}")
-    fsync, sync_write = latencies
     assert fsync is not None, "every backend times durable small writes"
+    curves = bandwidth.curves
     facts = {k: getattr(job.facts, k) for k in ("target", "fs_type", "storage_class", "mount_point", "shared", "hosts")}
     return StorageProfile(
         **facts,
@@ -387,6 +383,8 @@ def run(job: Job, backend: Backend, progress: Progress | None = None) -> Storage
         direct_bandwidth=bandwidth.curves.get("direct", []),
         page_cache_write=bandwidth.page_cache,
         aggregate_bandwidth=bandwidth.aggregate,
+        read_bandwidth=reads.curves["read"],
+        aggregate_read_bandwidth=reads.aggregate,
         best_write_bytes_per_s=max(p.bytes_per_s for p in bandwidth.curves["buffered"]),
         small_files=small,
         aggregate_files_per_s=aggregate_files,
@@ -394,7 +392,7 @@ def run(job: Job, backend: Backend, progress: Progress | None = None) -> Storage
         sync_write_latency=sync_write,
         replay=replayed,
         calibration=calibration,
-        notes=notes + noise_notes(bandwidth.curves["buffered"], small, replayed, bandwidth.curves.get("direct")),
+        notes=notes + noise_notes(curves["buffered"], small, replayed, curves.get("direct"), reads.curves["read"]),
         raw_fio=session.raw,
         measurement=Measurement(
             tool=job.facts.tool,
@@ -425,53 +423,61 @@ def _point(values: list[float], writers: int, hosts: int = 1) -> BandwidthPoint:
     return BandwidthPoint(writers=writers, hosts=hosts, bytes_per_s=spread.median, spread=spread)
 
 
-def _bandwidth(job: Job, session: Session, progress: Progress) -> _Bandwidth:
-    """The warm-up, then every point of every path, the page-cache copy and the host scaling, round by round."""
+def _bandwidth(job: Job, session: Session, progress: Progress, written: _Bandwidth | None = None) -> _Bandwidth:
+    """The warm-up, then every point of every path, the page-cache copy and the host scaling, round by round. Given
+    the write phase's figures, the read phase: the same rounds and reader counts, reading cold files each run lays
+    out first, each reader's what a writer wrote in half the runtime there (so that a read seldom reaches the cap,
+    and its lay-out and read fit the runtime together)."""
     p, w, hosts, per_writer = job.preset, job.writers, session.hosts, job.bytes_per_writer
     counts, host_counts = writer_counts(w), writer_counts(hosts) if hosts > 1 else []
     of = f"the profile keeps the median of its {p.repeats} run(s), with their min…max (spread)"
+    paths: tuple[StreamPath, ...] = session.write_paths if written is None else ("read",)
+    who, group, read = ("writer", "bandwidth", "") if written is None else ("reader", "read", "read")
 
     def stream(path: StreamPath, writers: int, on: int, seconds: float, label: str, note: RunNote) -> Stream:
         where = f" on {on} host(s)" if hosts > 1 else ""
-        progress.phase(f"bandwidth, {path}: {writers} writer(s){where}, {label}", seconds)
+        progress.phase(f"bandwidth, {path}: {writers} {who}(s){where}, {label}", seconds)
         size = min(per_writer, PAGE_CACHE_SAMPLE_BYTES) if path == "page-cache" else per_writer
+        if written is not None:
+            rate = next(b.bytes_per_s for b in written.curves["buffered"] if b.writers == writers) / writers
+            size = max(MIN_BYTES_PER_WRITER, min(size, int(rate * seconds / 2) // MiB * MiB))
         return session.stream(path, writers, on, size, seconds, note)
 
     started = time.monotonic()
     warm = RunNote(
-        "bandwidth, buffered",
+        f"bandwidth, {paths[0]}",
         "none: a warm-up, not counted (the first writes after idle run slow); how long it took beyond its runtime "
         "sets the measured runs' runtime cap (measurement.runtime_cap_s)",
         warm_up=True,
-        group="bandwidth",
+        group=group,
     )
-    stream("buffered", w, hosts, p.warm_up_s, "warm-up (not counted)", warm)
+    stream(paths[0], w, hosts, p.warm_up_s, "warm-up (not counted)", warm)
     spent = time.monotonic() - started
-    runs = p.repeats * (len(counts) * len(session.write_paths) + len(host_counts))
-    runtime = round(max(MIN_RUNTIME_S, (p.bandwidth_budget_s - spent) / runs - max(0.0, spent - p.warm_up_s)), 1)
+    runs = p.repeats * (len(counts) * len(paths) + len(host_counts))
+    budget = p.bandwidth_budget_s if written is None else p.read_budget_s
+    runtime = round(max(MIN_RUNTIME_S, (budget - spent) / runs - max(0.0, spent - p.warm_up_s)), 1)
     values: dict[tuple[str, int], list[float]] = {}
     notes: list[str] = []
     for r in range(p.repeats):
         label = f"run {r + 1} of {p.repeats}"
-        for path in session.write_paths:
+        for path in paths:
             for n in counts:
                 figure = f"{path}_bandwidth (writers={n}).bytes_per_s: the slowest host's, {label}; {of}"
-                got = stream(path, n, hosts, runtime, label, RunNote(f"bandwidth, {path}", figure, group="bandwidth"))
+                got = stream(path, n, hosts, runtime, label, RunNote(f"bandwidth, {path}", figure, group=group))
                 values.setdefault((path, n), []).append(min(got.per_host.values()))
                 if hosts > 1 and path == "buffered" and n == w and r == 0:
                     notes.append(straggler_note(got, w))
-        if session.page_cache:
+        if session.page_cache and written is None:
             figure = f"page_cache_write.bytes_per_s: {label}; {of}"
             got = stream("page-cache", 1, hosts, 0, f"no flush, {label}", RunNote("bandwidth, page-cache", figure))
             values.setdefault(("page-cache", 1), []).append(min(got.per_host.values()))
         for h in host_counts:
-            figure = f"aggregate_bandwidth (hosts={h}).bytes_per_s: all hosts together, {label}; {of}"
-            got = stream("buffered", w, h, runtime, label, RunNote(f"host scaling, {h} host(s)", figure))
+            field = f"aggregate_{read}_bandwidth" if read else "aggregate_bandwidth"
+            figure = f"{field} (hosts={h}).bytes_per_s: all hosts together, {label}; {of}"
+            got = stream(paths[0], w, h, runtime, label, RunNote(f"{read} host scaling, {h} host(s)".lstrip(), figure))
             values.setdefault(("hosts", h), []).append(got.total)
-    curves: dict[str, list[BandwidthPoint]] = {
-        path: [_point(values[path, n], n) for n in counts] for path in session.write_paths
-    }
-    page_cache = _point(values["page-cache", 1], 1) if session.page_cache else None
+    curves: dict[str, list[BandwidthPoint]] = {path: [_point(values[path, n], n) for n in counts] for path in paths}
+    page_cache = _point(values["page-cache", 1], 1) if session.page_cache and written is None else None
     aggregate = [_point(values["hosts", h], w, h) for h in host_counts]
     return _Bandwidth(curves, page_cache, aggregate, runtime, notes)
 
@@ -545,6 +551,23 @@ def _small_files(job: Job, session: Session, progress: Progress) -> tuple[SmallF
     return small, Spread.of(sums).median if session.hosts > 1 else None
 
 
+def _latencies(job: Job, session: Session, progress: Progress) -> list[Latency | None]:
+    """One writer's durable 4 KiB writes: each followed by an fsync, and each O_SYNC. Every host writes its own
+    file: together they stay inside the byte budget."""
+    share = None if job.data_bytes is None else job.data_bytes // job.facts.hosts // MiB * MiB
+    size = LATENCY_FILE_BYTES if share is None else min(LATENCY_FILE_BYTES, share)
+    kinds: tuple[tuple[Literal["fsync", "o_sync"], str, str, str], ...] = (
+        ("fsync", "4 KiB write + fsync", "fsync", "fsync_latency"),
+        ("o_sync", "4 KiB O_SYNC writes", "O_SYNC writes", "sync_write_latency"),
+    )
+    latencies = []
+    for kind, what, phase, figure in kinds:
+        progress.phase(f"latency: {what}", job.preset.latency_runtime_s)
+        note = RunNote(f"latency, {phase}", f"{figure} (p50_s, p99_s, p999_s, mean_s, samples): the worst host's")
+        latencies.append(session.latency(kind, job.preset.latency_runtime_s, size, note))
+    return latencies
+
+
 def full_scale_seconds(
     measured: float, fixed: float, serialize: float, bytes_ratio: float, framework_saver: bool
 ) -> float:
@@ -604,14 +627,15 @@ def _replay(job: Job, session: Session, calibration: Calibration | None, progres
     )
 
 
-def noise_notes(bandwidth, small_files=None, replay=None, direct=None) -> list[str]:
+def noise_notes(bandwidth, small_files=None, replay=None, direct=None, read=None) -> list[str]:
     """Warn, as hyperfine does on outliers, where a figure's own repeats disagree by more than NOISY_RANGE: a second
     probe of such a target can differ by as much, whatever the probe does."""
     best = max(bandwidth, key=lambda b: b.bytes_per_s)
     figures = [(f"the {best.writers}-writer {'buffered ' if direct else ''}bandwidth", best.spread)]
-    if direct:
-        top = max(direct, key=lambda b: b.bytes_per_s)
-        figures.append((f"the {top.writers}-writer direct bandwidth", top.spread))
+    for who, what, curve in (("writer", "direct", direct), ("reader", "read", read)):
+        if curve:
+            top = max(curve, key=lambda b: b.bytes_per_s)
+            figures.append((f"the {top.writers}-{who} {what} bandwidth", top.spread))
     if small_files is not None:
         figures.append(("the small-file rate", small_files.spread))
     if replay is not None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,11 +62,9 @@ def parse_hosts(
             hosts += _entry(entry, where, environ, notice, limit - len(hosts), len(hosts))
     if not hosts:
         raise InputError("‹hosts› or ‹hosts_file› names no hosts")
-    seen: set[Host] = set()
-    for h in hosts:
-        if h in seen:
-            raise InputError(f"host {h} is listed twice")
-        seen.add(h)
+    twice = [h for h, n in Counter(hosts).items() if n > 1]
+    if twice:
+        raise InputError(f"host {twice[0]} is listed twice")
     return hosts
 
 

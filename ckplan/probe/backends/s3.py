@@ -269,8 +269,7 @@ def _delete_keys(s3: Any, bucket: str, prefix: str, keys: list[str]) -> int:
         pending = [k for k in pending if k in failed]
         if not pending:
             return len(keys)
-    at = prefix.find(scratch.SCRATCH_PREFIX)
-    base = prefix[:at].rstrip("/") if at >= 0 else prefix.rstrip("/")
+    base = prefix.split(scratch.SCRATCH_PREFIX)[0].rstrip("/")
     raise EnvironmentProblem(
         f"the S3 endpoint did not delete {len(pending)} object(s) under s3://{bucket}/{prefix} "
         f"({', '.join(sorted(codes))}) after {DELETE_ATTEMPTS} attempts: remove them with "
@@ -371,6 +370,17 @@ class Writer:
         self.s3.complete_multipart_upload(Bucket=self.bucket, Key=key, UploadId=up, MultipartUpload={"Parts": parts})
         return sent
 
+    def get(self, key: str, size: int, deadline: float) -> int:
+        """One plain GET, read 1 MiB at a time until its end or the deadline; returns the bytes read."""
+        body, got = self.s3.get_object(Bucket=self.bucket, Key=key)["Body"], 0
+        with contextlib.closing(body):
+            while got < size and time.perf_counter() < deadline and (piece := body.read(MiB)):
+                if self.cancel.is_set():
+                    raise replay.Cancelled()
+                got += len(piece)
+                self.on_bytes(len(piece))
+        return got
+
 
 class S3Backend:
     kind: TargetKind = "s3"
@@ -414,7 +424,8 @@ class S3Backend:
             notes=(
                 f"object store: one multipart upload per stream, parts of {self.part_bytes // MiB} MiB one after "
                 "another; fsync latency is one writer's 4 KiB PUT latency (an object is durable when PUT returns); "
-                "a small file is one PUT, its only operation (ops_per_s = files_per_s)",
+                "a small file is one PUT, its only operation (ops_per_s = files_per_s); reads are plain GETs of objects "
+                "uploaded first, one stream per reader",
             ),
         )
 
@@ -517,9 +528,13 @@ class S3Session:
 
     def stream(self, path: StreamPath, writers: int, hosts: int, size: int, seconds: float, note: RunNote) -> Stream:
         root = self._root("bw")
+        move: Callable[[str, int, float], int] = self.writer.multipart
+        if path == "read":  # plain GETs of objects uploaded first, untimed: no cache sits between client and store
+            self._each(lambda w: self.writer.multipart(f"{root}{w}", size), writers)
+            self.sent, self.t0, move = 0, time.perf_counter(), self.writer.get
         start = time.perf_counter()
         deadline = start + seconds
-        sent = sum(self._each(lambda w: self.writer.multipart(f"{root}{w}", size, deadline), writers))
+        sent = sum(self._each(lambda w: move(f"{root}{w}", size, deadline), writers))
         rate = sent / (time.perf_counter() - start)
         self._done(root)
         return Stream({self.host: rate}, rate)
