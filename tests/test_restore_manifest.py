@@ -95,17 +95,19 @@ def test_deepspeed_zero1_model_states_read_again_by_each_data_parallel_rank():
     assert plan["total_bytes"] == total == latest + model_states + 64 * shard + fp32_script + torch_script
     r = plan["restore"]
     dp = 64
-    # the checkpoint (less the recovery scripts, which no rank reads), plus the model states and `latest` read again
-    # by every data-parallel rank after the first
-    requested = 140_006_189_312
-    assert requested == total - fp32_script - torch_script + (dp - 1) * (model_states + latest)
+    # every rank loads the model states and, before that, torch.loads the first model-states file once more to
+    # check mp_world_size (state_dict_factory.py check_ckpt_list; tests/test_restore_oracle.py sees it): so the
+    # checkpoint (less the recovery scripts, which no rank reads), plus the model states read 2·dp − 1 more times
+    # and `latest` dp − 1 more
+    requested = 268_012_038_656
+    assert requested == total - fp32_script - torch_script + (2 * dp - 1) * model_states + (dp - 1) * latest
     assert r["requested_bytes"] == requested
-    assert r["rank_bytes"] == 2_187_596_708 == latest + model_states + shard
+    assert r["rank_bytes"] == 4_187_688_104 == latest + 2 * model_states + shard
     # a node reads the model states once for its 8 ranks, and their 8 shards
     node = 3_500_133_780
     assert node == latest + model_states + 8 * shard
     assert (r["node_bytes"], r["node_files"]) == (node, 10)
-    assert r["node_requested_bytes"] == 17_500_773_664 == 8 * (latest + model_states + shard)
+    assert r["node_requested_bytes"] == 33_501_504_832 == 8 * (latest + 2 * model_states + shard)
     assert r["storage_bytes"] == 28_001_070_240 == NODES * node
     assert r["read_amplification"] == pytest.approx(28_001_070_240 / total)
     assert (r["own_files"], r["own_bytes"]) == (64, 64 * shard)
@@ -122,11 +124,13 @@ def test_deepspeed_zero3_each_rank_reads_its_own_files():
         ("zero_to_torch.py", 2_490): 1,
     }
     r = plan["restore"]
-    assert r["rank_bytes"] == 187_596_408 == latest + placeholders + shard
+    # each rank reads its own model states twice (checked, then loaded) and its own optimizer shard
+    assert r["rank_bytes"] == 187_687_804 == latest + 2 * placeholders + shard
     assert r["node_bytes"] == 1_500_771_152 == latest + 8 * (placeholders + shard)
-    assert r["node_requested_bytes"] == 1_500_771_264 == 8 * (latest + placeholders + shard)
+    assert r["node_requested_bytes"] == 1_501_502_432 == 8 * (latest + 2 * placeholders + shard)
     assert r["storage_bytes"] == 12_006_169_216 == NODES * latest + GPUS * (placeholders + shard)
-    assert r["requested_bytes"] == 12_006_170_112 == GPUS * (latest + placeholders + shard)
+    assert r["requested_bytes"] == 12_012_019_456 == GPUS * (latest + 2 * placeholders + shard)
+    assert (r["own_files"], r["own_bytes"]) == (128, GPUS * (2 * placeholders + shard))
     assert r["read_amplification"] == pytest.approx(12_006_169_216 / 12_006_210_174)  # < 1: the scripts are not read
 
 
@@ -248,9 +252,9 @@ def test_measured_plans_carry_a_restore_manifest_where_the_framework_is_known():
     plan = measured_plan(files, source="ds", gpus_per_node=2)
     r = plan.restore
     assert r is not None
-    assert r.rank_bytes == 12 + 1000 + 300
+    assert r.rank_bytes == 12 + 2 * 1000 + 300  # the model states checked, then loaded
     assert r.node_bytes == 12 + 1000 + 2 * 300 and r.storage_bytes == 2 * (12 + 1000) + 4 * 300
-    assert r.requested_bytes == 4 * (12 + 1000 + 300)
+    assert r.requested_bytes == 4 * (12 + 2 * 1000 + 300)
     assert r.read_amplification == pytest.approx((2 * 1012 + 1200) / (1512 + 1200))
 
     legacy = [
@@ -260,3 +264,16 @@ def test_measured_plans_carry_a_restore_manifest_where_the_framework_is_known():
     plan = measured_plan(legacy, source="legacy")
     assert plan.restore is None
     assert any(a.startswith("restore: ") and "legacy" in a for a in plan.assumptions)
+
+
+def test_a_file_read_two_ways_counts_once_per_node():
+    """DeepSpeed's mp_rank_00 under model parallelism: loaded by its dp replicas, checked by every rank."""
+    from ckplan.sizing.layouts.base import Parallelism, Read, Readers
+    from ckplan.sizing.restore import restore_manifest
+
+    par = Parallelism(gpus=8, gpus_per_node=4, tp=2, pp=1, zero=1)
+    reads = [Read("m.pt", 100, Readers(0, 2, 4)), Read("m.pt", 100, Readers(0, 1, 8))]
+    r = restore_manifest(reads, par, checkpoint_bytes=100, notes=[])
+    assert r.requested_bytes == 4 * 100 + 8 * 100
+    assert (r.rank_bytes, r.node_bytes, r.node_files, r.storage_bytes) == (200, 100, 1, 200)
+    assert [(f.readers, f.nodes) for f in r.files] == [(4, 2), (8, 0)]  # the second way reaches no new node

@@ -11,6 +11,7 @@ it (tests/test_restore_manifest.py checks every layout), which is what own_files
 from __future__ import annotations
 
 import math
+from collections import Counter
 from itertools import accumulate
 from typing import Annotated
 
@@ -33,13 +34,14 @@ class RestoreFile(Model):
     bytes: Count  # what one reader reads of it: the file's size, times the reads of it (trainer_state.json: 2)
     format: FileFormat
     readers: Count  # ranks reading it
-    nodes: Count  # nodes with at least one reader
+    nodes: Count  # nodes with at least one reader (this way, not already counted for the file's other row)
 
 
 class RestoreManifest(Model):
-    # the files two or more ranks read (or one rank more than once); a file only the rank that wrote it reads, once,
-    # is counted in own_files and own_bytes instead, as the save manifest lists it with that rank: a DCP or ZeRO-3
-    # plan of half a million shards then does not list each twice
+    # the files two or more ranks read; a file only the rank that wrote it reads is counted in own_files and
+    # own_bytes (its bytes times its reads) instead, as the save manifest lists it with that rank: a DCP or ZeRO-3
+    # plan of half a million shards then does not list each twice. A file read two ways (DeepSpeed's first
+    # model-states file, loaded by some ranks and checked by all) has a row, or an own count, per way.
     files: list[RestoreFile]
     own_files: Count
     own_bytes: Count
@@ -67,6 +69,7 @@ def restore_manifest(reads: list[Read], par: Parallelism, checkpoint_bytes: int,
     files_diff = [0] * (node_count + 1)
     files: list[RestoreFile] = []
     own_files = own_bytes = 0
+    repeated: dict[str, set[int]] = {path: set() for path, n in Counter(r.path for r in reads).items() if n > 1}
     for r in reads:
         who, per_reader = r.readers, r.bytes * r.times
         first, last = who.start, who.start + who.step * (who.count - 1)
@@ -77,7 +80,17 @@ def restore_manifest(reads: list[Read], par: Parallelism, checkpoint_bytes: int,
             for rank in range(first, last + 1, who.step):
                 rank_diff[rank] += per_reader
                 rank_diff[rank + 1] -= per_reader
-        if who.step <= per_node or who.count == 1:  # readers on every node from the first's to the last's
+        if r.path in repeated:  # read two ways (DeepSpeed's first model-states file): its nodes counted once
+            covered = repeated[r.path]
+            fresh = {rank // per_node for rank in range(first, last + 1, who.step)} - covered
+            for n in fresh:
+                node_diff[n] += r.bytes
+                node_diff[n + 1] -= r.bytes
+                files_diff[n] += 1
+                files_diff[n + 1] -= 1
+            covered |= fresh
+            nodes = len(fresh)
+        elif who.step <= per_node or who.count == 1:  # readers on every node from the first's to the last's
             a, b = first // per_node, last // per_node
             node_diff[a] += r.bytes
             node_diff[b + 1] -= r.bytes
@@ -91,9 +104,9 @@ def restore_manifest(reads: list[Read], par: Parallelism, checkpoint_bytes: int,
                 files_diff[rank // per_node] += 1
                 files_diff[rank // per_node + 1] -= 1
             nodes = who.count
-        if who.count == 1 and r.times == 1:
+        if who.count == 1:
             own_files += 1
-            own_bytes += r.bytes
+            own_bytes += per_reader
         else:
             files.append(
                 RestoreFile(path=r.path, bytes=per_reader, format=file_format(r.path), readers=who.count, nodes=nodes)

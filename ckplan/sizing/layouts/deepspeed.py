@@ -42,6 +42,7 @@ from ckplan.sizing.layouts.base import (
     ManifestFile,
     Parallelism,
     Read,
+    Readers,
     RestoreReads,
     WritePath,
     ZeroShown,
@@ -184,19 +185,28 @@ class DeepSpeedLayout(LayoutDefaults):
         rank, the same for every dp rank: state_dict_factory.py:66-98), under pipeline parallelism its stage's
         layer files (pipe/module.py:645-661), and its own zero_pp_rank_{dp} optimizer (and ZeRO-3 model-states)
         file only, as elastic_checkpoint is off by default (engine.py:4816-4822). DeepSpeed-MoE: the expert files
-        of its EP rank's experts (engine.py:4133-4200). Other layouts whose framework calls it (HF Trainer)
-        reuse this."""
+        of its EP rank's experts (engine.py:4133-4200). Before its own, each rank torch.loads the first file of its
+        model-states list once more (SDLoaderBase.check_ckpt_list, state_dict_factory.py:55,166-175, to compare
+        mp_world_size): mp_rank_00's under ZeRO-0/1/2, its data-parallel rank's mp_rank_00 under ZeRO-3, so with
+        one model-parallel rank that file is read twice (seen in tests/test_restore_oracle.py). Other layouts
+        whose framework calls it (HF Trainer) reuse this."""
         reads: list[Read] = []
         unread: list[str] = []
         for f in manifest:
             name = file_name(f.path)
             if name == "latest":
                 reads.append(Read(f.path, f.bytes, every_rank(par)))
-            elif name.startswith("zero_pp_rank_") or name.startswith("bf16_zero_pp_rank_"):
+            elif name.startswith(("zero_pp_rank_", "bf16_zero_pp_rank_")) and name.endswith("_optim_states.pt"):
                 reads.append(Read(f.path, f.bytes, own_rank(f.rank)))
+            elif name.startswith("zero_pp_rank_"):  # ZeRO-3's model states: the first of its dp rank's, checked
+                reads += _loaded_and_checked(f, own_rank(f.rank), Readers(f.rank, 1, par.tp), "_mp_rank_00_" in name)
             elif "_expert_" in name:
                 reads.append(Read(f.path, f.bytes, dp_replicas(par, f.rank, par.ep)))
-            elif name.startswith(("mp_rank_", "layer_")) and name.endswith("model_states.pt"):
+            elif name.startswith("mp_rank_") and name.endswith("_model_states.pt"):
+                reads += _loaded_and_checked(
+                    f, dp_replicas(par, f.rank), every_rank(par), name.startswith("mp_rank_00_")
+                )
+            elif name.startswith("layer_") and name.endswith("model_states.pt"):
                 reads.append(Read(f.path, f.bytes, dp_replicas(par, f.rank)))
             else:
                 unread.append(f.path)
@@ -261,3 +271,12 @@ class DeepSpeedLayout(LayoutDefaults):
                 )
             )
         return out
+
+
+def _loaded_and_checked(f: ManifestFile, loaders: Readers, checkers: Readers, checked: bool) -> list[Read]:
+    """A model-states file read by the ranks that load it and, when it heads their list, by those that check it."""
+    if not checked:
+        return [Read(f.path, f.bytes, loaders)]
+    if loaders == checkers:
+        return [Read(f.path, f.bytes, loaders, times=2)]
+    return [Read(f.path, f.bytes, loaders), Read(f.path, f.bytes, checkers)]
