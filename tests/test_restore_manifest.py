@@ -277,3 +277,19 @@ def test_a_file_read_two_ways_counts_once_per_node():
     assert r.requested_bytes == 4 * 100 + 8 * 100
     assert (r.rank_bytes, r.node_bytes, r.node_files, r.storage_bytes) == (200, 100, 1, 200)
     assert [(f.readers, f.nodes) for f in r.files] == [(4, 2), (8, 0)]  # the second way reaches no new node
+
+
+def test_a_plan_without_a_restore_manifest_renders_without_one():
+    proc = run_cli("size", "--params", "1e9", "--gpus", "16", "--framework", "dcp", "--zero", "0", "--tp", "2")
+    assert proc.returncode == 0, proc.stderr
+    assert "What a restart reads" not in proc.stdout and "DCP under DDP with tensor parallelism" in proc.stdout
+
+
+def test_measured_dcp_is_taken_as_sharded_and_says_so():
+    from ckplan.sizing.measured import measured_plan
+
+    files = [("step-5/.metadata", 100), *((f"step-5/__{r}_0.distcp", 1000) for r in range(4))]
+    r = measured_plan(files, source="dcp", gpus_per_node=4).restore
+    assert r is not None
+    assert (r.rank_bytes, r.node_bytes, r.requested_bytes) == (1100, 4100, 4400)
+    assert any("DCP's files do not tell DDP from FSDP" in n for n in r.notes)
