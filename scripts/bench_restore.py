@@ -36,8 +36,9 @@ from pathlib import Path
 from bench_accuracy import ckplan
 
 from ckplan.profile import StorageProfile
+from ckplan.savers.restore import restore_node
 from ckplan.sizing.plan import CheckpointPlan
-from ckplan.validate.model import LOAD_TARGET_PERCENT, NOISY_SPREAD, restore_node, scaled_load_prediction
+from ckplan.validate.model import LOAD_TARGET_PERCENT, NOISY_SPREAD, scaled_load_prediction
 
 LAYOUTS = {
     "DeepSpeed ZeRO-3": ["--framework", "deepspeed", "--zero", "3"],

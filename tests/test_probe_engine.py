@@ -30,6 +30,8 @@ class Script:
     reads: list[dict[str, float]] = field(default_factory=list)
     small: list[tuple[float, float]] = field(default_factory=lambda: [(1000.0, 4000.0)] * 10)  # files/s, ops/s
     replay_seconds: list[float] = field(default_factory=list)
+    save_seconds: list[float] | None = None  # the framework saver's runs; None: the target cannot run it
+    load_seconds: list[float] | None = None  # the framework loaders' runs; None: the target cannot run them
     others: list[str] = field(default_factory=list)
     fail_in: str | None = None  # a phase that raises mid-probe
 
@@ -72,7 +74,11 @@ class FakeSession:
         return self.script.replay_seconds[run], sum(f.bytes for fs in nodes for f in fs)
 
     def save_files(self, files, framework, runs):
-        return None  # no framework saver here: the engine writes raw bytes and adds the serialiser term
+        return self.script.save_seconds  # None: no framework saver, the engine writes raw bytes (+ serialiser)
+
+    def load_files(self, loads, runs):
+        self.calls.append(("load", None, (loads, runs)))
+        return self.script.load_seconds
 
     def others(self):
         return self.script.others
@@ -273,3 +279,53 @@ def test_a_backend_failing_mid_read_phase_propagates_and_no_later_phase_runs():
     with pytest.raises(MeasurementFailed, match="Input/output error"):
         engine.run(job, backend)
     assert backend.closed and not [c for c in backend.session.calls if c[0] in ("small", "latency")]
+
+
+def _zero3_plan():
+    return build_plan(
+        arch=catalog.model("llama-3.1-8b"), model_name="llama-3.1-8b", gpus=4, framework="deepspeed", zero=3
+    )
+
+
+def test_the_read_replay_warms_up_repeats_and_extrapolates_to_the_nodes_restore_bytes(monkeypatch):
+    from ckplan.savers import calibrate
+
+    monkeypatch.setattr(calibrate, "torch_available", lambda: True)  # the replay takes the framework saver's path
+    plan, scale = _zero3_plan(), 0.001
+    # a slow warm-up load (5 s, not counted), then 3 loads: median 1.1 s, 1.0…1.4 s is 36% of it: noisy
+    script = Script(streams=[{"h": 1e9}] * 7, save_seconds=[4.0, 2.0, 2.1, 2.2], load_seconds=[5.0, 1.0, 1.4, 1.1])
+    backend = FakeBackend(script)
+    _, p = probe(backend, plan=plan, scale=scale)
+    ((_, _, (loads, runs)),) = [c for c in backend.session.calls if c[0] == "load"]
+    assert runs == 4  # the warm-up and the default preset's 3 repeats
+    r = p.read_replay
+    assert r is not None and r.method == "framework loader" and r.plan_fingerprint == plan.fingerprint
+    assert (r.seconds, r.spread.min, r.spread.max, r.spread.repeats) == (1.1, 1.0, 1.4, 3)
+    # ZeRO-3 on one node of 4: its ranks read every file but the two conversion scripts, each its own shards
+    read = [f for f in plan.manifest if not f.path.endswith(".py")]
+    assert r.bytes == sum(max(1, int(f.bytes * scale)) for f in read) and r.files == len(read)
+    assert r.readers == 4 == loads.readers
+    assert r.full_scale_seconds == pytest.approx(1.1 * sum(f.bytes for f in read) / r.bytes)
+    assert any(n.startswith("the read replay's load time varied by 36%") for n in p.notes)
+
+
+def test_a_backend_that_cannot_load_gives_one_note_and_no_read_replay(monkeypatch):
+    from ckplan.savers import calibrate
+
+    monkeypatch.setattr(calibrate, "torch_available", lambda: True)
+    script = Script(streams=[{"h": 1e9}] * 7, save_seconds=[4.0, 2.0, 2.1, 2.2], load_seconds=None)
+    _, p = probe(FakeBackend(script), plan=_zero3_plan(), scale=0.001)
+    assert p.replay is not None and p.replay.method == "framework saver" and p.read_replay is None
+    assert [n for n in p.notes if "read replay" in n] == [
+        "no read replay: this target's backend cannot run the framework's loaders"
+    ]
+
+
+def test_a_raw_bytes_replay_has_no_read_replay_and_says_why():
+    script = Script(streams=[{"h": 1e9}] * 7, replay_seconds=[9.0, 2.0, 2.4, 2.2], load_seconds=[1.0] * 4)
+    backend = FakeBackend(script)
+    _, p = probe(backend, plan=_zero3_plan(), scale=0.001)
+    assert p.replay is not None and p.replay.method == "raw bytes" and p.read_replay is None
+    assert not [c for c in backend.session.calls if c[0] == "load"]
+    (note,) = [n for n in p.notes if "read replay" in n]
+    assert "wrote raw bytes" in note

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from ckplan.planning.policy import DEFAULT_SERIALIZE_BYTES_PER_S
+from ckplan.sizing.plan import CheckpointPlan
 from tests.conftest import assert_one_line_error, ckplan_exe, run_cli, run_json, sigint_default
 from tests.mounts import loop_fs, mounted, needs_root, sshfs_loopback
 
@@ -286,6 +287,43 @@ def test_direct_io_plan_is_replayed_with_o_direct_and_its_serialiser_added(tmp_p
     assert r["full_scale_seconds"] == pytest.approx(r["seconds"] * 100 + r["serialize_seconds"], rel=0.02)
     # the quick preset: one warm-up, then one counted run
     assert r["spread"]["repeats"] == 1
+
+
+@pytest.mark.parametrize(
+    ("framework", "zero", "not_read"),
+    [
+        ("deepspeed", "3", {"zero_to_fp32.py", "zero_to_torch.py"}),  # conversion scripts: no resume opens them
+        # HF Trainer under DDP: every rank reads the whole checkpoint but the two files its resume never opens
+        ("hf", "0", {"checkpoint-1000/training_args.bin", "checkpoint-1000/generation_config.json"}),
+    ],
+)
+def test_read_replay_loads_the_restore_nodes_files_the_frameworks_way(tmp_path, framework, zero, not_read):
+    pytest.importorskip("torch")
+    pytest.importorskip("safetensors")
+    plan = tmp_path / "plan.json"
+    size = ("size", "--params", "2e7", "--gpus", "2", "--gpus-per-node", "2", "--framework", framework, "--zero", zero)
+    plan.write_text(run_cli(*size, "--json", check=True).stdout)
+    plan_data = json.loads(plan.read_text())
+    target = tmp_path / "target"
+    target.mkdir()
+    p = quick(target, "--plan", str(plan), "--scale", "0.1")  # quick() also checks the scratch is gone
+    r = p["read_replay"]
+    fingerprint = CheckpointPlan.model_validate_json(plan.read_text()).fingerprint
+    assert (r["method"], r["plan_fingerprint"], r["scale"]) == ("framework loader", fingerprint, 0.1)
+    read = [f for f in plan_data["manifest"] if f["path"] not in not_read]
+    assert r["bytes"] == sum(max(1, int(f["bytes"] * 0.1)) for f in read)
+    assert r["files"] == len(read) and r["readers"] == 2  # both ranks of the one node load
+    assert r["spread"]["repeats"] == 1  # the quick preset: a warm-up load, then one counted
+    full = sum(f["bytes"] for f in read)
+    assert plan_data["restore"]["node_bytes"] == full
+    assert r["full_scale_seconds"] == pytest.approx(r["seconds"] * full / r["bytes"], rel=1e-9)
+    # a cold load of the bytes cannot beat the fastest cold read the probe measured (slack 2×: seconds apart)
+    assert r["seconds"] >= r["bytes"] / max(b["bytes_per_s"] for b in p["read_bandwidth"]) / 2
+    profile = tmp_path / "profile.json"
+    profile.write_text(json.dumps(p))
+    rec = run_json("recommend", "--plan", str(plan), "--storage", str(profile))
+    assert rec["restart"]["load"]["source"] == "replay"
+    assert rec["restart"]["load"]["seconds"] == pytest.approx(r["full_scale_seconds"])
 
 
 def test_paths_with_spaces_colons_and_commas(tmp_path):

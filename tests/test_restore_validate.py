@@ -243,7 +243,8 @@ def test_restore_bad_input(tmp_path, hand_read_profile):
 def test_local_readers_and_judgement():
     from ckplan.profile import Spread
     from ckplan.sizing.layouts.base import Readers
-    from ckplan.validate.model import judge, local_readers
+    from ckplan.sizing.restore import local_readers
+    from ckplan.validate.model import judge
 
     # ranks 3, 7, 11, 15 read; node 1 holds ranks 4…7 and node 2 ranks 8…11, numbered from 0 on each
     every_fourth = Readers(3, 4, 4)

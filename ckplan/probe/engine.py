@@ -32,11 +32,21 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from ckplan.errors import InputError
-from ckplan.profile import BandwidthPoint, Latency, Measurement, Replay, SmallFiles, Spread, StorageProfile
+from ckplan.profile import (
+    BandwidthPoint,
+    Latency,
+    Measurement,
+    ReadReplay,
+    Replay,
+    SmallFiles,
+    Spread,
+    StorageProfile,
+)
 from ckplan.schema import Model
 
 if TYPE_CHECKING:
     from ckplan.profile import Calibration, TargetKind
+    from ckplan.savers.restore import NodeLoads
     from ckplan.sizing.plan import CheckpointPlan
 
 MiB = 2**20
@@ -233,6 +243,8 @@ class Session(Protocol):
     ) -> Latency | None: ...
     def write_files(self, nodes: list[list[FileToWrite]], path: str, run: int) -> tuple[float, int]: ...
     def save_files(self, files: list[FileToWrite], framework: str, runs: int) -> list[float] | None: ...
+    # the last save_files' files loaded cold the framework's way, `runs` times; None where the backend cannot
+    def load_files(self, loads: NodeLoads, runs: int) -> list[float] | None: ...
     def others(self) -> list[str]: ...
     def phase_ran(self, phase: str, why: str) -> None: ...  # a phase that ran no fio, for `--emit-jobs`' run.sh
 
@@ -366,6 +378,10 @@ def run(job: Job, backend: Backend, progress: Progress | None = None) -> Storage
             if job.facts.hosts > 1:
                 notes.append(f"serialisers calibrated on the probing host {calibration.host}, not on the hosts")
         replayed = _replay(job, session, calibration, progress) if job.replay else None
+        read_replay = _read_replay(job, session, replayed, progress) if replayed else None
+        if isinstance(read_replay, str):
+            notes.append(read_replay)
+            read_replay = None
         look()
         notes += session.notes
     if others:
@@ -391,8 +407,10 @@ def run(job: Job, backend: Backend, progress: Progress | None = None) -> Storage
         fsync_latency=fsync,
         sync_write_latency=sync_write,
         replay=replayed,
+        read_replay=read_replay,
         calibration=calibration,
-        notes=notes + noise_notes(curves["buffered"], small, replayed, curves.get("direct"), reads.curves["read"]),
+        notes=notes
+        + noise_notes(curves["buffered"], small, replayed, curves.get("direct"), reads.curves["read"], read_replay),
         raw_fio=session.raw,
         measurement=Measurement(
             tool=job.facts.tool,
@@ -627,7 +645,50 @@ def _replay(job: Job, session: Session, calibration: Calibration | None, progres
     )
 
 
-def noise_notes(bandwidth, small_files=None, replay=None, direct=None, read=None) -> list[str]:
+def _read_replay(job: Job, session: Session, replay: Replay, progress: Progress) -> ReadReplay | str:
+    """The busiest restore node's ranks load the replay's last save cold, as the framework reads it on resume: a
+    warm-up load, then the repeats, extrapolated to the node's full restore bytes (the loaders' runs hold their
+    deserialisation). Where the plan, the replay or the backend cannot, the one line saying why."""
+    from ckplan.savers.restore import node_loads
+    from ckplan.savers.saver import files_by_rank
+
+    plan, repeats = job.spec.plan, job.preset.repeats
+    assert plan is not None
+    if plan.restore is None:
+        return f"no read replay: {plan.setup.framework}'s reads on resume are not known for this plan"
+    if replay.method != "framework saver":
+        return (
+            "no read replay: the framework's loaders read the framework saver's files, and the replay here wrote raw "
+            "bytes (no framework saver on this target or write path)"
+        )
+    try:
+        loads = node_loads(plan, files_by_rank(job.replay[0]))
+    except InputError as exc:
+        return f"no read replay: {exc}"
+    if loads.missing:
+        return (
+            f"no read replay: restore node {loads.node} reads {len(loads.missing):,} file(s) the replayed node does "
+            f"not write ({loads.missing[0]}, …)"
+        )
+    progress.phase(f"read replay: {len(loads.files)} files, {len(loads.by_rank)} readers, warm-up + {repeats}", 0)
+    walls = session.load_files(loads, repeats + 1)
+    if walls is None:
+        return "no read replay: this target's backend cannot run the framework's loaders"
+    spread = Spread.of(walls[1:])
+    return ReadReplay(
+        method="framework loader",
+        seconds=spread.median,
+        bytes=loads.bytes,
+        files=len(loads.files),
+        readers=len(loads.by_rank),
+        scale=job.spec.scale,
+        plan_fingerprint=plan.fingerprint,
+        full_scale_seconds=full_scale_seconds(spread.median, 0.0, 0.0, plan.restore.node_bytes / loads.bytes, True),
+        spread=spread,
+    )
+
+
+def noise_notes(bandwidth, small_files=None, replay=None, direct=None, read=None, read_replay=None) -> list[str]:
     """Warn, as hyperfine does on outliers, where a figure's own repeats disagree by more than NOISY_RANGE: a second
     probe of such a target can differ by as much, whatever the probe does."""
     best = max(bandwidth, key=lambda b: b.bytes_per_s)
@@ -640,6 +701,8 @@ def noise_notes(bandwidth, small_files=None, replay=None, direct=None, read=None
         figures.append(("the small-file rate", small_files.spread))
     if replay is not None:
         figures.append(("the replay's save time", replay.spread))
+    if read_replay is not None:
+        figures.append(("the read replay's load time", read_replay.spread))
     return [
         f"{label} varied by {spread.relative_range:.0%} across its {spread.repeats} repeats (min…max): this target "
         "is noisy now, and a second probe may differ as much; the median is used (--thorough runs more, longer repeats)"

@@ -18,7 +18,7 @@ from typing import Annotated
 from pydantic import Field
 
 from ckplan.schema import Finite, Int, Model
-from ckplan.sizing.layouts.base import FileFormat, Layout, ManifestFile, Parallelism, Read, file_format
+from ckplan.sizing.layouts.base import FileFormat, Layout, ManifestFile, Parallelism, Read, Readers, file_format
 
 Count = Annotated[Int, Field(ge=0)]
 
@@ -46,6 +46,9 @@ class RestoreManifest(Model):
     own_files: Count
     own_bytes: Count
     rank_bytes: Count  # the busiest rank's reads
+    # the same rank's reads with each file counted once: a second read of a file (DeepSpeed's check of its first
+    # model-states file) comes from the page cache, so only deserialisation pays for it again
+    rank_distinct_bytes: Count
     rank_bytes_by_format: dict[str, Count]  # the busiest rank's reads per FileFormat (what it deserialises)
     node_requested_bytes: Count  # busiest node: its ranks' reads summed
     node_bytes: Count  # busiest node: distinct bytes it reads from storage, its page cache serving its ranks
@@ -117,10 +120,12 @@ def restore_manifest(reads: list[Read], par: Parallelism, checkpoint_bytes: int,
     node_requested = [sum(rank_bytes[n * per_node : (n + 1) * per_node]) for n in range(node_count)]
     busiest = max(range(gpus), key=rank_bytes.__getitem__)
     by_format: dict[str, int] = {}
+    distinct: dict[str, int] = {}
     for r in reads:
         if busiest in r.readers:
             fmt = file_format(r.path)
             by_format[fmt] = by_format.get(fmt, 0) + r.bytes * r.times
+            distinct[r.path] = r.bytes
     node = max(range(node_count), key=lambda n: (node_bytes[n], node_requested[n]))
     storage = sum(node_bytes)
     return RestoreManifest(
@@ -128,6 +133,7 @@ def restore_manifest(reads: list[Read], par: Parallelism, checkpoint_bytes: int,
         own_files=own_files,
         own_bytes=own_bytes,
         rank_bytes=rank_bytes[busiest],
+        rank_distinct_bytes=sum(distinct.values()),
         rank_bytes_by_format=by_format,
         node_requested_bytes=node_requested[node],
         node_bytes=node_bytes[node],
@@ -151,3 +157,12 @@ def plan_restore(
     if declared.reads is None:
         return None, declared.notes
     return restore_manifest(declared.reads, par, checkpoint_bytes, declared.notes), []
+
+
+def local_readers(readers: Readers, lo: int, hi: int) -> Readers | None:
+    """The readers among ranks lo…hi−1, numbered from lo; None when none is."""
+    first = max(0, -(-(lo - readers.start) // readers.step))
+    last = min(readers.count - 1, (hi - 1 - readers.start) // readers.step)
+    if last < first:
+        return None
+    return Readers(readers.start + first * readers.step - lo, readers.step, last - first + 1)

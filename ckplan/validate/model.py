@@ -5,13 +5,11 @@ from __future__ import annotations
 from typing import Literal
 
 from ckplan import __version__
-from ckplan.errors import InputError
-from ckplan.frameworks import framework_of
 from ckplan.planning.savetime import LoadTime, SaveTime, predict_load, predict_save
 from ckplan.profile import Spread, StorageProfile
 from ckplan.schema import Model
-from ckplan.sizing.layouts.base import Parallelism, Read, Readers
-from ckplan.sizing.plan import CheckpointPlan, TrainingSetup
+from ckplan.sizing.layouts.base import Parallelism, Read
+from ckplan.sizing.plan import CheckpointPlan
 from ckplan.sizing.restore import restore_manifest
 
 LARGE_ERROR_PERCENT = 15.0
@@ -140,50 +138,6 @@ def judge(predicted: float, measured: Spread) -> tuple[Literal["error", "range"]
     if measured.relative_range >= NOISY_SPREAD:
         return "range", inside
     return "error", inside or abs(predicted - measured.median) <= LOAD_TARGET_PERCENT / 100 * measured.median
-
-
-def local_readers(readers: Readers, lo: int, hi: int) -> Readers | None:
-    """The readers among ranks lo…hi−1, numbered from lo; None when none is."""
-    first = max(0, -(-(lo - readers.start) // readers.step))
-    last = min(readers.count - 1, (hi - 1 - readers.start) // readers.step)
-    if last < first:
-        return None
-    return Readers(readers.start + first * readers.step - lo, readers.step, last - first + 1)
-
-
-def parallelism(setup: TrainingSetup) -> Parallelism:
-    return Parallelism(
-        gpus=setup.gpus, gpus_per_node=setup.gpus_per_node, tp=setup.tp, pp=setup.pp, zero=setup.zero, ep=setup.ep
-    )
-
-
-def restore_node(plan: CheckpointPlan) -> tuple[int, list[Read], int]:
-    """The node the plan's restore manifest calls busiest (the most distinct bytes read, then the most requested), its
-    reads with readers numbered from the node's first rank, and how many ranks it holds."""
-    restore = plan.restore
-    if restore is None:
-        raise InputError(
-            f"this plan has no restore manifest ({plan.setup.framework}'s reads on resume are not known for it): "
-            "validate --restore cannot tell which files each rank loads"
-        )
-    declared = framework_of(plan.setup.framework).layout.restore(parallelism(plan.setup), plan.manifest)
-    assert declared.reads is not None  # the plan has a manifest, so the layout declared its reads
-    per_node = plan.setup.gpus_per_node
-    best: tuple[tuple[int, int], int, list[Read], int] | None = None
-    for node in range(plan.setup.nodes):
-        lo, hi = node * per_node, min((node + 1) * per_node, plan.setup.gpus)
-        reads = []
-        for r in declared.reads:
-            who = local_readers(r.readers, lo, hi)
-            if who is not None:
-                reads.append(Read(r.path, r.bytes, who, r.times))
-        key = (sum(r.bytes for r in reads), sum(r.bytes * r.times * r.readers.count for r in reads))
-        if key == (restore.node_bytes, restore.node_requested_bytes):  # the manifest's busiest: first of a tie
-            return node, reads, hi - lo
-        if best is None or key > best[0]:
-            best = (key, node, reads, hi - lo)
-    assert best is not None
-    return best[1], best[2], best[3]
 
 
 def scaled_load_prediction(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 from ckplan import filesystem
@@ -10,8 +9,7 @@ from ckplan import scratch as scratch_area
 from ckplan.errors import EnvironmentProblem, InputError
 from ckplan.frameworks import framework_of
 from ckplan.profile import Spread, StorageProfile
-from ckplan.savers.saver import check_save_processes
-from ckplan.sizing.layouts.base import Read, file_format
+from ckplan.savers.restore import LOADERS, NodeLoads, load_saved, node_loads
 from ckplan.sizing.plan import CheckpointPlan
 from ckplan.units import check_scale
 from ckplan.validate.model import (
@@ -20,7 +18,6 @@ from ckplan.validate.model import (
     diagnose,
     diagnose_load,
     judge,
-    restore_node,
     scaled_load_prediction,
     scaled_prediction,
 )
@@ -114,74 +111,17 @@ def validate(
     )
 
 
-@dataclass
-class NodeLoads:
-    """What the busiest restore node's ranks load, from the saved node's files: the load processes' input."""
-
-    node: int
-    reads: list[Read]  # readers numbered from the node's first rank
-    readers: int
-    by_rank: dict[int, list[dict]]  # load process → its items, paths relative to the save's directory
-    files: list[str]  # every file the node reads, relative to the save's directory (page caches dropped)
-    requested_bytes: int
-    notes: list[str]
-
-
 def restore_loads(plan: CheckpointPlan, saved: dict[int, list[dict]]) -> NodeLoads:
-    """Which saved file each rank of the busiest restore node loads, and how (its framework's saver says): refused
-    before anything is saved when that node reads files the saved node does not write."""
-    node, reads, readers = restore_node(plan)
-    saver = framework_of(plan.setup.framework).saver.kind
-    writer_of = {f.path: f.rank for f in plan.manifest}
-    index = {rank: i for i, rank in enumerate(saved)}  # save process of each saved rank (DCP names files by it)
-    written = {f["path"]: f for fs in saved.values() for f in fs}
-    missing = sorted({r.path for r in reads} - written.keys())
-    if missing:
+    """What the busiest restore node's ranks load: refused before anything is saved when that node reads files the
+    saved node does not write."""
+    loads = node_loads(plan, saved)
+    if loads.missing:
         raise InputError(
-            f"node {node} reads on resume {len(missing):,} file(s) that node {plan.busiest_node.node}, the one "
-            f"validate saves, does not write ({missing[0]}, …): validate --restore times plans whose busiest "
-            "restore node reads the saved node's files"
+            f"node {loads.node} reads on resume {len(loads.missing):,} file(s) that node {plan.busiest_node.node}, "
+            f"the one validate saves, does not write ({loads.missing[0]}, …): validate --restore times plans whose "
+            "busiest restore node reads the saved node's files"
         )
-    by_rank: dict[int, list[dict]] = {}
-    files, notes, requested = set(), [], 0
-    for rank in range(readers):
-        items: list[dict] = []
-        dcp_writers: dict[int, list[dict]] = {}
-        for r in reads:
-            if rank not in r.readers:
-                continue
-            fmt = file_format(r.path)
-            requested += written[r.path]["bytes"] * r.times
-            if saver == "dcp" and fmt == "dcp":
-                w = writer_of[r.path]
-                dcp_writers[index[w]] = saved[w]
-                files.add(f"__{index[w]}_0.distcp")
-            elif saver == "dcp":  # .metadata is read by dcp.load itself; the DCP saver writes nothing else
-                files.add(".metadata")
-            else:
-                items.append({"format": fmt, "path": r.path, "times": r.times})
-                files.add(r.path)
-        if dcp_writers:
-            items.append({"format": "dcp", "path": "", "times": 1, "writers": dcp_writers})
-        if items:
-            by_rank[rank] = items
-    if saver == "dcp":
-        other = sorted({r.path for r in reads if file_format(r.path) != "dcp" and not r.path.endswith(".metadata")})
-        if other:
-            notes.append(
-                f"not loaded: {len(other)} file(s) the DCP saver does not write ({', '.join(other[:3])}"
-                f"{', …' if len(other) > 3 else ''}); the model counts them"
-            )
-    check_save_processes(len(by_rank), f"loading node {node}'s restore")
-    import psutil
-
-    # every rank holds what it loaded until its load ends
-    if requested > 0.8 * psutil.virtual_memory().available:
-        raise InputError(
-            f"node {node}'s ranks hold {requested / 1e9:.2f} GB in memory at once when they load; this machine has "
-            f"{psutil.virtual_memory().available / 1e9:.2f} GB available: lower ‹scale›"
-        )
-    return NodeLoads(node, reads, readers, by_rank, sorted(files), requested, notes)
+    return loads
 
 
 def time_loads(
@@ -189,13 +129,10 @@ def time_loads(
 ) -> RestoreValidation:
     """Load the saved files cold `repeats` times after one unrecorded warm-up load (the first load of a process pays
     first-touch costs), and compare the median with predict_load for the node at `scale`."""
-    from ckplan.savers.loader import in_memory_filesystem, run_loads
+    from ckplan.savers.loader import in_memory_filesystem
 
-    by_rank = {
-        rank: [{**item, "path": str(saved / item["path"])} for item in items] for rank, items in loads.by_rank.items()
-    }
     paths = [saved / f for f in loads.files]
-    walls = run_loads(by_rank, repeats + 1, paths, what="the restore's loads")[1:]
+    walls = load_saved(loads, saved, repeats + 1, "the restore's loads")[1:]
     measured = Spread.of(walls)
     prediction, notes = scaled_load_prediction(plan, profile, loads.reads, loads.readers, scale)
     cold = not in_memory_filesystem(saved)
@@ -209,7 +146,7 @@ def time_loads(
     return RestoreValidation(
         loader=LOADERS[framework_of(plan.setup.framework).saver.kind],
         node=loads.node,
-        readers=len(by_rank),
+        readers=len(loads.by_rank),
         files=len(paths),
         bytes=nbytes,
         requested_bytes=loads.requested_bytes,
@@ -229,13 +166,6 @@ def time_loads(
         diagnosis=diagnose_load(prediction, measured),
         notes=loads.notes + notes,
     )
-
-
-LOADERS = {
-    "torch.save": "torch.load(map_location='cpu') per file",
-    "safetensors": "safetensors load_file (pages touched) + torch.load(map_location='cpu')",
-    "dcp": "torch.distributed.checkpoint.load (gloo), each rank its keys",
-}
 
 
 def async_note(coordinated_save: bool) -> str:

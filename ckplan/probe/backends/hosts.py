@@ -201,6 +201,9 @@ class HostsSession(fio.FioSession):
     def save_files(self, files: list[FileToWrite], framework: str, runs: int) -> None:
         return None  # the framework's saver runs in this host's processes, not on the hosts
 
+    def load_files(self, loads: object, runs: int) -> None:
+        return None  # the framework's loaders run in this host's processes, not on the hosts
+
     def others(self) -> list[str]:
         root, mine = self.backend.path, f"{scratch.SCRATCH_PREFIX}{self.run_id}-"
         return self.others_in(root, lambda path: path.name.startswith(mine)) if root.is_dir() else []

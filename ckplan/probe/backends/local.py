@@ -9,12 +9,16 @@ import shutil
 import socket
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ckplan import filesystem, scratch
 from ckplan.errors import InputError, oserror_message
 from ckplan.probe import fio, jobfiles, replay
 from ckplan.probe.engine import CleanResult, Facts, FileToWrite, Progress, RunNote, SmallRun, TargetSpec
 from ckplan.profile import TargetKind
+
+if TYPE_CHECKING:
+    from ckplan.savers.restore import NodeLoads
 
 UNSIZED_DEFAULT_BYTES = 2**30  # what the probe may write on a filesystem that reports no size, unless --max-bytes
 
@@ -146,11 +150,20 @@ class LocalSession(fio.FioSession):
             "the plan's files written by the framework's saver, not fio; `ckplan validate` times the same saves",
         )
         root = self.root / "replay"
-        try:
-            walls, _ = run_saves(root, files_by_rank(files), framework, runs, "sync", what="the replay")
-        finally:
-            shutil.rmtree(root, ignore_errors=True)
+        shutil.rmtree(root, ignore_errors=True)
+        # the last save stays for the read replay to load (the scratch area goes, with it, when the probe ends)
+        walls, _ = run_saves(root, files_by_rank(files), framework, runs, "sync", what="the replay", keep_last=True)
+        self.saved = root / f"save-{runs - 1}"
         return walls
+
+    def load_files(self, loads: NodeLoads, runs: int) -> list[float]:
+        from ckplan.savers.restore import load_saved
+
+        self.phase_ran("read replay", "the replay's last save loaded by the framework's loaders, not fio")
+        try:
+            return load_saved(loads, self.saved, runs, "the read replay")
+        finally:
+            shutil.rmtree(self.saved.parent, ignore_errors=True)
 
     def others(self) -> list[str]:
         return self.others_in(self.root.parent, lambda path: path == self.root)

@@ -592,6 +592,9 @@ class S3Session:
     def save_files(self, files: list[FileToWrite], framework: str, runs: int) -> None:
         return None  # no framework saver writes to an object store here: the engine adds the serialiser term
 
+    def load_files(self, loads: object, runs: int) -> None:
+        return None  # the framework's loaders read files on this host, not objects
+
     def others(self) -> list[str]:
         self.area.look_for_others()
         with self.area.lock:
