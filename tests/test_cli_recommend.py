@@ -172,13 +172,15 @@ def test_compress_test_on_a_file(tmp_path):
 def test_assumed_figures_say_whether_they_are_defaults_or_given():
     """The snapshot bandwidth, host memory and restart cost are labelled default only when they are the defaults
     (20 GB/s per GPU, 2 TiB, a 300 s fixed part plus the predicted load); a figure given on the command line says so.
-    The load: 7B under DeepSpeed ZeRO-1 on 8 GPUs reads 14 GB of bf16 model states on every rank plus its 84/8 GB
-    optimizer shard (24.5 GB), 98 GB per node; 4 streams (8 readers × 98 ÷ 196) on lustre's curve, 8 GB/s."""
+    The load: 7B under DeepSpeed ZeRO-1 on 8 GPUs: every rank torch.loads the 14,000,091,396 B bf16 model states
+    twice (DeepSpeed's check, then its load) and its 10,500,005,296 B optimizer shard; a node reads 14.0 + 8 × 10.5
+    = 98 GB from storage, each rank 24.5 GB: 4 streams on lustre's curve, 8 GB/s."""
     snapshot = "async snapshot at {} GB/s per GPU (device→pinned host; {})"
     default = run_json("recommend", "--storage", "lustre", "--mode", "async")["assumptions"]
     assert snapshot.format(20, "not measured here, default; --snapshot-bandwidth") in default
     assert "host memory 2.20 TB (2.00 TiB) per node holds the snapshot (default; --host-memory)" in default
-    load = 98.000133780e9 / 8e9 + 24.500096692e9 / DEFAULT_DESERIALIZE_BYTES_PER_S["torch.save"]
+    node = 14_000_091_396 + 8 * 10_500_005_296 + 16
+    load = node / 8e9 + (2 * 14_000_091_396 + 10_500_005_296) / DEFAULT_DESERIALIZE_BYTES_PER_S["torch.save"]
     assert (
         f"restart cost {300 + load:.4g} s = fixed 300 s (default; --restart-fixed) + predicted load {load:.3g} s "
         "(node bandwidth, write curve); failures: exponential (Daly 2006)"

@@ -35,6 +35,7 @@ def manifest(**over) -> RestoreManifest:
         own_files=8,  # each rank's own 1 GB safetensors file
         own_bytes=8 * GB,
         rank_bytes=9 * GB,
+        rank_distinct_bytes=9 * GB,
         rank_bytes_by_format={"torch.save": 8 * GB, "safetensors": 1 * GB},
         node_requested_bytes=36 * GB,
         node_bytes=12 * GB,
@@ -69,7 +70,7 @@ def reading(read: dict[int, float], agg: dict[int, float] | None = None, **kw):
 
 
 # deserialise the busiest rank: 8 GB ÷ 4 GB/s + 1 GB ÷ 2 GB/s = 2.5 s
-# streams per node: 4 readers × 12 ÷ 36 = 4/3
+# streams per node: the node's 12 GB ÷ the rank's 9 GB = 4/3
 DESERIALIZE = 2.5
 
 
@@ -109,6 +110,26 @@ def test_load_without_a_read_curve_uses_the_write_curve_and_says_so():
     assert any("no read curve" in n for n in load.notes)
     # node-local: aggregate = per node × nodes, so the node term binds: 11.5 s as above
     assert load.seconds == pytest.approx(11.5)
+
+
+def test_a_file_read_twice_costs_its_deserialisation_twice_and_its_read_once():
+    """DeepSpeed's check loads the first model-states file a second time: the page cache serves the read, the CPU
+    deserialises it again. Rank: shared.pt (8 GB) twice + own 1 GB: 17 GB of reads, 9 GB from storage; one reader
+    per node (4 ranks, but 12 GB ÷ 9 GB = 4/3 streams as before)."""
+    twice = PLAN.model_copy(
+        update={
+            "restore": manifest(
+                rank_bytes=17 * GB,
+                rank_bytes_by_format={"torch.save": 16 * GB, "safetensors": GB},
+                node_requested_bytes=68 * GB,
+            )
+        }
+    )
+    # deserialise 16 ÷ 4 + 1 ÷ 2 = 4.5 s; single reader 4.5 + 9 ÷ 1 = 13.5 s; node 4.5 + 12 ÷ (4/3) = 13.5 s
+    load = predict_load(twice, reading({1: 1e9, 2: 2e9}, {1: 5e9, 2: 10e9}))
+    assert load.deserialize_seconds == pytest.approx(4.5)
+    assert load.seconds == pytest.approx(13.5)
+    assert load.rank_bytes == 9 * GB
 
 
 def test_load_uses_default_deserialisers_without_a_calibration():
@@ -194,14 +215,19 @@ def test_recommend_70b_on_nfs_counts_the_load_in_daly_waste():
     reads 140 + 8 × 13.125 = 245 GB from storage, of 8 × 153.125 = 1,225 GB requested."""
     rec = _cli("recommend", "--params", "70e9", "--optimizer", "adam", "--gpus", "64", "--storage", "nfs")
     load = rec["restart"]["load"]
-    node_bytes, rank_torch = 245.000263380e9, 153.125226292e9
-    streams = 8 * 245.000263380 / 1225.001810464  # 1.6
-    node_bw = 0.9e9 + (streams - 1) * 0.7e9  # 1.32 GB/s
+    # each rank torch.loads mp_rank_00 (140,000,220,996 B) twice (DeepSpeed's check_ckpt_list, then its load) and
+    # its 13,125,005,296 B shard; from storage each file once (+ `latest`, 16 B): 153.125 GB per rank; a node reads
+    # the model states once and its 8 shards: 245 GB
+    node_bytes, rank_storage = 140_000_220_996 + 8 * 13_125_005_296 + 16, 140_000_220_996 + 13_125_005_296 + 16
+    rank_torch = 2 * 140_000_220_996 + 13_125_005_296
+    streams = node_bytes / rank_storage  # 1.6
+    node_bw = 0.9e9 + (streams - 1) * 0.7e9  # 1.32 GB/s on the write curve between 1 and 2 writers
     deserialize = rank_torch / DEFAULT_DESERIALIZE_BYTES_PER_S["torch.save"]
     t_node = deserialize + node_bytes / node_bw
-    t_agg = 8 * node_bytes / 8e9  # 245 s at the server's 8 GB/s
-    t_single = deserialize + 153.125226308e9 / 0.9e9
+    t_agg = 8 * node_bytes / 8e9  # all 8 nodes at the server's 8 GB/s limit (1.32 × 8 = 10.6 GB/s is more)
+    t_single = deserialize + rank_storage / 0.9e9
     hand_load = max(t_node, t_agg, t_single)
+    assert load["streams_per_node"] == pytest.approx(streams, rel=1e-6)
     assert load["seconds"] == pytest.approx(hand_load, rel=1e-6)
     hand_r = DEFAULT_RESTART_FIXED_S + hand_load
     assert rec["restart_s"] == pytest.approx(hand_r, rel=1e-6)
@@ -219,5 +245,8 @@ def test_recommend_70b_on_nfs_counts_the_load_in_daly_waste():
     assert fixed_only["optimal_interval_s"] == pytest.approx(rec["optimal_interval_s"])
     assert rec["optimal_interval_s"] == pytest.approx(interval.daly_interval(delta, m))
     assert rec["expected_waste_fraction"] > fixed_only["expected_waste_fraction"]
-    # the sync save (δ ≈ 5 min) is over half the 10-minute NCCL timeout: warned
-    assert any("collective timeout" in w for w in rec["warnings"])
+    # the sync save (δ = 302 s) is past half the 10-minute NCCL timeout: warned, once
+    assert (
+        len(rec["warnings"]) == 1
+        and "blocking part takes 302 s, 50% of the process group's timeout (600 s, " in (rec["warnings"][0])
+    )

@@ -162,7 +162,7 @@ def recommend(
         needed=needed,
         summary=summary,
         assumptions=_assumptions(plan, profile, policy, scenario, restart),
-        warnings=_warnings(policy, scenario, restart),
+        warnings=_warnings(policy, scenario),
         **ev.model_dump(),
     )
     if data is not None:
@@ -225,18 +225,15 @@ def _needed(plan: CheckpointPlan, profile: StorageProfile, policy: Policy, s: Sc
     return out
 
 
-def _warnings(policy: Policy, s: Scenario, restart: RestartCost) -> list[str]:
-    """What may kill the job outright: a blocking save or a load that nears the collective timeout."""
-    timeout = policy.collective_timeout_s
-    found = [
-        collective_timeout_warning(s.stall_seconds, timeout, f"a {s.mode} save's blocking part")
-        if math.isfinite(s.stall_seconds)
-        else None,
-        collective_timeout_warning(restart.load.seconds, timeout, "the checkpoint's load at restart")
-        if restart.load
-        else None,
-    ]
-    return [w for w in found if w]
+def _warnings(policy: Policy, s: Scenario) -> list[str]:
+    """What may kill the job outright: a blocking save that nears the collective timeout while the other ranks wait
+    in their next collective. (A load is not warned about: every rank loads at once, so none waits out another's.)"""
+    if not math.isfinite(s.stall_seconds):
+        return []
+    warning = collective_timeout_warning(
+        s.stall_seconds, policy.collective_timeout_s, f"a {s.mode} save's blocking part"
+    )
+    return [warning] if warning else []
 
 
 def _assumptions(

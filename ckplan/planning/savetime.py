@@ -337,9 +337,9 @@ class LoadTime(Model):
     read_curve: Literal["read", "write"]  # "write": the profile measured no reads, its write curve stands in
     limited_by: Literal["single reader", "node bandwidth", "aggregate bandwidth", "replay"]
     source: Literal["model", "replay"]
-    streams_per_node: float  # readers × distinct ÷ requested bytes: ranks reading one shared file count once
+    streams_per_node: float  # node's ÷ busiest rank's distinct bytes (1 … readers): a shared file is one stream
     nodes: int
-    rank_bytes: int
+    rank_bytes: int  # the busiest reader's bytes from storage, each file once
     node_bytes: int
     storage_bytes: int
     deserializers: dict[str, MachineFigure]  # per file format, one reader on one core
@@ -373,9 +373,11 @@ def predict_load(plan: CheckpointPlan, profile: StorageProfile, aggregate_limit:
     """Seconds for every rank to load `plan`'s checkpoint at a restart on `profile` (the plan's restore manifest):
 
       D_r    = the busiest reader's bytes per format ÷ that format's deserialiser rate (one core per reader)
-      streams = readers per node × the node's distinct ÷ requested bytes (ranks of a node reading the same file
-                are served by one storage read, the page-cache assumption the manifest states)
-      T_load = max(D_r + b_r ÷ R(1),                    the busiest reader alone: read, then deserialise
+      streams = the node's distinct bytes ÷ the busiest reader's (each file once), between 1 and the node's readers:
+                ranks of a node reading the same file are served by one storage read, the page-cache assumption the
+                manifest states, so eight ranks reading one file are one stream and eight reading their own, eight
+      T_load = max(D_r + b_r ÷ R(1),                    the busiest reader alone: read (each file once), then
+                                                         deserialise (every read: a file loaded twice costs twice)
                    D_r + node's distinct bytes ÷ R_node(streams),
                    all nodes' distinct bytes ÷ R_aggregate)  (planning/scaling.py, as for writes)
     R is the profile's cold read curve, or its buffered write curve where it measured no reads (said in the notes).
@@ -390,7 +392,7 @@ def predict_load(plan: CheckpointPlan, profile: StorageProfile, aggregate_limit:
         if which == "read"
         else [f"{profile.name} has no read curve: its buffered write curve stands in for cold reads"]
     )
-    streams = max(1.0, restore.readers_per_node * restore.node_bytes / max(restore.node_requested_bytes, 1))
+    streams = min(float(restore.readers_per_node), max(1.0, restore.node_bytes / max(restore.rank_distinct_bytes, 1)))
 
     def at(points: list[BandwidthPoint], x: float) -> float:
         inside = interpolate([(p.writers, p.bytes_per_s) for p in points], x)
@@ -402,7 +404,7 @@ def predict_load(plan: CheckpointPlan, profile: StorageProfile, aggregate_limit:
     deserialize = sum(
         b / deserializers[fmt].value for fmt, b in restore.rank_bytes_by_format.items() if fmt in deserializers
     )
-    t_single = deserialize + restore.rank_bytes / one_stream
+    t_single = deserialize + restore.rank_distinct_bytes / one_stream
     t_node = deserialize + restore.node_bytes / node_bw
     t_agg = restore.storage_bytes / aggregate.bytes_per_s
     seconds = max(t_single, t_node, t_agg)
@@ -416,7 +418,7 @@ def predict_load(plan: CheckpointPlan, profile: StorageProfile, aggregate_limit:
         read_curve=which,
         streams_per_node=streams,
         nodes=restore.nodes,
-        rank_bytes=restore.rank_bytes,
+        rank_bytes=restore.rank_distinct_bytes,
         node_bytes=restore.node_bytes,
         storage_bytes=restore.storage_bytes,
         deserializers=deserializers,
@@ -476,4 +478,4 @@ def required_read_bandwidth(
     left = load_seconds - deserialize
     if left <= 0:
         return None
-    return restore.storage_bytes / load_seconds, max(restore.rank_bytes, restore.node_bytes) / left
+    return restore.storage_bytes / load_seconds, max(restore.rank_distinct_bytes, restore.node_bytes) / left

@@ -226,17 +226,15 @@ def _restore(
     """The restore manifest by the framework's layout, read off the files' names as a sized plan's is; where the
     names leave the load open, what is assumed is noted, or no manifest is given and the note says why."""
     notes = []
-    if framework == "dcp":  # the files alike under DDP and FSDP (DCP dedups replicated tensors when saving)
-        par = replace(par, zero=3)
-        notes.append(
-            "DCP's files do not tell DDP from FSDP: the resume is taken as sharded (each rank reads its own .distcp "
-            "files and .metadata); under DDP every rank reads every .distcp file"
-        )
+    layout = LAYOUTS[framework]
+    if layout.measured_restore_zero is not None:
+        par = replace(par, zero=layout.measured_restore_zero)
+        notes.append(layout.measured_restore_note)
     if any(f.rule == "ds_expert" for f in seen):
         if ep is None:
             return None, ["restore: DeepSpeed-MoE expert files without --ep: which ranks read each is not known"]
         par = replace(par, ep=ep)
-    restore, why = plan_restore(LAYOUTS[framework], par, manifest, total_bytes)
+    restore, why = plan_restore(layout, par, manifest, total_bytes)
     if restore is None:
         return None, [f"restore: {w}" for w in why]
     return restore.model_copy(update={"notes": notes + restore.notes}), []

@@ -276,6 +276,10 @@ class Layout(Protocol):
     supports_ep: bool  # the framework shards experts over --ep ranks
     default_zero: int  # the ZeRO stage when none is given
     renames_per_save: int  # renames one save does (DCP: .metadata.tmp -> .metadata)
+    # where a checkpoint's file names leave the resume open (`size --from`), the ZeRO stage its restore is read at
+    # and the note that says so; None: the names tell
+    measured_restore_zero: int | None
+    measured_restore_note: str
 
     def fp32_master(self, zero: int) -> bool:
         """Whether training in fp32 still keeps an fp32 master copy of the weights (DeepSpeed's ZeRO optimizers
@@ -297,6 +301,8 @@ class LayoutDefaults:
     supports_ep = False
     default_zero = 1
     renames_per_save = 0
+    measured_restore_zero: int | None = None
+    measured_restore_note = ""
 
     def fp32_master(self, zero: int) -> bool:
         return False

@@ -115,6 +115,12 @@ class DcpLayout(BufferedWriter):
     coordinated_save = True
     shows_zero_stage: ZeroShown = "always"
     renames_per_save = 1  # .metadata.tmp -> .metadata
+    # the files are alike under DDP and FSDP (DCP dedups replicated tensors when saving)
+    measured_restore_zero: int | None = 3
+    measured_restore_note = (
+        "DCP's files do not tell DDP from FSDP: the resume is taken as sharded (each rank reads its own .distcp "
+        "files and .metadata); under DDP every rank reads every .distcp file"
+    )
     supports_ep = True  # torchtitan: experts Shard(0) over the ep mesh, FSDP over dp_shard / ep
 
     def check(self, par: Parallelism) -> None:
