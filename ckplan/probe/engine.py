@@ -1,21 +1,17 @@
 """The probe engine: what a probe measures and how, written once; each kind of target is a backend behind it
 (probe/backends/: a `Backend` prepares and opens a target, a `Session` does what a target must do).
 
-A probe is prepared (every check that can fail runs before a byte is written), then runs these phases in order,
-with the same rules on every target:
-1. Bandwidth: an unrecorded warm-up at the most writers (the first writes after idle run slow: a VM faulting its
-   memory back in, an SSD leaving a power state, a rate limiter's burst credit), whose overhead beyond its runtime
-   sets the measured runs' cap; then the repeats go round every point: each write path at 1, 2, 4 … writers per
-   host on every host at once (the slowest host's figure: a save ends with its slowest writer), one writer's copy
-   into the page cache, and with many hosts the aggregate of 1, 2, 4 … hosts at once.
-2. Reads: the same warm-up and rounds, reading cold the files each run lays out first (untimed), by 1, 2, 4 …
-   readers per host and with many hosts on 1, 2, 4 … hosts at once: what a restart's load gets.
-3. Small files: no backend stops between files, so a calibration run sizes the file count to the time budget;
-   then a warm-up and the repeats.
+A prepared probe (every check that can fail runs before a byte is written) runs these phases in order, on every
+target alike; each starts with an unrecorded warm-up (the first writes after idle run slow: a VM faulting its
+memory back in, an SSD leaving a power state, a rate limiter's burst credit), then its repeats into a `Spread`:
+1. Bandwidth: each write path at 1, 2, 4 … writers per host on every host at once (the slowest host's figure),
+   one writer's copy into the page cache, and with many hosts the aggregate of 1, 2, 4 … hosts at once.
+2. Reads: the same rounds, reading cold the files each run lays out first (untimed): what a restart's load gets.
+3. Small files: a calibration run sizes the file count to the time budget (no backend stops between files).
 4. Latency: one writer's durable 4 KiB writes (fsync after each, and O_SYNC where there is such a thing).
 5. Calibration (PyTorch installed): this machine's serialisers, for the replay's raw-bytes term and predictions.
-6. Replay (a plan given): the busiest node's files (one node per host, busiest first), a warm-up and the repeats,
-   extrapolated to full size (`full_scale_seconds`).
+6. Replay (a plan given): the busiest node's files (one node per host, busiest first), extrapolated to full size
+   (`full_scale_seconds`); 7. its read replay: the busiest restore node's loads of them, the framework's way.
 """
 
 from __future__ import annotations
@@ -483,8 +479,15 @@ def _bandwidth(job: Job, session: Session, progress: Progress, written: _Bandwid
                 figure = f"{path}_bandwidth (writers={n}).bytes_per_s: the slowest host's, {label}; {of}"
                 got = stream(path, n, hosts, runtime, label, RunNote(f"bandwidth, {path}", figure, group=group))
                 values.setdefault((path, n), []).append(min(got.per_host.values()))
-                if hosts > 1 and path == "buffered" and n == w and r == 0:
-                    notes.append(straggler_note(got, w))
+                if hosts > 1 and path == "buffered" and n == w and r == 0:  # a save waits for the slowest: name it
+                    rates = got.per_host
+                    fast, slow = max(rates, key=rates.__getitem__), min(rates, key=rates.__getitem__)
+                    notes.append(
+                        f"per host at {w} writers: "
+                        + ", ".join(f"{h} {v / 1e6:.0f} MB/s" for h, v in sorted(rates.items()))
+                        + f"; straggler {slow} at {rates[slow] / rates[fast]:.0%} of {fast}; "
+                        f"all hosts {got.total / 1e6:.0f} MB/s"
+                    )
         if session.page_cache and written is None:
             figure = f"page_cache_write.bytes_per_s: {label}; {of}"
             got = stream("page-cache", 1, hosts, 0, f"no flush, {label}", RunNote("bandwidth, page-cache", figure))
@@ -500,33 +503,16 @@ def _bandwidth(job: Job, session: Session, progress: Progress, written: _Bandwid
     return _Bandwidth(curves, page_cache, aggregate, runtime, notes)
 
 
-def straggler_note(got: Stream, writers: int) -> str:
-    """Each host's rate in one run of all hosts at once: a save waits for the slowest, so name it."""
-    rates = got.per_host
-    fast, slow = max(rates, key=rates.__getitem__), min(rates, key=rates.__getitem__)
-    return (
-        f"per host at {writers} writers: "
-        + ", ".join(f"{h} {v / 1e6:.0f} MB/s" for h, v in sorted(rates.items()))
-        + f"; straggler {slow} at {rates[slow] / rates[fast]:.0%} of {fast}; all hosts {got.total / 1e6:.0f} MB/s"
-    )
-
-
-def small_file_range(plan: CheckpointPlan | None) -> tuple[int, int]:
-    """The sizes small files are written at: the plan's small files, within SMALL_FILE_BOUNDS."""
-    sizes = [f.bytes for f in plan.manifest if f.kind == "small"] if plan is not None else []
-    if not sizes:
-        return DEFAULT_SMALL_FILE_RANGE
-    low, high = SMALL_FILE_BOUNDS
-    return min(max(low, min(sizes)), high), min(max(low, max(sizes)), high)
-
-
 def _small_files(job: Job, session: Session, progress: Progress) -> tuple[SmallFiles, float | None]:
     """A calibration run sizes the warm-up's file count, the warm-up the measured runs', so that each takes about
     its share of the budget; once warm, the run-to-run scatter is larger than any trend, so a median of more, short
     runs moves less. With many hosts, the profile keeps the slowest host's rate and the sum over hosts."""
-    p, low, high = job.preset, *small_file_range(job.spec.plan)
-    writers = job.writers * session.hosts
-    plan = job.spec.plan
+    p, plan, writers = job.preset, job.spec.plan, job.writers * session.hosts
+    # the sizes: the plan's small files, within SMALL_FILE_BOUNDS
+    sizes = [f.bytes for f in plan.manifest if f.kind == "small"] if plan is not None else []
+    low, high = DEFAULT_SMALL_FILE_RANGE
+    if sizes:
+        low, high = (min(max(SMALL_FILE_BOUNDS[0], x), SMALL_FILE_BOUNDS[1]) for x in (min(sizes), max(sizes)))
     busiest_rank = max(Counter(f.rank for f in plan.manifest).values()) if plan is not None else 0
     cap = max(p.small_files_per_writer_cap, busiest_rank)
     space = cap if job.data_bytes is None else max(8, job.data_bytes // (writers * high))

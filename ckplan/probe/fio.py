@@ -212,13 +212,6 @@ def stop(proc: subprocess.Popen) -> None:
         proc.stdout.close()
 
 
-def latency_of(stats: list[dict], section: str) -> Latency:
-    """The worst (by p99) of these jobs' latencies, from `section` (e.g. sync.lat_ns) of each."""
-    part, key = section.split(".")
-    p50, p99, p999, mean, n = max((percentiles_s(j[part], key) for j in stats), key=lambda p: p[1])
-    return Latency(p50_s=p50, p99_s=p99, p999_s=p999, mean_s=mean, samples=n)
-
-
 def percentiles_s(section: dict, key: str = "clat_ns") -> tuple[float, float, float, float, int]:
     """(p50, p99, p99.9, mean, samples) in seconds from a fio latency section."""
     lat = section.get(key, {})
@@ -265,22 +258,11 @@ def bandwidth_job(path: str, writers: int, size: int, seconds: float, warm_up: b
 def small_files_job(writers: int, low: int, high: int, nrfiles: int) -> tuple[FioJob, str]:
     """Every writer creating, writing, fsyncing and closing `nrfiles` files of low…high bytes, one after another.
     fio 3.33 ignores `runtime` between the files of a many-file job, so every file completes."""
-    job = FioJob(
-        "smallfiles",
-        {
-            "rw": "write",
-            "bs": min(64 * 1024, low),
-            "filesize": f"{low}-{high}" if high > low else low,
-            "nrfiles": nrfiles,
-            "openfiles": 1,
-            "create_on_open": 1,
-            "fsync_on_close": 1,
-            "file_service_type": "sequential",
-            "fallocate": "none",
-            "ioengine": "psync",
-            "numjobs": writers,
-        },
+    options: dict[str, str | int] = dict(
+        rw="write", bs=min(64 * 1024, low), filesize=f"{low}-{high}" if high > low else low, nrfiles=nrfiles
     )
+    options.update(openfiles=1, create_on_open=1, fsync_on_close=1, file_service_type="sequential")
+    job = FioJob("smallfiles", {**options, "fallocate": "none", "ioengine": "psync", "numjobs": writers})
     measures = (
         f"{writers} writer(s) each creating, writing, fsyncing and closing {nrfiles} files of {low}-{high} bytes, "
         "one after another"
@@ -292,13 +274,8 @@ def latency_job(kind: str, size: int, seconds: float) -> tuple[FioJob, str, str]
     """One writer's 4 KiB writes, each followed by an fsync (fsync) or each O_SYNC (o_sync); the job, what it
     measures and the latency section of fio's JSON that holds the figure."""
     fsync = kind == "fsync"
-    options: dict[str, str | int] = {
-        "rw": "write",
-        "bs": "4k",
-        "size": size,
-        "ioengine": "psync",
-        "runtime": f"{seconds}s",
-    }
+    options: dict[str, str | int] = {"rw": "write", "bs": "4k", "size": size, "ioengine": "psync"}
+    options["runtime"] = f"{seconds}s"
     options.update({"percentile_list": "50:99:99.9", "unlink": 1, "fsync" if fsync else "sync": 1})
     job = FioJob("fsync-lat" if fsync else "sync-write-lat", options)
     measures = "4 KiB writes by one writer, each followed by an fsync" if fsync else "4 KiB O_SYNC writes by one writer"
@@ -415,7 +392,9 @@ class FioSession:
         job, measures, section = latency_job(kind, size, seconds)
         read = f"{self.stats} named {job.name}: {section} percentiles 50, 99, 99.9, mean and N, in ns; the worst p99's"
         doc = self.run_job(job, f"the {kind} latency phase", self.note(note, measures, read))
-        return latency_of([stats for _, stats in self.entries(doc, job.name)], section)
+        part, key = section.split(".")
+        worst = max((percentiles_s(stats[part], key) for _, stats in self.entries(doc, job.name)), key=lambda p: p[1])
+        return Latency(p50_s=worst[0], p99_s=worst[1], p999_s=worst[2], mean_s=worst[3], samples=worst[4])
 
     def small_run(self, doc: dict, jobname: str, files: dict[str, int]) -> SmallRun:
         """A small-file run's rates from each host's files: per file its create, fsync and close, plus the write

@@ -66,7 +66,10 @@ class JobWriter:
         """One fio run: its command line and the text of each job file it names (a path in cmd → the text)."""
         number = f"{len(self.jobs) + 1:03d}"
         first = next(iter(texts.values()))
-        stem = f"{number}-{note.name or _first_job(first)}"
+        # not the global section, nor a multi-host run's own housekeeping (ckplan-marker, ckplan-cleanup)
+        sections = [line.strip()[1:-1] for line in first.splitlines() if line.strip().startswith("[")]
+        job = next((s for s in sections if s != "global" and not s.startswith("ckplan-")), "job")
+        stem = f"{number}-{note.name or job}"
         multi_host = self.local_target is None
         names = {path: f"{stem}.host{i}.fio" if multi_host else f"{stem}.fio" for i, path in enumerate(texts)}
         hand = ["fio"] + [names.get(arg, arg) for arg in cmd[1:]]
@@ -200,9 +203,3 @@ class JobWriter:
             (self.directory / name).write_text(text)
         except OSError as exc:
             raise InputError(f"cannot write {self.directory / name} (‹emit_jobs›): {exc.strerror}") from None
-
-
-def _first_job(text: str) -> str:
-    sections = [line.strip()[1:-1] for line in text.splitlines() if line.strip().startswith("[")]
-    # not the global section, nor a multi-host run's own housekeeping (ckplan-marker, ckplan-cleanup)
-    return next((s for s in sections if s != "global" and not s.startswith("ckplan-")), "job")
