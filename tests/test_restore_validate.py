@@ -192,7 +192,8 @@ def test_hf_ddp_every_rank_loads_the_whole_checkpoint(tmp_path, target, hand_rea
         files["model.safetensors"] / SAFETENSORS_BPS
         + (files["optimizer.pt"] + files["scheduler.pt"] + files["rng_state_0.pth"]) / TORCH_LOAD_BPS
     )
-    assert r["predicted_seconds"] == pytest.approx(deserialise + max(rank_distinct, distinct) / READ_BPS, rel=1e-9)
+    # deserialisation overlaps the reads (predict_load): the longer of the two
+    assert r["predicted_seconds"] == pytest.approx(max(deserialise, max(rank_distinct, distinct) / READ_BPS), rel=1e-9)
     assert r["loader"].startswith("safetensors load_file")
     check_measured(r, kind)
 

@@ -48,6 +48,7 @@ from ckplan.profile import BandwidthPoint, Calibration, StorageProfile, interpol
 from ckplan.schema import Model
 from ckplan.sizing.layouts.base import WritePath
 from ckplan.sizing.plan import CheckpointPlan
+from ckplan.sizing.restore import RestoreManifest
 
 FigureSource = Literal["given", "measured here", "default"]
 
@@ -329,13 +330,13 @@ class LoadTime(Model):
     """One restore's load of a plan's checkpoint on a profile (predict_load), with its terms and their sources."""
 
     seconds: float
-    read_seconds: float  # the binding read term: the busiest reader alone, its node, or all nodes at once
-    deserialize_seconds: float  # the busiest reader's deserialisation, in the binding term
+    read_seconds: float  # the longest read term: the busiest reader alone, its node, or all nodes at once
+    deserialize_seconds: float  # the busiest reader's deserialisation, beside the reads
     node_read_bandwidth_bytes_per_s: float  # per node, at the node's concurrent read streams
     aggregate_read_bandwidth_bytes_per_s: float
     aggregate: AggregateEstimate
     read_curve: Literal["read", "write"]  # "write": the profile measured no reads, its write curve stands in
-    limited_by: Literal["single reader", "node bandwidth", "aggregate bandwidth", "replay"]
+    limited_by: Literal["deserialiser", "single reader", "node bandwidth", "aggregate bandwidth", "replay"]
     source: Literal["model", "replay"]
     streams_per_node: float  # node's ÷ busiest rank's distinct bytes (1 … readers): a shared file is one stream
     nodes: int
@@ -362,6 +363,11 @@ def deserializer_figures(calibration: Calibration | None) -> dict[str, MachineFi
     return rates
 
 
+def deserialize_seconds(restore: RestoreManifest, deserializers: dict[str, MachineFigure]) -> float:
+    """The busiest reader's deserialisation: its reads per format ÷ that format's rate (text files: none)."""
+    return sum(b / deserializers[fmt].value for fmt, b in restore.rank_bytes_by_format.items() if fmt in deserializers)
+
+
 def read_curves(profile: StorageProfile) -> tuple[list[BandwidthPoint], list[BandwidthPoint], Literal["read", "write"]]:
     """(per-host curve, aggregate curve, which) for loads: the measured reads, else the buffered writes standing in."""
     if profile.read_bandwidth:
@@ -376,10 +382,16 @@ def predict_load(plan: CheckpointPlan, profile: StorageProfile, aggregate_limit:
       streams = the node's distinct bytes ÷ the busiest reader's (each file once), between 1 and the node's readers:
                 ranks of a node reading the same file are served by one storage read, the page-cache assumption the
                 manifest states, so eight ranks reading one file are one stream and eight reading their own, eight
-      T_load = max(D_r + b_r ÷ R(1),                    the busiest reader alone: read (each file once), then
-                                                         deserialise (every read: a file loaded twice costs twice)
-                   D_r + node's distinct bytes ÷ R_node(streams),
+      T_load = max(D_r,                                  the busiest reader's deserialisation (every read: a
+                                                          file loaded twice costs twice)
+                   b_r ÷ R(1),                           its bytes from storage, each file once, alone
+                   node's distinct bytes ÷ R_node(streams),
                    all nodes' distinct bytes ÷ R_aggregate)  (planning/scaling.py, as for writes)
+           The reads and the deserialisation overlap rather than add: torch.load and DCP copy each record out of the
+           page cache into its tensor, which is the deserialiser's own cost (calibrated from memory) and the copy a
+           cold-read probe times too, while the kernel's readahead keeps the device busy beside it. On /dev/shm the
+           measured loads equal the deserialisation alone (0.67, 0.86, 0.86 s against 0.61, 0.87, 0.78 s), where
+           the sum overshot by 25-59% (docs/benchmarks.md, bench_restore).
     R is the profile's cold read curve, or its buffered write curve where it measured no reads (said in the notes).
     A read replay of the same plan (probe --plan) replaces the model for the nodes it read, as a save's replay does.
     """
@@ -401,15 +413,20 @@ def predict_load(plan: CheckpointPlan, profile: StorageProfile, aggregate_limit:
     node_bw, one_stream = at(per_host, streams), at(per_host, 1)
     aggregate = aggregate_estimate(profile, node_bw, restore.nodes, aggregate_limit, aggregate_points)
     deserializers = deserializer_figures(profile.calibration)
-    deserialize = sum(
-        b / deserializers[fmt].value for fmt, b in restore.rank_bytes_by_format.items() if fmt in deserializers
-    )
-    t_single = deserialize + restore.rank_distinct_bytes / one_stream
-    t_node = deserialize + restore.node_bytes / node_bw
+    deserialize = deserialize_seconds(restore, deserializers)
+    t_single = restore.rank_distinct_bytes / one_stream
+    t_node = restore.node_bytes / node_bw
     t_agg = restore.storage_bytes / aggregate.bytes_per_s
-    seconds = max(t_single, t_node, t_agg)
-    limited_by: Literal["single reader", "node bandwidth", "aggregate bandwidth"] = (
-        "single reader" if seconds == t_single else "node bandwidth" if seconds == t_node else "aggregate bandwidth"
+    t_read = max(t_single, t_node, t_agg)
+    seconds = max(deserialize, t_read)
+    limited_by: Literal["deserialiser", "single reader", "node bandwidth", "aggregate bandwidth"] = (
+        "deserialiser"
+        if seconds == deserialize
+        else "single reader"
+        if seconds == t_single
+        else "node bandwidth"
+        if seconds == t_node
+        else "aggregate bandwidth"
     )
     common = dict(
         node_read_bandwidth_bytes_per_s=node_bw,
@@ -454,8 +471,8 @@ def predict_load(plan: CheckpointPlan, profile: StorageProfile, aggregate_limit:
         )
     return LoadTime(
         seconds=seconds,
-        read_seconds=seconds - (deserialize if limited_by != "aggregate bandwidth" else 0.0),
-        deserialize_seconds=deserialize if limited_by != "aggregate bandwidth" else 0.0,
+        read_seconds=t_read,
+        deserialize_seconds=deserialize,
         limited_by=limited_by,
         source="model",
         notes=notes,
@@ -471,11 +488,7 @@ def required_read_bandwidth(
     restore = plan.restore
     if restore is None:
         raise InputError("this plan has no restore manifest (its framework's reads are not known)")
-    deserializers = deserializer_figures(calibration)
-    deserialize = sum(
-        b / deserializers[fmt].value for fmt, b in restore.rank_bytes_by_format.items() if fmt in deserializers
-    )
-    left = load_seconds - deserialize
-    if left <= 0:
+    deserialize = deserialize_seconds(restore, deserializer_figures(calibration))
+    if deserialize > load_seconds:
         return None
-    return restore.storage_bytes / load_seconds, max(restore.rank_distinct_bytes, restore.node_bytes) / left
+    return restore.storage_bytes / load_seconds, max(restore.rank_distinct_bytes, restore.node_bytes) / load_seconds
