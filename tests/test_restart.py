@@ -20,7 +20,7 @@ from ckplan.planning.savetime import predict_load, required_read_bandwidth
 from ckplan.planning.scenario import collective_timeout_warning, restart_cost
 from ckplan.profile import BandwidthPoint, ReadReplay
 from ckplan.sizing.restore import RestoreFile, RestoreManifest
-from tests.handmade import DATA, PLAN, hand_calibration, hand_profile
+from tests.handmade import DATA, FILES, PLAN, hand_calibration, hand_plan, hand_profile
 
 GB = 10**9
 
@@ -132,6 +132,16 @@ def test_a_file_read_twice_costs_its_deserialisation_twice_and_its_read_once():
     assert load.limited_by == "deserialiser" and load.seconds == pytest.approx(4.5)
     assert load.read_seconds == pytest.approx(0.9)
     assert load.rank_bytes == 9 * GB
+
+
+def test_a_collective_load_pays_the_saves_fixed_cost_first():
+    """A DCP plan loads collectively (plan, gather, scatter), as it saves: the calibrated fixed cost, 0.25 s here,
+    comes before the overlapped reads and deserialisation (9 s, as in the first test)."""
+    dcp = hand_plan(FILES, coordinated=True).model_copy(update={"restore": manifest()})
+    cal = CAL.model_copy(update={"dcp_fixed_seconds": 0.25, "dcp_ranks": 2})
+    load = predict_load(dcp, reading({1: 1e9, 2: 2e9}, {1: 5e9, 2: 10e9}).model_copy(update={"calibration": cal}))
+    assert load.coordination_seconds == 0.25
+    assert load.seconds == pytest.approx(9.25)
 
 
 def test_load_uses_default_deserialisers_without_a_calibration():

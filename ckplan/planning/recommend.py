@@ -290,7 +290,9 @@ def _assumptions(
     if restart.load is not None:
         load = restart.load
         out.append(
-            f"load at restart = max(busiest reader's deserialisation; its bytes ÷ one-stream read bandwidth; the "
+            "load at restart = "
+            + ("a collective load's fixed cost (DCP, as its save's) + " if load.coordination_seconds else "")
+            + "max(busiest reader's deserialisation; its bytes ÷ one-stream read bandwidth; the "
             f"busiest node's distinct bytes ÷ read bandwidth at {load.streams_per_node:.3g} streams; all nodes' bytes ÷ "
             f"aggregate read bandwidth, {load.aggregate.label}): reads and deserialisation overlap; {load.page_cache}"
         )

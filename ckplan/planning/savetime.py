@@ -331,6 +331,7 @@ class LoadTime(Model):
 
     seconds: float
     read_seconds: float  # the longest read term: the busiest reader alone, its node, or all nodes at once
+    coordination_seconds: float = 0.0  # a collective load's fixed cost (DCP), before the reads
     deserialize_seconds: float  # the busiest reader's deserialisation, beside the reads
     node_read_bandwidth_bytes_per_s: float  # per node, at the node's concurrent read streams
     aggregate_read_bandwidth_bytes_per_s: float
@@ -382,7 +383,7 @@ def predict_load(plan: CheckpointPlan, profile: StorageProfile, aggregate_limit:
       streams = the node's distinct bytes ÷ the busiest reader's (each file once), between 1 and the node's readers:
                 ranks of a node reading the same file are served by one storage read, the page-cache assumption the
                 manifest states, so eight ranks reading one file are one stream and eight reading their own, eight
-      T_load = max(D_r,                                  the busiest reader's deserialisation (every read: a
+      T_load = T_coord + max(D_r,                        the busiest reader's deserialisation (every read: a
                                                           file loaded twice costs twice)
                    b_r ÷ R(1),                           its bytes from storage, each file once, alone
                    node's distinct bytes ÷ R_node(streams),
@@ -391,7 +392,8 @@ def predict_load(plan: CheckpointPlan, profile: StorageProfile, aggregate_limit:
            page cache into its tensor, which is the deserialiser's own cost (calibrated from memory) and the copy a
            cold-read probe times too, while the kernel's readahead keeps the device busy beside it. On /dev/shm the
            measured loads equal the deserialisation alone (0.67, 0.86, 0.86 s against 0.61, 0.87, 0.78 s), where
-           the sum overshot by 25-59% (docs/benchmarks.md, bench_restore).
+           the sum overshot by 25-59% (docs/benchmarks.md, bench_restore). T_coord: a collective load (DCP)
+           plans, gathers and scatters as its save does, so the save's calibrated fixed cost stands in for it.
     R is the profile's cold read curve, or its buffered write curve where it measured no reads (said in the notes).
     A read replay of the same plan (probe --plan) replaces the model for the nodes it read, as a save's replay does.
     """
@@ -418,14 +420,16 @@ def predict_load(plan: CheckpointPlan, profile: StorageProfile, aggregate_limit:
     t_node = restore.node_bytes / node_bw
     t_agg = restore.storage_bytes / aggregate.bytes_per_s
     t_read = max(t_single, t_node, t_agg)
-    seconds = max(deserialize, t_read)
+    # a collective load (DCP) plans, gathers and scatters like its save: the same fixed cost, calibrated on saves
+    t_coord = machine_figures(profile.calibration).coordination_seconds.value if plan.coordinated_save else 0.0
+    seconds = t_coord + max(deserialize, t_read)
     limited_by: Literal["deserialiser", "single reader", "node bandwidth", "aggregate bandwidth"] = (
         "deserialiser"
-        if seconds == deserialize
+        if deserialize >= t_read
         else "single reader"
-        if seconds == t_single
+        if t_read == t_single
         else "node bandwidth"
-        if seconds == t_node
+        if t_read == t_node
         else "aggregate bandwidth"
     )
     common = dict(
@@ -472,6 +476,7 @@ def predict_load(plan: CheckpointPlan, profile: StorageProfile, aggregate_limit:
     return LoadTime(
         seconds=seconds,
         read_seconds=t_read,
+        coordination_seconds=t_coord,
         deserialize_seconds=deserialize,
         limited_by=limited_by,
         source="model",
