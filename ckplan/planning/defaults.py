@@ -17,7 +17,6 @@ from typing import Literal
 # 1 per job-day) gave 14.6 h at 1,024 GPUs: intervals ~1.36× too long there.
 DEFAULT_NODE_FAILURES_PER_1000_DAYS = 2.46
 DEFAULT_JOB_FAILURES_PER_DAY = 2.72
-DEFAULT_RESTART_S = 600.0  # detect, reschedule, load the checkpoint, warm up
 # The part of a restart that is not the checkpoint's load: detect the failure (a hung collective is seen only when
 # torch.distributed's timeout fires), reschedule, start the processes and initialise the process group. The load is
 # predicted from the plan's restore manifest and the profile's read curve (savetime.predict_load) and added to it.
