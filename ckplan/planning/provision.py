@@ -296,7 +296,7 @@ def _restart(
     if max_restore_s <= fixed:
         raise InputError(
             f"‹max_restore› ({max_restore_s:g} s) leaves no time for the load after the restart's fixed part "
-            f"({fixed:g} s, ‹restart_fixed›)"
+            f"({fixed:g} s, ‹restart_fixed_s›)"
         )
     if policy.restart_s is not None:
         raise InputError("‹max_restore› is a target for the restart and ‹restart› a measured one: give one of them")
