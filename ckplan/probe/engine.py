@@ -1,17 +1,11 @@
 """The probe engine: what a probe measures and how, written once; each kind of target is a backend behind it
 (probe/backends/: a `Backend` prepares and opens a target, a `Session` does what a target must do).
 
-A prepared probe (every check that can fail runs before a byte is written) runs these phases in order, on every
-target alike; each starts with an unrecorded warm-up (the first writes after idle run slow: a VM faulting its
-memory back in, an SSD leaving a power state, a rate limiter's burst credit), then its repeats into a `Spread`:
-1. Bandwidth: each write path at 1, 2, 4 … writers per host on every host at once (the slowest host's figure),
-   one writer's copy into the page cache, and with many hosts the aggregate of 1, 2, 4 … hosts at once.
-2. Reads: the same rounds, reading cold the files each run lays out first (untimed): what a restart's load gets.
-3. Small files: a calibration run sizes the file count to the time budget (no backend stops between files).
-4. Latency: one writer's durable 4 KiB writes (fsync after each, and O_SYNC where there is such a thing).
-5. Calibration (PyTorch installed): this machine's serialisers, for the replay's raw-bytes term and predictions.
-6. Replay (a plan given): the busiest node's files (one node per host, busiest first), extrapolated to full size
-   (`full_scale_seconds`); 7. its read replay: the busiest restore node's loads of them, the framework's way.
+A prepared probe (every check that can fail runs before a byte is written) runs, on every target alike: bandwidth
+(`_bandwidth`), reads (the same rounds, cold), small files, latency, the serialisers' calibration (PyTorch installed),
+and with a plan its replay and read replay. Each phase starts with an unrecorded warm-up (the first writes after idle
+run slow: a VM faulting its memory back in, an SSD leaving a power state, a rate limiter's burst credit), then its
+repeats into a `Spread`.
 """
 
 from __future__ import annotations
@@ -607,10 +601,8 @@ def _replay(job: Job, session: Session, calibration: Calibration | None, progres
     walls = session.save_files(job.replay[0], plan.setup.framework, repeats + 1) if saver else None
     saver = walls is not None  # a backend without the framework's saver writes raw bytes
     if walls is None:
-        walls = []
-        for r in range(repeats + 1):
-            seconds, written = session.write_files(job.replay, path, r)
-            walls.append(seconds)
+        runs = [session.write_files(job.replay, path, r) for r in range(repeats + 1)]
+        walls, written = [seconds for seconds, _ in runs], runs[-1][1]
     serialize = 0.0 if saver else max(ser for n in nodes for _, ser in writer_loads(plan, n, machine.rates()).values())
     spread = Spread.of(walls[1:])
     full_bytes = sum(f.bytes for f in plan.manifest if f.node in nodes)
@@ -683,12 +675,9 @@ def noise_notes(bandwidth, small_files=None, replay=None, direct=None, read=None
         if curve:
             top = max(curve, key=lambda b: b.bytes_per_s)
             figures.append((f"the {top.writers}-{who} {what} bandwidth", top.spread))
-    if small_files is not None:
-        figures.append(("the small-file rate", small_files.spread))
-    if replay is not None:
-        figures.append(("the replay's save time", replay.spread))
-    if read_replay is not None:
-        figures.append(("the read replay's load time", read_replay.spread))
+    timed = {"the small-file rate": small_files, "the replay's save time": replay}
+    timed["the read replay's load time"] = read_replay
+    figures += [(label, got.spread) for label, got in timed.items() if got is not None]
     return [
         f"{label} varied by {spread.relative_range:.0%} across its {spread.repeats} repeats (min…max): this target "
         "is noisy now, and a second probe may differ as much; the median is used (--thorough runs more, longer repeats)"

@@ -90,22 +90,12 @@ class JobWriter:
                 raw_fio=note.raw_fio,
             )
         )
-        block = [
-            f"# {number}  {note.phase}: {note.figure}",
-            f"if want {number}; then",
-            f"  echo {shlex.quote(f'{number} {note.phase}')} >&2",
-        ]
+        run = [f"  {shlex.join(hand)} > {stem}.json"]
         if note.count_files_in:
             sub = f'"$dir"/{shlex.quote(note.count_files_in)}'
-            block += [
-                f"  mkdir -- {sub}",
-                f"  {shlex.join(hand)} > {stem}.json",
-                f"  ls -A -- {sub} | wc -l > {stem}.files",
-                f"  rm -rf -- {sub}",
-            ]
-        else:
-            block.append(f"  {shlex.join(hand)} > {stem}.json")
-        self.blocks.append("\n".join(block + ["fi"]))
+            run = [f"  mkdir -- {sub}", *run, f"  ls -A -- {sub} | wc -l > {stem}.files", f"  rm -rf -- {sub}"]
+        head = [f"# {number}  {note.phase}: {note.figure}", f"if want {number}; then"]
+        self.blocks.append("\n".join([*head, f"  echo {shlex.quote(f'{number} {note.phase}')} >&2", *run, "fi"]))
         self._write(SCRIPT, self._script())
 
     def other(self, phase: str, why: str) -> None:

@@ -5,7 +5,6 @@ torch.save wrappers."""
 
 from __future__ import annotations
 
-import contextlib
 import mmap
 import os
 import threading
@@ -73,21 +72,14 @@ def write_files(
                 os.close(fd)
         os.rename(tmp, final)
 
-    def run_writer(writer_files: list[FileToWrite]) -> None:
-        for f in writer_files:
-            write_one(f)
-
     start = time.perf_counter()
     with ThreadPoolExecutor(max_workers=len(by_writer)) as pool:
-        futures = [pool.submit(run_writer, fs) for fs in by_writer.values()]
+        futures = [pool.submit(lambda fs: [write_one(f) for f in fs], fs) for fs in by_writer.values()]
         try:
             for fut in futures:
                 fut.result()
         except BaseException:
-            cancel.set()
-            for fut in futures:
-                with contextlib.suppress(BaseException):
-                    fut.result()
+            cancel.set()  # the other writers stop at their next chunk; leaving the pool waits for them
             raise
     for d in dirs:
         dfd = os.open(d, os.O_RDONLY)
