@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import errno
+import io
 import json
 import os
 import shutil
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
     from ckplan.probe.engine import StreamPath
 
 MiB = 2**20
+PAGE_CACHE = "page-cache"  # the bandwidth path of one writer's copy into the page cache
 DEFAULT_PORT = 8765  # fio --server's
 RUN_TIMEOUT_S = 3600  # a single-host fio run that takes longer has hung
 MAX_JOBS = 4096  # fio refuses more jobs than this in one run ("maximum number of jobs reached", FIO_MAX_JOBS)
@@ -54,8 +56,7 @@ class FioJob:
 
 def check_job_path(path: Path | str) -> None:
     """fio cuts a job file's option values at ';' and '#' (its comment characters), escaped or not."""
-    bad = sorted({c for c in str(path) if c in ";#"})
-    if bad:
+    if bad := sorted({c for c in str(path) if c in ";#"}):
         raise InputError(
             f"fio cannot use a path containing {' or '.join(repr(c) for c in bad)} in a job file: {path}; "
             "probe a directory whose path has neither"
@@ -63,8 +64,7 @@ def check_job_path(path: Path | str) -> None:
 
 
 def check_ready(path: Path, emit_jobs: Path | None) -> None:
-    """Before a fio probe writes a byte: fio is installed, `path` can stand in a job file, and the --emit-jobs
-    directory can take the job files (the first one written makes it)."""
+    """Before a fio probe writes a byte: fio is installed, `path` can stand in a job file, `emit_jobs` can take them."""
     fio_binary()
     check_job_path(path)
     if emit_jobs is not None:
@@ -78,8 +78,7 @@ def escape_path(path: Path | str) -> str:
 
 
 def fio_binary() -> str:
-    exe = shutil.which("fio")
-    if not exe:
+    if not (exe := shutil.which("fio")):
         raise EnvironmentProblem(
             "fio is not installed; install it with `apt-get install fio` (Debian/Ubuntu) or `dnf install fio` (RHEL/Fedora)"
         )
@@ -100,8 +99,7 @@ def json_documents(text: str) -> list[dict]:
         try:
             doc, end = decoder.raw_decode(text, pos)
         except json.JSONDecodeError:
-            pos = text.find("{", pos + 1)
-            continue
+            doc, end = None, pos + 1
         if isinstance(doc, dict):
             docs.append(doc)
         pos = text.find("{", end)
@@ -156,7 +154,7 @@ def run_fio(
         proc = subprocess.Popen(
             cmd, stdout=subprocess.PIPE, stderr=err, start_new_session=True, preexec_fn=children.preexec()
         )
-        reader = threading.Thread(target=_drain, args=(proc, chunks), daemon=True)
+        reader = threading.Thread(target=_drain, args=(proc.stdout, chunks), daemon=True)
         reader.start()
         try:
             seen = 0
@@ -177,8 +175,7 @@ def run_fio(
         stderr = err.read().decode(errors="replace")
     docs = json_documents(b"".join(chunks).decode(errors="replace"))
     final = docs[-1] if docs else None
-    codes = job_errors(final) if final else []
-    if codes:
+    if codes := job_errors(final) if final else []:
         raise FioError(errors.describe_errno(codes[0], what), codes[0])
     if proc.returncode < 0:  # killed by a signal: its stderr, if any, is not the reason
         raise FioError(f"fio was {children.exit_reason(proc.returncode)} during {what}")
@@ -189,12 +186,8 @@ def run_fio(
     return final
 
 
-def _drain(proc: subprocess.Popen, chunks: list[bytes]) -> None:
-    assert proc.stdout is not None
-    while True:
-        data = proc.stdout.read1(65536)  # type: ignore[attr-defined]  # a pipe opened in binary mode: a BufferedReader
-        if not data:
-            return
+def _drain(stdout: io.BufferedReader, chunks: list[bytes]) -> None:
+    for data in iter(lambda: stdout.read1(65536), b""):
         chunks.append(data)
 
 
@@ -216,21 +209,13 @@ def percentiles_s(section: dict, key: str = "clat_ns") -> tuple[float, float, fl
     """(p50, p99, p99.9, mean, samples) in seconds from a fio latency section."""
     lat = section.get(key, {})
     pct = lat.get("percentile", {})
-
-    def at(p: str) -> float:
-        return next((v / 1e9 for k, v in pct.items() if abs(float(k) - float(p)) < 1e-6), float("nan"))
-
-    return at("50"), at("99"), at("99.9"), lat.get("mean", 0) / 1e9, int(lat.get("N", 0))
-
-
-PAGE_CACHE = "page-cache"
+    at = [next((v / 1e9 for k, v in pct.items() if abs(float(k) - p) < 1e-6), float("nan")) for p in (50, 99, 99.9)]
+    return at[0], at[1], at[2], lat.get("mean", 0) / 1e9, int(lat.get("N", 0))
 
 
 def bandwidth_job(path: str, writers: int, size: int, seconds: float, warm_up: bool = False) -> tuple[FioJob, str]:
-    """Sequential 1 MiB writes, one file per writer: buffered or direct, ending with an fsync inside the runtime
-    cap; or (PAGE_CACHE) one writer's copy of a sample into the page cache, never flushed (unlinked while dirty); or
-    (read) cold sequential 1 MiB reads, one file per reader, which fio lays out (writes) before the timed part.
-    Returns the job and what it measures, in words; a warm-up's job is named so in the raw fio output."""
+    """A bandwidth run's job (writes by the buffered or direct path, PAGE_CACHE's copy, or cold reads) and what it
+    measures, in words; a warm-up's job is named so in the raw fio output."""
     options: dict[str, str | int] = {"rw": "write", "bs": "1M", "size": size, "numjobs": writers, "ioengine": "psync"}
     options["direct"] = int(path == "direct")
     if path == PAGE_CACHE:
@@ -262,17 +247,15 @@ def small_files_job(writers: int, low: int, high: int, nrfiles: int) -> tuple[Fi
         rw="write", bs=min(64 * 1024, low), filesize=f"{low}-{high}" if high > low else low, nrfiles=nrfiles
     )
     options.update(openfiles=1, create_on_open=1, fsync_on_close=1, file_service_type="sequential")
-    job = FioJob("smallfiles", {**options, "fallocate": "none", "ioengine": "psync", "numjobs": writers})
     measures = (
         f"{writers} writer(s) each creating, writing, fsyncing and closing {nrfiles} files of {low}-{high} bytes, "
         "one after another"
     )
-    return job, measures
+    return FioJob("smallfiles", {**options, "fallocate": "none", "ioengine": "psync", "numjobs": writers}), measures
 
 
 def latency_job(kind: str, size: int, seconds: float) -> tuple[FioJob, str, str]:
-    """One writer's 4 KiB writes, each followed by an fsync (fsync) or each O_SYNC (o_sync); the job, what it
-    measures and the latency section of fio's JSON that holds the figure."""
+    """A latency run's job (fsync or o_sync), what it measures and the section of fio's JSON that holds the figure."""
     fsync = kind == "fsync"
     options: dict[str, str | int] = {"rw": "write", "bs": "4k", "size": size, "ioengine": "psync"}
     options["runtime"] = f"{seconds}s"
@@ -310,13 +293,12 @@ def file_jobs(files: list[tuple[str, int, int]], prefix: str) -> list[FioJob]:
 
 
 class FioSession:
-    """What the fio backends' sessions (local, hosts) share: the runs that are alike on one host and many (the
-    bandwidth streams, the latency runs, the direct-I/O check), the arithmetic of the small-file runs, each run's note
-    for `--emit-jobs` and the other probes' scratch directories. A backend runs a job on its hosts (`run_job`) and
-    finds each host's figures in fio's output (`entries`)."""
+    """What the fio backends' sessions (local, hosts) share; a backend runs a job on its hosts (`run_job`) and finds
+    each host's figures in fio's output (`entries`)."""
 
     page_cache = True
     on = ""  # how a run's note says where it ran
+    hosts_in_name = False  # a bandwidth run's job file names how many hosts ran it
     stats = "jobs[]"  # where fio's output holds each host's figures, for the job files' notes
 
     def __init__(self, writer: jobfiles.JobWriter | None):
@@ -326,17 +308,13 @@ class FioSession:
         self.jobs = writer.jobs if writer else []
         self.write_paths: tuple[Literal["buffered", "direct"], ...] = ("buffered", "direct")
 
-    def run_job(self, job: FioJob, what: str, note: RunNote, hosts: int = 0, keep: bool = True) -> dict:
-        """One run of `job` on the first `hosts` hosts (0: all), its output kept in raw unless `keep` is False."""
+    def run_job(self, job: FioJob, what: str, note: RunNote, hosts: int = 0) -> dict:
+        """One run of `job` on the first `hosts` hosts (0: all), its output kept in raw."""
         raise NotImplementedError
 
     def entries(self, doc: dict, jobname: str) -> list[tuple[str, dict]]:
         """(host, its stats) of every job named `jobname` in fio's output."""
         raise NotImplementedError
-
-    def stem(self, job: FioJob, hosts: int) -> str | None:
-        """A run's job file name after its number (None: its first job's name)."""
-        return None
 
     def per_host(
         self, doc: dict, jobname: str, key: str, combine=lambda a, b: a + b, direction: str = "write"
@@ -350,7 +328,7 @@ class FioSession:
 
     def check_direct_io(self) -> None:
         """Only the buffered path where the target refuses O_DIRECT (EINVAL): one 1 MiB write with direct=1."""
-        job, _ = bandwidth_job("direct", 1, MiB, 0)
+        job = FioJob("direct-check", {**bandwidth_job("direct", 1, MiB, 0)[0].options, "runtime": "5s"})
         note = RunNote(
             "direct-I/O check",
             "direct_io: true unless fio fails with EINVAL (then only the buffered path is measured); not kept in raw_fio",
@@ -358,9 +336,8 @@ class FioSession:
             read=f"fio's exit status, and {self.stats}.error (22 = EINVAL)",
         )
         try:
-            self.run_job(
-                FioJob("direct-check", {**job.options, "runtime": "5s"}), "the direct I/O check", note, keep=False
-            )
+            self.run_job(job, "the direct I/O check", note)
+            del self.raw[-1]  # a check, not a measurement: not in raw_fio
         except FioError as exc:
             if exc.errno != errno.EINVAL:
                 raise
@@ -373,16 +350,11 @@ class FioSession:
     def note(self, note: RunNote, measures: str, read: str, **extra: Any) -> RunNote:
         return dataclasses.replace(note, measures=self.on + measures, read=read, raw_fio=len(self.raw), **extra)
 
-    def record(self, note: RunNote) -> Callable[[list[str], dict[str, str]], None] | None:
-        """What records a run's command and job files in `--emit-jobs`' directory, if it is given."""
-        writer = self.writer
-        return None if writer is None else lambda cmd, texts: writer.record(cmd, texts, note)
-
     def stream(self, path: StreamPath, writers: int, hosts: int, size: int, seconds: float, note: RunNote) -> Stream:
         job, measures = bandwidth_job(path, writers, size, seconds, note.warm_up)
         way = "read" if path == "read" else "write"
         read = f"{self.stats} named {job.name}: {way}.bw_bytes per host, in bytes/s (group_reporting sums the jobs)"
-        note = self.note(note, measures, read, name=self.stem(job, hosts))
+        note = self.note(note, measures, read, name=f"{job.name}-{hosts}h" if self.hosts_in_name else None)
         doc = self.run_job(job, f"the bandwidth phase ({path}, {writers} writers)", note, hosts)
         rates = self.per_host(doc, job.name, "bw_bytes", direction=way)
         agg = [c for c in doc.get("client_stats", []) if c.get("jobname") == "All clients"]
@@ -407,11 +379,8 @@ class FioSession:
 
     def others_in(self, root: Path, mine: Callable[[Path], bool]) -> list[str]:
         """The live probes' scratch directories in `root`, but this probe's own."""
-        return [
-            f"{s.path} (host {s.host}, pid {s.pid})"
-            for s in scratch.scratch_dirs(root, (scratch.SCRATCH_PREFIX,))
-            if s.live and not mine(s.path)
-        ]
+        found = scratch.scratch_dirs(root, (scratch.SCRATCH_PREFIX,))
+        return [f"{s.path} (host {s.host}, pid {s.pid})" for s in found if s.live and not mine(s.path)]
 
     def phase_ran(self, phase: str, why: str) -> None:
         if self.writer is not None:

@@ -28,8 +28,7 @@ class Host:
 
     @property
     def client_arg(self) -> str:
-        family = "ip6" if ":" in self.name else "ip"
-        return f"--client={family}:{self.name},{self.port}"
+        return f"--client={'ip6' if ':' in self.name else 'ip'}:{self.name},{self.port}"
 
     def __str__(self) -> str:
         return f"[{self.name}]:{self.port}" if ":" in self.name else f"{self.name}:{self.port}"
@@ -42,9 +41,8 @@ def parse_hosts(
     notice: Callable[[str], None] | None = None,
     limit: int = MAX_HOSTS,
 ) -> list[Host]:
-    """The hosts of `--hosts` and `--hosts-file`: comma-separated entries, each a host, a Slurm host list
-    (`gpu[001-016,020]`, `io[1-2]-ib`) or `slurm` (the job's nodes), optionally followed by :PORT, which applies to
-    every host of that entry. `notice` is told which nodes `slurm` found."""
+    """The hosts of `--hosts` and `--hosts-file`, comma-separated entries of the forms above; `notice` is told which
+    nodes `slurm` found."""
     environ = os.environ if environ is None else environ
     sources: list[tuple[str, str]] = [("‹hosts›", spec)] if spec else []
     if hosts_file:
@@ -62,8 +60,7 @@ def parse_hosts(
             hosts += _entry(entry, where, environ, notice, limit - len(hosts), len(hosts))
     if not hosts:
         raise InputError("‹hosts› or ‹hosts_file› names no hosts")
-    twice = [h for h, n in Counter(hosts).items() if n > 1]
-    if twice:
+    if twice := [h for h, n in Counter(hosts).items() if n > 1]:
         raise InputError(f"host {twice[0]} is listed twice")
     return hosts
 
@@ -76,11 +73,9 @@ def _entry(
     expr, port_text = (m["v6"], m["port"]) if m else entry.split(":", 1) if entry.count(":") == 1 else (entry, None)
     if ":" in entry and not m and entry.count(":") != 1:
         raise InputError(f"{where}: bad host entry {entry!r}: {ENTRY_FORMS}")
-    port = DEFAULT_PORT
-    if port_text is not None:
-        if not port_text.isdigit() or not 0 < int(port_text) < 65536:
-            raise InputError(f"{where}: bad port in host entry {entry!r}: give a number 1-65535 after the colon")
-        port = int(port_text)
+    if port_text is not None and not (port_text.isdigit() and 0 < int(port_text) < 65536):
+        raise InputError(f"{where}: bad port in host entry {entry!r}: give a number 1-65535 after the colon")
+    port = DEFAULT_PORT if port_text is None else int(port_text)
     if m:
         return [Host(expr, port)]
     source = ""
@@ -95,9 +90,8 @@ def _entry(
         names = slurm.expand(expr, limit=room)
     except InputError as exc:
         raise InputError(f"{where}{source}: {exc}") from None
-    for name in names:
-        if not HOST_NAME.fullmatch(name):
-            raise InputError(f"{where}{source}: bad host name {name!r} in {entry!r}: {ENTRY_FORMS}")
+    if bad := [name for name in names if not HOST_NAME.fullmatch(name)]:
+        raise InputError(f"{where}{source}: bad host name {bad[0]!r} in {entry!r}: {ENTRY_FORMS}")
     if source and notice:
         shown = ", ".join(names[:8]) + (f", … ({len(names) - 8} more)" if len(names) > 8 else "")
         notice(f"--hosts slurm: {len(names)} node{'s' if len(names) != 1 else ''} in ${var} ({expr}): {shown}")

@@ -14,6 +14,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections import Counter, defaultdict
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,6 +28,7 @@ from ckplan.profile import TargetKind
 CLEANUP_JOB = "ckplan-cleanup"
 MARKER_JOB = "ckplan-marker"
 NOT_MEASURED = ("All clients", CLEANUP_JOB, MARKER_JOB)  # client_stats entries that are no host's measurement
+UNRESOLVED = "host {!r} does not resolve to an address: check ‹hosts› or ‹hosts_file›"
 
 
 class HostsBackend:
@@ -43,9 +45,9 @@ class HostsBackend:
             raise InputError(f"give the target as an absolute path, as the hosts see it: {self.path}")
         fio.check_ready(self.path, spec.emit_jobs)
         if spec.plan is not None:  # refused now, not after every other phase has run
-            per_node: dict[int, int] = {}
+            per_node: Counter[int] = Counter()
             for f, scaled in zip(spec.plan.manifest, engine.scaled_files(spec.plan.manifest, spec.scale), strict=True):
-                per_node[f.node] = per_node.get(f.node, 0) + len(fio.file_parts(scaled.bytes))
+                per_node[f.node] += len(fio.file_parts(scaled.bytes))
             busiest = max(per_node.values())
             if busiest + 2 > fio.MAX_JOBS:  # beside the marker's job and the clean-up's
                 raise InputError(
@@ -56,13 +58,11 @@ class HostsBackend:
             wait_for_agents(self.hosts, spec.agent_wait_s)
         # the driver sees the target where it mounts it too (a login node): then its free space bounds the probe
         visible = self.path.is_dir()
-        notes = []
-        if not visible:
-            notes.append(
-                f"{self.path} is not mounted on the probing host {socket.gethostname()}: its free space is unknown "
-                "here, so --max-bytes and the runtime caps bound what the hosts write, and other probes of it cannot "
-                "be seen"
-            )
+        hidden = (
+            f"{self.path} is not mounted on the probing host {socket.gethostname()}: its free space is unknown "
+            "here, so --max-bytes and the runtime caps bound what the hosts write, and other probes of it cannot "
+            "be seen"
+        )
         return Facts(
             target=str(self.path),
             name=f"{len(self.hosts)} hosts:{self.path}",
@@ -73,7 +73,7 @@ class HostsBackend:
             hosts=len(self.hosts),
             mount_options={"hosts": ",".join(map(str, self.hosts))},
             free_bytes=filesystem.free_bytes(self.path) if visible else None,
-            notes=tuple(notes),
+            notes=() if visible else (hidden,),
         )
 
     @contextlib.contextmanager
@@ -97,6 +97,7 @@ class HostsBackend:
 
 class HostsSession(fio.FioSession):
     on = "every host at once: "
+    hosts_in_name = True
     stats = "client_stats[] per hostname"
 
     def __init__(self, backend: HostsBackend, run_id: str, progress: Progress, writer: jobfiles.JobWriter | None):
@@ -123,29 +124,19 @@ class HostsSession(fio.FioSession):
         marker = fio.FioJob(MARKER_JOB, {"ioengine": "null", "size": "4k", "exec_prerun": mark})
         return "".join(j.render() for j in [head, marker, first, *jobs[1:], cleanup_job(where)])
 
-    def run_job(self, job: fio.FioJob, what: str, note: RunNote, hosts: int = 0, keep: bool = True) -> dict:
-        return self.clients({h: [job] for h in self.all[: hosts or None]}, what, note, keep)
+    def run_job(self, job: fio.FioJob, what: str, note: RunNote, hosts: int = 0) -> dict:
+        return self.clients({h: [job] for h in self.all[: hosts or None]}, what, note)
 
     def entries(self, doc: dict, jobname: str) -> list[tuple[str, dict]]:
         return [(c["hostname"], c) for c in doc.get("client_stats", []) if c.get("jobname") == jobname]
 
-    def stem(self, job: fio.FioJob, hosts: int) -> str:
-        return f"{job.name}-{hosts}h"
-
-    def clients(
-        self, jobs_by_host: dict[hostlist.Host, list[fio.FioJob]], what: str, note: RunNote, keep: bool = True
-    ) -> dict:
+    def clients(self, jobs_by_host: dict[hostlist.Host, list[fio.FioJob]], what: str, note: RunNote) -> dict:
         """One fio client run, every named host at once; every host must report, or the error names those that did not."""
-        with tempfile.TemporaryDirectory(prefix="ckplan-cluster-") as tmp:
-            args = [fio.fio_binary(), "--output-format=json"]
-            texts = {}
-            for i, (host, jobs) in enumerate(jobs_by_host.items()):
-                job = Path(tmp) / f"host{i}.fio"
-                texts[str(job)] = self.jobfile(host, jobs)
-                job.write_text(texts[str(job)])
-                args += [host.client_arg, str(job)]
+        texts = {host: self.jobfile(host, jobs) for host, jobs in jobs_by_host.items()}
+        with job_files(texts) as paths:
+            args = [fio.fio_binary(), "--output-format=json", *(a for h, p in paths.items() for a in (h.client_arg, p))]
             if self.writer is not None:
-                self.writer.record(args, texts, note)
+                self.writer.record(args, {paths[host]: text for host, text in texts.items()}, note)
             try:
                 proc = subprocess.run(
                     args, capture_output=True, text=True, timeout=self.backend.timeout_s, preexec_fn=children.preexec()
@@ -155,8 +146,7 @@ class HostsSession(fio.FioSession):
                     f"fio's client did not finish {what} within {self.backend.timeout_s:.0f} s (a host may have hung)"
                 ) from None
         doc = client_report(proc.stdout, proc.stderr, list(jobs_by_host), what)
-        if keep:
-            self.raw.append(doc)
+        self.raw.append(doc)
         return doc
 
     def small_files(self, writers: int, low: int, high: int, files_per_writer: int, note: RunNote) -> SmallRun:
@@ -170,10 +160,10 @@ class HostsSession(fio.FioSession):
         return self.small_run(doc, job.name, {h: files_per_writer * writers for h, _ in self.entries(doc, job.name)})
 
     def write_files(self, nodes: list[list[FileToWrite]], path: str, run: int) -> tuple[float, int]:
-        """Host k writes node k's files exactly: one fio job per file (two where it ends in a partial MiB), each
-        rank's one after another, the ranks at once."""
-        jobs_by_host = {}
+        """Host k writes node k's files exactly (`fio.file_jobs`), each rank's one after another, the ranks at once."""
+        jobs_by_host, rank_of = {}, {}
         for host, files in zip(self.all, nodes, strict=False):
+            rank_of.update({(host.name, f"file{i}"): f.rank for i, f in enumerate(files)})
             root = f"{self.scratch(host)}/replay-{run}/"
             jobs = fio.file_jobs([(confined_key(root, f.path), f.bytes, f.rank) for f in files], "file")
             if path == "direct":  # whole blocks with O_DIRECT; the partial last block of a file cannot take it
@@ -185,18 +175,12 @@ class HostsSession(fio.FioSession):
         doc = self.clients(
             jobs_by_host, "the replay", self.note(note, "each host writes its node's files", read, name="replay")
         )
-        writer_of = {
-            (h.name, f"file{i}"): f.rank for h, files in zip(self.all, nodes, strict=False) for i, f in enumerate(files)
-        }
-        runtimes: dict[tuple[str, int], float] = {}  # (host, rank) → its files' write time, one after another
-        written = 0
-        for c in doc["client_stats"]:
-            name = str(c.get("jobname", ""))
-            if name.startswith("file"):
-                key = (c["hostname"], writer_of[c["hostname"], name.rsplit("-", 1)[0]])
-                runtimes[key] = runtimes.get(key, 0.0) + int(c["write"]["runtime"]) / 1000
-                written += int(c["write"]["io_bytes"])
-        return max(max(runtimes.values()), 1e-3), written
+        parts = [c for c in doc["client_stats"] if str(c.get("jobname", "")).startswith("file")]
+        runtimes: dict[tuple[str, int], float] = defaultdict(float)  # (host, rank) → its files' write time, in turn
+        for c in parts:
+            rank = rank_of[c["hostname"], c["jobname"].rsplit("-", 1)[0]]
+            runtimes[c["hostname"], rank] += int(c["write"]["runtime"]) / 1000
+        return max(max(runtimes.values()), 1e-3), sum(int(c["write"]["io_bytes"]) for c in parts)
 
     def save_files(self, files: list[FileToWrite], framework: str, runs: int) -> None:
         return None  # the framework's saver runs in this host's processes, not on the hosts
@@ -227,7 +211,7 @@ def client_report(out: str, err: str, hosts: list[hostlist.Host], what: str) -> 
     # failed, is a failed measurement (4).
     for line in (err + out).splitlines():
         if m := re.search(r"failed to resolve <(.*?)>", line):
-            raise InputError(f"host {m.group(1)!r} does not resolve to an address: check ‹hosts› or ‹hosts_file›")
+            raise InputError(UNRESOLVED.format(m.group(1)))
         if m := re.search(r"failed to connect to (\S+?):(\d+)", line):
             raise EnvironmentProblem(
                 f"host {m.group(1)}:{m.group(2)} is unreachable during {what}: no fio server answers "
@@ -245,16 +229,14 @@ def client_report(out: str, err: str, hosts: list[hostlist.Host], what: str) -> 
     docs = fio.json_documents(out)
     stats = docs[-1].get("client_stats", []) if docs else []
     reported = {c.get("hostname") for c in stats if c.get("jobname") not in NOT_MEASURED}
-    missing = [h for h in hosts if h.name not in reported]
-    if missing:
+    if missing := [h for h in hosts if h.name not in reported]:
         dropped = next((ln.split("> ", 1)[-1] for ln in out.splitlines() if ln.startswith("<") and "fio:" in ln), "")
         raise MeasurementFailed(
             f"host(s) {', '.join(map(str, missing))} did not report {what}"
             + (f": {dropped.strip()}" if dropped else " (a server died or dropped the job)")
         )
     for c in stats:
-        if int(c.get("error", 0)):
-            code = int(c["error"])
+        if code := int(c.get("error", 0)):
             raise fio.FioError(f"host {c.get('hostname')}: {describe_errno(code, what)}", code)
     return docs[-1]
 
@@ -268,9 +250,7 @@ def wait_for_agents(hosts: list[hostlist.Host], timeout_s: float, poll_s: float 
         try:
             socket.getaddrinfo(host.name, host.port)
         except socket.gaierror:
-            raise InputError(
-                f"host {host.name!r} does not resolve to an address: check ‹hosts› or ‹hosts_file›"
-            ) from None
+            raise InputError(UNRESOLVED.format(host.name)) from None
     deadline = time.monotonic() + timeout_s
     while pending := each_host(dict.fromkeys(hosts, "[ckplan-handshake]\nioengine=null\nsize=4k\n"), deadline):
         if time.monotonic() >= deadline:
@@ -285,15 +265,12 @@ def wait_for_agents(hosts: list[hostlist.Host], timeout_s: float, poll_s: float 
 def each_host(jobs: dict[hostlist.Host, str], deadline: float) -> list[hostlist.Host]:
     """Run each host's job text with a client of its own, all at once; the hosts whose run did not succeed by
     `deadline`, when every client is stopped."""
-    with tempfile.TemporaryDirectory(prefix="ckplan-cluster-") as tmp:
+    with job_files(jobs) as paths:
         procs = {}
-        for i, (host, text) in enumerate(jobs.items()):
-            (Path(tmp) / f"host{i}.fio").write_text(text)
+        for host, path in paths.items():
+            cmd = [fio.fio_binary(), host.client_arg, path]
             procs[host] = subprocess.Popen(
-                [fio.fio_binary(), host.client_arg, str(Path(tmp) / f"host{i}.fio")],
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                preexec_fn=children.preexec(),
+                cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=children.preexec()
             )
         try:
             for proc in procs.values():
@@ -305,3 +282,13 @@ def each_host(jobs: dict[hostlist.Host, str], deadline: float) -> list[hostlist.
                     proc.kill()  # a client waiting on a silent server holds nothing to flush
                     proc.wait()
     return [host for host, proc in procs.items() if proc.returncode != 0]
+
+
+@contextlib.contextmanager
+def job_files(texts: dict[hostlist.Host, str]) -> Iterator[dict[hostlist.Host, str]]:
+    """Each host's job text in a file of a temporary directory, removed after: the files' paths by host."""
+    with tempfile.TemporaryDirectory(prefix="ckplan-cluster-") as tmp:
+        paths = {host: str(Path(tmp) / f"host{i}.fio") for i, host in enumerate(texts)}
+        for host, path in paths.items():
+            Path(path).write_text(texts[host])
+        yield paths

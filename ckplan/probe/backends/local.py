@@ -4,6 +4,7 @@ the framework's own saver (one process per rank) or ckplan's own writer (probe/r
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import shutil
 import socket
@@ -35,14 +36,12 @@ class LocalBackend:
         fio.check_ready(self.path.resolve(), spec.emit_jobs)
         mount = filesystem.mount_of(self.path, filesystem.parse_mounts(Path("/proc/self/mounts").read_text()))
         notes = []
-        free = filesystem.free_bytes(self.path)
-        if free is None:
+        if (free := filesystem.free_bytes(self.path)) is None:
             free = 2 * (spec.max_bytes or UNSIZED_DEFAULT_BYTES)
             notes.append(
                 f"the filesystem reports no size; the probe wrote at most {free // 2 / 1e9:.2f} GB (--max-bytes)"
             )
-        stale = scratch.leftovers(self.path)
-        if stale:
+        if stale := scratch.leftovers(self.path):
             notes.append(
                 f"found {len(stale)} scratch director{'y' if len(stale) == 1 else 'ies'} from a killed probe: "
                 f"remove with `ckplan clean {self.path}`"
@@ -81,17 +80,15 @@ class LocalBackend:
             raise InputError(f"{self.path} is not a directory")
         removed, why = [], {}
         for found in scratch.scratch_dirs(self.path):
-            elsewhere = found.host not in (None, socket.gethostname())
-            if found.live and not elsewhere:
-                continue  # a probe running on this host
-            if found.live and not force:  # its heartbeat is fresh: a probe running on another host
+            here = found.host in (None, socket.gethostname())  # a live one here is a probe running: left unnamed
+            if not found.live or (force and not here):
+                shutil.rmtree(found.path, ignore_errors=True)
+                removed.append(str(found.path))
+            elif not here:  # its heartbeat is fresh: a probe running on another host
                 why[str(found.path)] = (
                     f"a probe on {found.host} (pid {found.pid}) rewrote its marker within the last "
                     f"{scratch.STALE_AFTER_S:.0f} s"
                 )
-                continue
-            shutil.rmtree(found.path, ignore_errors=True)
-            removed.append(str(found.path))
         return CleanResult(target=str(self.path), removed=removed, kept=list(why), why=why)
 
 
@@ -102,11 +99,11 @@ class LocalSession(fio.FioSession):
         super().__init__(writer)
         self.root, self.progress = root, progress
 
-    def run_job(self, job: fio.FioJob, what: str, note: RunNote, hosts: int = 0, keep: bool = True) -> dict:
+    def run_job(self, job: fio.FioJob, what: str, note: RunNote, hosts: int = 0) -> dict:
         job.options.setdefault("directory", fio.escape_path(self.root))
-        doc = fio.run_fio([job], self.root, what, on_status=self.progress.update, record=self.record(note))
-        if keep:
-            self.raw.append(doc)
+        record = None if self.writer is None else functools.partial(self.writer.record, note=note)
+        doc = fio.run_fio([job], self.root, what, on_status=self.progress.update, record=record)
+        self.raw.append(doc)
         return doc
 
     def entries(self, doc: dict, jobname: str) -> list[tuple[str, dict]]:
