@@ -571,7 +571,8 @@ def _client_error(code: str, status: int):
 )
 def test_a_busy_or_failing_endpoint_is_a_failed_measurement_never_bad_input(code, status):
     from ckplan.errors import EnvironmentProblem, MeasurementFailed
-    from ckplan.probe.backends.s3 import describe, parse_url
+    from ckplan.probe.backends.s3 import parse_url
+    from ckplan.probe.s3_errors import describe
 
     loc = parse_url("s3://bucket/p", "http://127.0.0.1:9")
     measuring = describe(_client_error(code, status), loc, "the bandwidth phase", measuring=True)
@@ -583,7 +584,8 @@ def test_a_broken_response_stream_is_a_failed_measurement():
     from botocore.exceptions import IncompleteReadError, ResponseStreamingError
 
     from ckplan.errors import EnvironmentProblem, MeasurementFailed
-    from ckplan.probe.backends.s3 import describe, parse_url
+    from ckplan.probe.backends.s3 import parse_url
+    from ckplan.probe.s3_errors import describe
 
     loc = parse_url("s3://bucket/p", "http://127.0.0.1:9")
     for exc in (IncompleteReadError(actual_bytes=1, expected_bytes=2), ResponseStreamingError(error="reset")):
@@ -593,7 +595,8 @@ def test_a_broken_response_stream_is_a_failed_measurement():
 
 def test_refusals_stay_bad_input_and_bugs_are_not_dressed_up():
     from ckplan.errors import InputError
-    from ckplan.probe.backends.s3 import describe, parse_url
+    from ckplan.probe.backends.s3 import parse_url
+    from ckplan.probe.s3_errors import describe
 
     loc = parse_url("s3://bucket/p", "http://127.0.0.1:9")
     assert isinstance(describe(_client_error("AccessDenied", 403), loc, "x", measuring=True), InputError)

@@ -28,6 +28,7 @@ from ckplan.confine import confined_key
 from ckplan.errors import EnvironmentProblem, InputError, MeasurementFailed, missing_extra
 from ckplan.probe import replay
 from ckplan.probe.engine import Facts, FileToWrite, MiB, Progress, RunNote, SmallRun, Stream, StreamPath, TargetSpec
+from ckplan.probe.s3_errors import NO_CREDENTIALS, describe, error_code
 from ckplan.profile import Latency, TargetKind
 
 if TYPE_CHECKING:
@@ -92,83 +93,6 @@ def parse_url(
     return loc
 
 
-# the endpoint is busy or failing, not refusing the request: retrying later may succeed
-BUSY_CODES = {
-    "SlowDown",
-    "InternalError",
-    "ServiceUnavailable",
-    "RequestTimeout",
-    "Throttling",
-    "ThrottlingException",
-    "RequestLimitExceeded",
-    "TooManyRequestsException",
-    "BandwidthLimitExceeded",
-    "RequestThrottled",
-    "ServerBusy",
-}
-
-
-def describe(exc: Exception, loc: S3Location, what: str, measuring: bool = False) -> Exception:
-    """An S3 failure as one line, from its codes, never the raw message (it could echo request details): an
-    endpoint that cannot be reached is an environment problem (exit 3); one that drops the connection, breaks a
-    response, throttles or fails with a server error is a failed measurement (4) while `measuring`, an environment
-    problem otherwise; a request it refuses is bad input (2). Anything neither botocore's nor a connection's comes
-    back as it is: a bug in ckplan."""
-    import botocore.exceptions as be
-
-    failed = MeasurementFailed if measuring else EnvironmentProblem
-
-    if isinstance(exc, be.NoCredentialsError):
-        return InputError("no AWS credentials found (environment variables, ~/.aws/credentials or --profile)")
-    if isinstance(exc, be.InvalidRegionError):
-        region = exc.kwargs.get("region_name", loc.region)
-        if loc.region is not None:
-            return InputError(f"‹region› {region!r} is not a valid AWS region name (such as us-east-1)")
-        return EnvironmentProblem(
-            f"the AWS region {region!r} set in the environment or the AWS config is not a valid region name"
-        )
-    if isinstance(exc, be.PartialCredentialsError):
-        return EnvironmentProblem(
-            f"incomplete AWS credentials in {exc.kwargs.get('provider', 'the environment')}: "
-            f"{exc.kwargs.get('cred_var', 'a part')} is missing"
-        )
-    if isinstance(exc, (be.CredentialRetrievalError, be.ConfigParseError, be.InvalidConfigError)):
-        return EnvironmentProblem(f"cannot read the AWS credentials or config ({type(exc).__name__}) during {what}")
-    if isinstance(exc, be.EndpointConnectionError):
-        return EnvironmentProblem(
-            f"cannot connect to the S3 endpoint {loc.safe_endpoint} during {what}: connection refused or unreachable"
-        )
-    if isinstance(exc, (be.ConnectTimeoutError, be.ReadTimeoutError)):
-        return EnvironmentProblem(f"the S3 endpoint {loc.safe_endpoint} did not answer in time during {what}")
-    if isinstance(exc, (be.ConnectionClosedError, be.ConnectionError, ConnectionError)):
-        return failed(f"the S3 endpoint {loc.safe_endpoint} dropped the connection during {what}")
-    if isinstance(exc, (be.HTTPClientError, be.IncompleteReadError, be.ChecksumError, be.FlexibleChecksumError)):
-        return failed(
-            f"a response from the S3 endpoint {loc.safe_endpoint} broke off ({type(exc).__name__}) during {what}"
-        )
-    if isinstance(exc, be.ClientError):
-        code = str(exc.response.get("Error", {}).get("Code", "unknown"))
-        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-        if code in BUSY_CODES or (isinstance(status, int) and (status >= 500 or status == 429)):
-            return failed(
-                f"the S3 endpoint {loc.safe_endpoint} is busy or failing ({code}"
-                + (f", HTTP {status}" if status else "")
-                + f") during {what}: try again later"
-            )
-        if code in ("NoSuchBucket", "404", "NotFound"):
-            return InputError(f"bucket {loc.bucket!r} does not exist at {loc.safe_endpoint}")
-        if code in ("InvalidAccessKeyId", "SignatureDoesNotMatch", "InvalidToken", "ExpiredToken"):
-            return InputError(f"the S3 endpoint rejected the credentials ({code}) during {what}")
-        if code in ("403", "AccessDenied", "Forbidden"):
-            return InputError(
-                f"the S3 endpoint refused access ({code}) during {what}: wrong credentials, or no permission on {loc.bucket!r}"
-            )
-        return InputError(f"S3 error {code} during {what}")
-    if isinstance(exc, be.BotoCoreError):
-        return InputError(f"S3 client error ({type(exc).__name__}) during {what}")
-    return exc
-
-
 def client(loc: S3Location, timeout_s: float, pool: int) -> Any:
     try:
         import boto3
@@ -179,7 +103,7 @@ def client(loc: S3Location, timeout_s: float, pool: int) -> Any:
     try:
         session = boto3.session.Session(profile_name=loc.profile, region_name=loc.region)
         if session.get_credentials() is None:
-            raise InputError("no AWS credentials found (environment variables, ~/.aws/credentials or --profile)")
+            raise InputError(NO_CREDENTIALS)
         config = botocore.config.Config(
             connect_timeout=timeout_s,
             read_timeout=timeout_s,
@@ -203,7 +127,7 @@ def live_owner(s3: Any, bucket: str, prefix: str) -> str | None:
         got = s3.get_object(Bucket=bucket, Key=prefix + scratch.MARKER)
         info = json.loads(got["Body"].read(4096))  # bounded: anyone may have written an object by that name
     except botocore.exceptions.ClientError as exc:
-        if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404", "NotFound"):
+        if error_code(exc) in ("NoSuchKey", "404", "NotFound"):
             return None
         raise
     except (ValueError, RecursionError):
@@ -245,7 +169,7 @@ def remove_prefix(s3: Any, bucket: str, prefix: str) -> int:
             try:
                 s3.abort_multipart_upload(Bucket=bucket, Key=up["Key"], UploadId=up["UploadId"])
             except botocore.exceptions.ClientError as exc:
-                if exc.response.get("Error", {}).get("Code") != "NoSuchUpload":
+                if error_code(exc) != "NoSuchUpload":
                     raise
             removed += 1
     for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
@@ -448,8 +372,7 @@ class S3Backend:
 
     def clean(self, force: bool = False) -> CleanResult:
         """Remove every scratch prefix (objects and multipart uploads) under the URL whose probe is gone; a live
-        probe's is kept unless `force`. After removing anything, it lists again until nothing new has appeared for
-        CLEAN_QUIET_S (a killed probe's last requests land late), and gives up after CLEAN_WAIT_S."""
+        probe's is kept unless `force`. After removing anything it lists again, as CLEAN_QUIET_S says."""
         from ckplan.probe.engine import CleanResult
 
         loc, s3 = self.loc, client(self.loc, self.spec.s3.timeout_s, 4)
@@ -485,12 +408,8 @@ class S3Backend:
         except Exception as exc:  # noqa: BLE001
             raise describe(exc, loc, "the clean-up") from None
         url = {p: f"s3://{loc.bucket}/{p}" for p in removed | set(kept)}
-        return CleanResult(
-            target=loc.url,
-            removed=sorted(url[p] for p in removed),
-            kept=sorted(url[p] for p in kept),
-            why={url[p]: w for p, w in kept.items()},
-        )
+        why = {url[p]: w for p, w in kept.items()}
+        return CleanResult(target=loc.url, removed=sorted(url[p] for p in removed), kept=sorted(why), why=why)
 
 
 class S3Session:
@@ -515,43 +434,42 @@ class S3Session:
             self.sent += n
             self.progress.update(self.sent, time.perf_counter() - self.t0)
 
-    def _root(self, what: str) -> str:
+    @contextlib.contextmanager
+    def _run(self, what: str) -> Iterator[str]:
+        """The prefix of one run, the progress counted from zero; removed once the run has measured."""
         self.runs += 1
         self.sent, self.t0 = 0, time.perf_counter()
-        return f"{self.area.prefix}{what}-{self.runs}/"
-
-    def _done(self, root: str) -> None:
+        root = f"{self.area.prefix}{what}-{self.runs}/"
+        yield root
         remove_prefix(self.writer.s3, self.writer.bucket, root)
 
     def _each(self, work: Callable[[int], Any], writers: int) -> list[Any]:
         return [f.result() for f in [self.pool.submit(work, w) for w in range(writers)]]
 
     def stream(self, path: StreamPath, writers: int, hosts: int, size: int, seconds: float, note: RunNote) -> Stream:
-        root = self._root("bw")
-        move: Callable[[str, int, float], int] = self.writer.multipart
-        if path == "read":  # plain GETs of objects uploaded first, untimed: no cache sits between client and store
-            self._each(lambda w: self.writer.multipart(f"{root}{w}", size), writers)
-            self.sent, self.t0, move = 0, time.perf_counter(), self.writer.get
-        start = time.perf_counter()
-        deadline = start + seconds
-        sent = sum(self._each(lambda w: move(f"{root}{w}", size, deadline), writers))
-        rate = sent / (time.perf_counter() - start)
-        self._done(root)
+        with self._run("bw") as root:
+            move: Callable[[str, int, float], int] = self.writer.multipart
+            if path == "read":  # plain GETs of objects uploaded first, untimed: no cache sits between client and store
+                self._each(lambda w: self.writer.multipart(f"{root}{w}", size), writers)
+                self.sent, self.t0, move = 0, time.perf_counter(), self.writer.get
+            start = time.perf_counter()
+            deadline = start + seconds
+            sent = sum(self._each(lambda w: move(f"{root}{w}", size, deadline), writers))
+            rate = sent / (time.perf_counter() - start)
         return Stream({self.host: rate}, rate)
 
     def small_files(self, writers: int, low: int, high: int, files_per_writer: int, note: RunNote) -> SmallRun:
-        root = self._root("small")
-        draw = random.Random(self.runs)  # sizes drawn uniformly from [low, high], as fio's filesize=low-high does
-        sizes = [[draw.randint(low, high) for _ in range(files_per_writer)] for _ in range(writers)]
+        with self._run("small") as root:
+            draw = random.Random(self.runs)  # sizes drawn uniformly from [low, high], as fio's filesize=low-high does
+            sizes = [[draw.randint(low, high) for _ in range(files_per_writer)] for _ in range(writers)]
 
-        def loop(w: int) -> None:
-            for i, size in enumerate(sizes[w]):
-                self.writer.put(f"{root}{w}-{i}", size)
+            def loop(w: int) -> None:
+                for i, size in enumerate(sizes[w]):
+                    self.writer.put(f"{root}{w}-{i}", size)
 
-        start = time.perf_counter()
-        self._each(loop, writers)
-        seconds = max(time.perf_counter() - start, 1e-3)
-        self._done(root)
+            start = time.perf_counter()
+            self._each(loop, writers)
+            seconds = max(time.perf_counter() - start, 1e-3)
         files = writers * files_per_writer
         return SmallRun({self.host: files / seconds}, {self.host: files / seconds}, files, seconds)
 
@@ -560,33 +478,31 @@ class S3Session:
     ) -> Latency | None:
         if kind == "o_sync":
             return None  # no O_SYNC on an object store: every PUT is durable
-        root = self._root("latency")
         samples: list[float] = []
-        end = time.perf_counter() + seconds
-        while time.perf_counter() < end and len(samples) * LATENCY_PUT_BYTES < file_bytes:
-            samples.append(self.writer.put(f"{root}{len(samples)}", LATENCY_PUT_BYTES))
-        self._done(root)
+        with self._run("latency") as root:
+            end = time.perf_counter() + seconds
+            while time.perf_counter() < end and len(samples) * LATENCY_PUT_BYTES < file_bytes:
+                samples.append(self.writer.put(f"{root}{len(samples)}", LATENCY_PUT_BYTES))
         return Latency.of(samples)
 
     def write_files(self, nodes: list[list[FileToWrite]], path: str, run: int) -> tuple[float, int]:
-        root = self._root("replay")
         by_writer: dict[int, list[FileToWrite]] = {}
         for f in nodes[0]:
             by_writer.setdefault(f.rank, []).append(f)
-        keys = {id(f): confined_key(root, f.path) for f in nodes[0]}  # refused before an object is written
         groups = list(by_writer.values())
-        start = time.perf_counter()
+        with self._run("replay") as root:
+            keys = {id(f): confined_key(root, f.path) for f in nodes[0]}  # refused before an object is written
+            start = time.perf_counter()
 
-        def write(w: int) -> None:  # one PUT up to the part size, a multipart upload above, as savers write
-            for f in groups[w]:
-                if f.bytes > self.writer.part_bytes:
-                    self.writer.multipart(keys[id(f)], f.bytes)
-                else:
-                    self.writer.put(keys[id(f)], f.bytes)
+            def write(w: int) -> None:  # one PUT up to the part size, a multipart upload above, as savers write
+                for f in groups[w]:
+                    if f.bytes > self.writer.part_bytes:
+                        self.writer.multipart(keys[id(f)], f.bytes)
+                    else:
+                        self.writer.put(keys[id(f)], f.bytes)
 
-        self._each(write, len(groups))
-        seconds = time.perf_counter() - start
-        self._done(root)
+            self._each(write, len(groups))
+            seconds = time.perf_counter() - start
         return seconds, sum(f.bytes for f in nodes[0])
 
     def save_files(self, files: list[FileToWrite], framework: str, runs: int) -> None:
