@@ -48,33 +48,34 @@ def write_files(
                 done[0] += n
                 on_progress(done[0])
 
-    def write_one(f: FileToWrite) -> None:
-        final = finals[f.path]
-        tmp = final.with_name(final.name + ".tmp")
-        aligned = f.bytes - f.bytes % DIRECT_ALIGN if direct else 0
-        segments = [(os.O_DIRECT, 0, aligned)] if aligned else []
-        if f.bytes > aligned or not segments:
-            segments.append((0, aligned, f.bytes))
-        for flags, start, end in segments:
-            trunc = os.O_TRUNC if start == 0 else 0
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | flags | trunc, 0o600)
-            try:
-                os.lseek(fd, start, os.SEEK_SET)
-                left = end - start
-                while left > 0:
-                    if cancel.is_set():
-                        raise Cancelled()
-                    n = os.write(fd, block[: min(left, CHUNK_BYTES)])
-                    left -= n
-                    progress(n)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        os.rename(tmp, final)
+    def write_in_turn(writer_files: list[FileToWrite]) -> None:
+        for f in writer_files:
+            final = finals[f.path]
+            tmp = final.with_name(final.name + ".tmp")
+            aligned = f.bytes - f.bytes % DIRECT_ALIGN if direct else 0
+            segments = [(os.O_DIRECT, 0, aligned)] if aligned else []
+            if f.bytes > aligned or not segments:
+                segments.append((0, aligned, f.bytes))
+            for flags, start, end in segments:
+                trunc = os.O_TRUNC if start == 0 else 0
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | flags | trunc, 0o600)
+                try:
+                    os.lseek(fd, start, os.SEEK_SET)
+                    left = end - start
+                    while left > 0:
+                        if cancel.is_set():
+                            raise Cancelled()
+                        n = os.write(fd, block[: min(left, CHUNK_BYTES)])
+                        left -= n
+                        progress(n)
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+            os.rename(tmp, final)
 
     start = time.perf_counter()
     with ThreadPoolExecutor(max_workers=len(by_writer)) as pool:
-        futures = [pool.submit(lambda fs: [write_one(f) for f in fs], fs) for fs in by_writer.values()]
+        futures = [pool.submit(write_in_turn, fs) for fs in by_writer.values()]
         try:
             for fut in futures:
                 fut.result()
