@@ -28,8 +28,8 @@ import time
 from pathlib import Path
 
 from ckplan.probe import fio
-from ckplan.probe.replay import FileToWrite, write_files
 from ckplan.profile import Spread
+from ckplan.savers.raw import FileToWrite, write_files
 
 WRITERS = 2
 FILE_BYTES = 1024 * 2**20

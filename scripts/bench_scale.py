@@ -40,8 +40,7 @@ from pathlib import Path
 
 from _harness import fio_hosts  # beside this script
 
-from ckplan.probe.engine import FileToWrite
-from ckplan.probe.replay import write_files
+from ckplan.savers.raw import FileToWrite, write_files
 
 NODE_COUNTS = (4, 8, 16)
 GPUS_PER_NODE = 2

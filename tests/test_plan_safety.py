@@ -89,7 +89,7 @@ def test_writers_refuse_a_path_that_resolves_outside_their_directory(tmp_path, s
     the directory they write into, before a byte is written."""
     from ckplan.confine import confined_key
     from ckplan.errors import InputError
-    from ckplan.probe.replay import FileToWrite, write_files
+    from ckplan.savers.raw import FileToWrite, write_files
     from ckplan.savers.saver import save_files
 
     outside, escape = sentinel

@@ -32,6 +32,7 @@ from ckplan.profile import (
     Spread,
     StorageProfile,
 )
+from ckplan.savers.raw import FileToWrite
 from ckplan.schema import Model
 
 if TYPE_CHECKING:
@@ -167,14 +168,6 @@ class RunNote:
     # a directory under CKPLAN_JOB_DIR that run.sh makes fresh, counts the files of after the run (into
     # NNN-NAME.files) and removes: the small-file phase, whose files ckplan counts itself
     count_files_in: str | None = None
-
-
-@dataclass(frozen=True)
-class FileToWrite:
-    path: str  # relative to the save directory
-    bytes: int
-    rank: int  # the rank writing it
-    kind: str  # the manifest's kind (weights, optimizer, …): the framework saver picks its tensors' dtype by it
 
 
 @dataclass(frozen=True)

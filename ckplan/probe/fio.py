@@ -175,7 +175,7 @@ def run_fio(
         stderr = err.read().decode(errors="replace")
     docs = json_documents(b"".join(chunks).decode(errors="replace"))
     final = docs[-1] if docs else None
-    if codes := job_errors(final) if final else []:
+    if final and (codes := job_errors(final)):
         raise FioError(errors.describe_errno(codes[0], what), codes[0])
     if proc.returncode < 0:  # killed by a signal: its stderr, if any, is not the reason
         raise FioError(f"fio was {children.exit_reason(proc.returncode)} during {what}")

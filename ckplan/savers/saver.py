@@ -19,6 +19,8 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+from ckplan.savers.raw import fsync_path
+
 TENSOR_BYTES = 64 * 2**20  # tensors are at most this big; a file holds several, like a real state dict
 SMALL_KINDS = ("small",)
 # Save processes per CPU core, at most: each imports torch (~90 MB resident) and they share the cores, so past a
@@ -88,14 +90,6 @@ def dcp_state(rank: int, state: dict[str, dict]) -> dict:
     return {f"r{rank}.{i}.{k}": v for i, t in enumerate(state.values()) for k, v in t.items()}
 
 
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def save_files(root: Path, state: dict[str, dict], saver: str) -> None:
     import torch
 
@@ -110,7 +104,7 @@ def save_files(root: Path, state: dict[str, dict], saver: str) -> None:
             save_file(tensors, str(path))
         else:
             torch.save(tensors, path)
-        _fsync(path)
+        fsync_path(path)
 
 
 def _failure(exc: BaseException, root: str) -> tuple[int | None, str]:

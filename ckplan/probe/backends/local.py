@@ -1,5 +1,5 @@
 """The local backend: a directory on a filesystem mounted here, measured with fio from this host; its replay runs
-the framework's own saver (one process per rank) or ckplan's own writer (probe/replay.py)."""
+the framework's own saver (one process per rank) or ckplan's own writer (savers/raw.py)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,10 @@ from typing import TYPE_CHECKING
 
 from ckplan import filesystem, scratch
 from ckplan.errors import InputError, oserror_message
-from ckplan.probe import fio, jobfiles, replay
+from ckplan.probe import fio, jobfiles
 from ckplan.probe.engine import CleanResult, Facts, FileToWrite, Progress, RunNote, SmallRun, TargetSpec
 from ckplan.profile import TargetKind
+from ckplan.savers import raw
 
 if TYPE_CHECKING:
     from ckplan.savers.restore import NodeLoads
@@ -132,7 +133,7 @@ class LocalSession(fio.FioSession):
             self.phase_ran("replay", "the plan's files written by ckplan's own writer, not fio")
         root = self.root / f"replay-{run}"
         try:
-            seconds = replay.write_files(root, nodes[0], lambda done: self.progress.update(done, 0), path == "direct")
+            seconds = raw.write_files(root, nodes[0], lambda done: self.progress.update(done, 0), path == "direct")
         except OSError as exc:
             raise oserror_message(exc, "the replay") from None
         finally:

@@ -26,10 +26,10 @@ from urllib.parse import urlsplit, urlunsplit
 from ckplan import scratch
 from ckplan.confine import confined_key
 from ckplan.errors import EnvironmentProblem, InputError, MeasurementFailed, missing_extra
-from ckplan.probe import replay
 from ckplan.probe.engine import Facts, FileToWrite, MiB, Progress, RunNote, SmallRun, Stream, StreamPath, TargetSpec
 from ckplan.probe.s3_errors import NO_CREDENTIALS, describe, error_code
 from ckplan.profile import Latency, TargetKind
+from ckplan.savers import raw
 
 if TYPE_CHECKING:
     from ckplan.probe.engine import CleanResult
@@ -267,7 +267,7 @@ class Writer:
 
     def body(self, n: int) -> bytes:
         if self.cancel.is_set():
-            raise replay.Cancelled()
+            raise raw.Cancelled()
         self.on_bytes(n)
         return self.block[:n] if n <= len(self.block) else (self.block * -(-n // len(self.block)))[:n]
 
@@ -300,7 +300,7 @@ class Writer:
         with contextlib.closing(body):
             while got < size and time.perf_counter() < deadline and (piece := body.read(MiB)):
                 if self.cancel.is_set():
-                    raise replay.Cancelled()
+                    raise raw.Cancelled()
                 got += len(piece)
                 self.on_bytes(len(piece))
         return got
@@ -365,7 +365,7 @@ class S3Backend:
                     raise
         except (InputError, EnvironmentProblem, MeasurementFailed):
             raise
-        except replay.Cancelled:
+        except raw.Cancelled:
             raise KeyboardInterrupt from None
         except Exception as exc:  # noqa: BLE001 — every endpoint failure becomes one line
             raise describe(exc, self.loc, "the S3 probe", measuring=True) from None

@@ -1,7 +1,8 @@
-"""ckplan's own parallel writer: replays a plan's file manifest as a framework saves it, one thread per writer
-(os.write and os.fsync release the GIL), each file written to a temporary name, fsynced and renamed into place,
-then every directory touched fsynced: the durable-save sequence of DCP's FileSystemWriter and of careful
-torch.save wrappers."""
+"""ckplan's own parallel writer, the raw-bytes saver beside the framework savers (saver.py): the probe's replay
+where no framework saver runs, and the benchmarks' writer. It replays a plan's file manifest as a framework saves
+it, one thread per writer (os.write and os.fsync release the GIL), each file written to a temporary name, fsynced
+and renamed into place, then every directory touched fsynced: the durable-save sequence of DCP's FileSystemWriter
+and of careful torch.save wrappers."""
 
 from __future__ import annotations
 
@@ -12,10 +13,10 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 from ckplan.confine import confined_path
-from ckplan.probe.engine import FileToWrite
 
 CHUNK_BYTES = 4 * 2**20  # one write() call; large enough that syscall cost is noise
 DIRECT_ALIGN = 4096  # O_DIRECT offsets and lengths: a multiple of the logical block size (512 and 4K disks)
@@ -23,6 +24,14 @@ DIRECT_ALIGN = 4096  # O_DIRECT offsets and lengths: a multiple of the logical b
 
 class Cancelled(Exception):
     pass
+
+
+@dataclass(frozen=True)
+class FileToWrite:
+    path: str  # relative to the save directory
+    bytes: int
+    rank: int  # the rank writing it
+    kind: str  # the manifest's kind (weights, optimizer, …): the framework saver picks its tensors' dtype by it
 
 
 def write_files(
@@ -83,9 +92,14 @@ def write_files(
             cancel.set()  # the other writers stop at their next chunk; leaving the pool waits for them
             raise
     for d in dirs:
-        dfd = os.open(d, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+        fsync_path(d)
     return time.perf_counter() - start
+
+
+def fsync_path(path: Path) -> None:
+    """fsync a file or a directory (a directory's fsync makes its new names durable)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
