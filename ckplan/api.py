@@ -323,7 +323,7 @@ def open_probe(
     checked and the target prepared, before a byte is written; `.run()` measures it."""
     from ckplan import profile_store
     from ckplan.outputs import check_output_dir, check_output_file
-    from ckplan.probe.backends import open_target
+    from ckplan.probe.backends import ProbeTarget
     from ckplan.probe.engine import S3Options, TargetSpec
     from ckplan.units import MAX_GPUS, check_range, check_scale, parse_bytes, parse_duration
 
@@ -347,7 +347,7 @@ def open_probe(
     if emit_jobs is not None:
         check_output_dir(Path(emit_jobs), "‹emit_jobs›")
     check_scale(scale, "‹scale›")
-    target = open_target(
+    target = ProbeTarget(
         TargetSpec(
             path,
             preset=preset,

@@ -198,7 +198,7 @@ def test_figures_against_independent_measurements(tmp_path, monkeypatch):
     monkeypatch.setitem(engine.PRESETS, "quick", quick)
     watched = Watched(fio.run_fio)
     monkeypatch.setattr(fio, "run_fio", watched)
-    p = backends.open_target(engine.TargetSpec(str(tmp_path), preset="quick", writers=2, calibrate=False)).run()
+    p = backends.ProbeTarget(engine.TargetSpec(str(tmp_path), preset="quick", writers=2, calibrate=False)).run()
     assert scratch_dirs(tmp_path) == []
 
     small = watched.named("smallfiles")[-1]

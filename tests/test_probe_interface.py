@@ -1,4 +1,4 @@
-"""The probe-target interface (issue 16): open_target picks the target from the spec, every target has the
+"""The probe-target interface (issue 16): ProbeTarget picks the target from the spec, every target has the
 same methods, and the profile records which kind of target measured it."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import json
 import pytest
 
 from ckplan import catalog
-from ckplan.probe.backends import ProbeTarget, open_target
+from ckplan.probe.backends import ProbeTarget
 from ckplan.probe.backends.hosts import HostsBackend
 from ckplan.probe.backends.local import LocalBackend
 from ckplan.probe.backends.s3 import S3Backend
@@ -25,8 +25,8 @@ from tests.conftest import run_json
         (TargetSpec("/mnt/lustre/x", hosts="h1,h2:8766"), HostsBackend, "hosts"),
     ],
 )
-def test_open_target_picks_the_backend_and_prepares_nothing(spec, cls, kind):
-    target: ProbeTarget = open_target(spec)
+def test_probe_target_picks_the_backend_and_prepares_nothing(spec, cls, kind):
+    target = ProbeTarget(spec)
     assert type(target.backend) is cls and target.kind == kind
     assert target.plan is None
     for method in ("run", "clean"):

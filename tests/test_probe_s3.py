@@ -274,7 +274,7 @@ def test_stream_bandwidth_against_bytes_the_server_received(endpoint, tmp_path, 
     try:
         spec = engine.TargetSpec(f"s3://{BUCKET}/counted", preset="quick", writers=2, calibrate=False,
                                  s3=engine.S3Options(endpoint_url=proxy.endpoint))  # fmt: skip
-        profile = backends.open_target(spec).run(phases)
+        profile = backends.ProbeTarget(spec).run(phases)
     finally:
         proxy.close()
     spans = phases.spans("bandwidth, buffered", measured=True)
@@ -674,7 +674,7 @@ def test_max_bytes_bounds_what_each_run_uploads(endpoint, tmp_path, monkeypatch)
         try:
             spec = engine.TargetSpec(f"s3://{BUCKET}/budget", preset="quick", writers=2, max_bytes=limit,
                                      calibrate=False, s3=engine.S3Options(endpoint_url=proxy.endpoint))  # fmt: skip
-            backends.open_target(spec).run(phases)
+            backends.ProbeTarget(spec).run(phases)
         finally:
             proxy.close()
         uploaded[limit] = [proxy.bytes_between(start, end) for start, end in phases.spans("bandwidth")]

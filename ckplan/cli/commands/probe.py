@@ -175,11 +175,11 @@ def clean(
     """Remove what a probe killed with -9 left behind: scratch directories, or objects and multipart uploads."""
     if not path.strip():  # Path("") is the current directory: an empty argument must not clean it
         raise InputError("clean needs a directory or s3://bucket/prefix, got an empty path")
-    from ckplan.probe.backends import open_target
+    from ckplan.probe.backends import ProbeTarget
     from ckplan.probe.engine import S3Options, TargetSpec
     from ckplan.units import parse_duration
 
-    result = open_target(
+    result = ProbeTarget(
         TargetSpec(
             path,
             s3=S3Options(

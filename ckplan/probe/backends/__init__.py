@@ -48,6 +48,3 @@ class ProbeTarget:
 
     def clean(self, force: bool = False) -> CleanResult:
         return self.backend.clean(force)
-
-
-open_target = ProbeTarget
