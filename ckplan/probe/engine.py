@@ -34,6 +34,7 @@ from ckplan.profile import (
 )
 from ckplan.savers.raw import FileToWrite
 from ckplan.schema import Model
+from ckplan.sizing.plan import scaled_file_bytes
 
 if TYPE_CHECKING:
     from ckplan.profile import Calibration, TargetKind
@@ -247,7 +248,7 @@ def writer_counts(max_writers: int) -> list[int]:
 
 def scaled_files(files: list[Any], scale: float) -> list[FileToWrite]:
     """A plan's manifest files at `scale`, at least one byte each."""
-    return [FileToWrite(f.path, max(1, int(f.bytes * scale)), f.rank, f.kind) for f in files]
+    return [FileToWrite(f.path, scaled_file_bytes(f.bytes, scale), f.rank, f.kind) for f in files]
 
 
 def replay_nodes(plan: CheckpointPlan, hosts: int) -> list[int]:

@@ -20,6 +20,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from ckplan.savers.raw import fsync_path
+from ckplan.sizing.plan import scaled_file_bytes
 
 TENSOR_BYTES = 64 * 2**20  # tensors are at most this big; a file holds several, like a real state dict
 SMALL_KINDS = ("small",)
@@ -50,7 +51,7 @@ def files_by_rank(files, scale: float = 1.0) -> dict[int, list[dict]]:
     """A node's manifest files, scaled, grouped by the rank that writes them (the save processes' input)."""
     out: dict[int, list[dict]] = defaultdict(list)
     for f in files:
-        out[f.rank].append({"path": f.path, "bytes": max(1, int(f.bytes * scale)), "kind": f.kind, "rank": f.rank})
+        out[f.rank].append({"path": f.path, "bytes": scaled_file_bytes(f.bytes, scale), "kind": f.kind, "rank": f.rank})
     return dict(sorted(out.items()))
 
 

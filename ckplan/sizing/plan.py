@@ -263,6 +263,12 @@ class CheckpointPlan(Model):
         return text + f" · tp {s.tp} pp {s.pp}{ep}, {s.gpus_per_node} GPUs per node"
 
 
+def scaled_file_bytes(nbytes: int, scale: float) -> int:
+    """A manifest file's bytes when a plan is written at `scale` (the probe's replay, validate's saves and their
+    predictions shrink a plan to fit): at least one byte, so that every file of the plan is still written."""
+    return max(1, int(nbytes * scale))
+
+
 def _first_difference(name: str, have: Any, want: Any) -> tuple[str, Any, Any]:
     """Where two values of a plan field first differ: (dotted field, value there, value wanted)."""
     if isinstance(have, list) and isinstance(want, list):

@@ -9,7 +9,7 @@ from ckplan.planning.savetime import LoadTime, SaveTime, predict_load, predict_s
 from ckplan.profile import Spread, StorageProfile
 from ckplan.schema import Model
 from ckplan.sizing.layouts.base import Parallelism, Read
-from ckplan.sizing.plan import CheckpointPlan
+from ckplan.sizing.plan import CheckpointPlan, scaled_file_bytes
 from ckplan.sizing.restore import restore_manifest
 
 LARGE_ERROR_PERCENT = 15.0
@@ -49,7 +49,7 @@ def scaled_prediction(plan: CheckpointPlan, profile: StorageProfile, scale: floa
     """The model's time for the busiest node's share of the plan at `scale`, written by that node alone."""
     node = plan.busiest_node.node
     files = [f for f in plan.manifest if f.node == node]
-    node_bytes = sum(max(1, int(f.bytes * scale)) for f in files)
+    node_bytes = sum(scaled_file_bytes(f.bytes, scale) for f in files)
     one_node = plan.model_copy(update={"nodes": [n for n in plan.nodes if n.node == node], "nodes_writing": 1})
     prediction = predict_save(
         one_node, profile, total_bytes=node_bytes, node_bytes=node_bytes, node_files=len(files), total_files=len(files)
@@ -144,7 +144,7 @@ def scaled_load_prediction(
     plan: CheckpointPlan, profile: StorageProfile, reads: list[Read], readers: int, scale: float
 ) -> tuple[LoadTime, list[str]]:
     """predict_load for one node's `reads` (readers numbered 0…readers−1) at `scale`, that node loading alone."""
-    scaled = [Read(r.path, max(1, int(r.bytes * scale)), r.readers, r.times) for r in reads]
+    scaled = [Read(r.path, scaled_file_bytes(r.bytes, scale), r.readers, r.times) for r in reads]
     par = Parallelism(gpus=readers, gpus_per_node=readers, tp=1, pp=1, zero=plan.setup.zero)
     one_node = restore_manifest(scaled, par, max(1, sum(r.bytes for r in scaled)), [])
     notes = []
