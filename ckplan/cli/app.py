@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import importlib
+import io
 import os
 import sys
 from collections.abc import Iterator, MutableMapping
@@ -21,6 +22,7 @@ from typer.core import TyperGroup
 from typer.main import get_command_from_info, get_command_name
 
 from ckplan.errors import EnvironmentProblem, InputError, MeasurementFailed, OutputLost
+from ckplan.terminal import FALLBACK, visible
 
 if TYPE_CHECKING:
     from typer import _click  # the click that typer vendors: the types of a group's methods
@@ -140,6 +142,52 @@ class _Stdout:
         return getattr(self._stream, name)
 
 
+class _ClosedStdout:
+    """sys.stdout when descriptor 1 was not open at start (`ckplan size >&-`; Python leaves sys.stdout None): the
+    first write fails as one to a full disk does, so the command ends in one line and exit code 3, as it would
+    there. A command that writes nothing (`ckplan agent`) runs as usual."""
+
+    encoding = "utf-8"
+
+    def write(self, text: str) -> int:
+        if not text:
+            return 0
+        raise OSError(errno.EBADF, f"it is not open ({os.strerror(errno.EBADF)})")
+
+    def flush(self) -> None:
+        pass
+
+    def isatty(self) -> bool:
+        return False
+
+    def fileno(self) -> int:
+        raise io.UnsupportedOperation("stdout is not open")
+
+
+def _open_standard_descriptors() -> None:
+    """A standard descriptor closed at start is opened on /dev/null, so that no file ckplan opens takes its number:
+    what a child such as fio writes to its stdout, or ckplan's own error line, would land in that file. Python has
+    already set sys.stdout (or sys.stderr) to None for it."""
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            null = os.open(os.devnull, os.O_RDWR)
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
+    if sys.stderr is None:  # print(file=None) would write the error line on stdout; kept open for the process
+        sys.stderr = open(2, "w", encoding="utf-8", errors=FALLBACK, closefd=False)  # noqa: SIM115
+
+
+def _spell_unencodable(stream: Any) -> None:
+    """A character the stream's encoding lacks (PYTHONIOENCODING=ascii, a C locale without UTF-8 mode) is written
+    in ASCII, or as its escape, instead of failing the write: rich's tables, click's help and the error lines
+    hold ×, µ, ‹›, ≥ and box drawing. On UTF-8 only a lone surrogate (a file name's undecodable byte) needs it."""
+    with contextlib.suppress(AttributeError, ValueError, io.UnsupportedOperation):
+        stream.reconfigure(errors=FALLBACK)
+
+
 def main() -> None:
     """Entry point: every error becomes one line on stderr and an exit code.
 
@@ -149,8 +197,11 @@ def main() -> None:
     The parser's errors are typer's public exception classes (typer.Exit, typer.Abort and
     typer.TyperException, the base of the click exceptions typer vendors).
     """
+    _open_standard_descriptors()
     stdout = sys.stdout
-    sys.stdout = _Stdout(stdout)  # type: ignore[assignment]
+    _spell_unencodable(stdout)
+    _spell_unencodable(sys.stderr)
+    sys.stdout = _Stdout(_ClosedStdout() if stdout is None else stdout)  # type: ignore[assignment]
     try:
         _main()
     finally:
@@ -190,7 +241,8 @@ def _main() -> None:
             raise
         detail = str(exc).strip().splitlines()
         print(
-            f"ckplan: internal error: {name}{': ' + detail[0] if detail else ''} (rerun with --debug for the traceback)",
+            f"ckplan: internal error: {name}{': ' + visible(detail[0]) if detail else ''} "
+            "(rerun with --debug for the traceback)",
             file=sys.stderr,
         )
         sys.exit(1)
@@ -226,5 +278,7 @@ def _exit(code: int) -> None:
 
 
 def _fail(message: str, code: int) -> None:
-    print(f"ckplan: error: {message.strip().splitlines()[0]}", file=sys.stderr)
+    """The one error line. A message quotes what a file or a flag held (a name, a path, a line of a log): its
+    control characters are shown as escapes, a newline too, so that the line stays one and acts on nothing."""
+    print(f"ckplan: error: {visible(message.strip())}", file=sys.stderr)
     sys.exit(code)

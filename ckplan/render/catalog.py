@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.table import Table
 
 from ckplan.catalog import ModelCatalog
-from ckplan.render.console import console
+from ckplan.render.console import console, shown
 
 
 def render_models(catalog: ModelCatalog) -> None:
@@ -26,8 +26,8 @@ def render_models(catalog: ModelCatalog) -> None:
         table.add_column(col, justify="left" if col in ("name", "model") else "right")
     for m in catalog.models:
         table.add_row(
-            m.name,
-            m.display,
+            shown(m.name),
+            shown(m.display),
             f"{m.parameters:,}",
             f"{m.published_parameters:,}",
             str(m.hidden),

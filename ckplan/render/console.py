@@ -1,23 +1,65 @@
-"""One rich Console for stdout; rich itself honours NO_COLOR and non-TTY output."""
+"""One rich Console for stdout; rich itself honours NO_COLOR and non-TTY output.
+
+Every string a renderer takes from a result (a name, a path, a note: anything a file may have set) goes into the
+output through `shown`, which makes its control characters visible and keeps rich from reading it as markup
+(`[bold red]`, `[link=…]`). A terminal whose encoding lacks ckplan's non-ASCII characters (`PYTHONIOENCODING=ascii`,
+a C locale without UTF-8) gets them in ASCII before rich lays a table out, so its columns stay aligned; rich draws
+its boxes in ASCII there by itself.
+"""
 
 from __future__ import annotations
 
 import sys
 from functools import lru_cache
+from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
+from rich.text import Text
+
+from ckplan.terminal import encodable, for_encoding, visible
+
+
+def shown(text: object) -> str:
+    """Text from a result, for a rich markup string or a table cell: shown as it is, never acted on."""
+    return escape(visible(str(text)))
+
+
+class _Console(Console):
+    def render_str(self, text: str, **kwargs: Any) -> Text:
+        return super().render_str(for_encoding(text, self.encoding), **kwargs)
 
 
 @lru_cache(maxsize=1)
 def console() -> Console:
-    return Console(highlight=False, soft_wrap=False, width=None if sys.stdout.isatty() else 160)
+    # emoji codes off: a name such as ":warning:" is printed as written
+    return _Console(highlight=False, emoji=False, soft_wrap=False, width=None if sys.stdout.isatty() else 160)
 
 
 @lru_cache(maxsize=1)
 def err_console() -> Console:
-    return Console(stderr=True, highlight=False)
+    return _Console(stderr=True, highlight=False, emoji=False)
 
 
 def print_json(model) -> None:
-    """The command's pydantic model, exactly as the table renders it."""
-    sys.stdout.write(model.model_dump_json(indent=2) + "\n")
+    """The command's pydantic model, exactly as the table renders it. Where stdout's encoding cannot hold a
+    character, it is written as JSON's \\u escape: the same document in ASCII."""
+    text = model.model_dump_json(indent=2)
+    if not encodable(text, getattr(sys.stdout, "encoding", None) or "utf-8"):
+        text = _ascii_json(text)
+    sys.stdout.write(text + "\n")
+
+
+def _ascii_json(text: str) -> str:
+    # outside its strings a JSON document is ASCII, so every other character is inside one, where \uXXXX (a
+    # surrogate pair past the BMP) stands for it exactly
+    import re
+
+    def escaped(match: re.Match[str]) -> str:
+        code = ord(match[0])
+        if code < 0x10000:
+            return f"\\u{code:04x}"
+        code -= 0x10000
+        return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
+
+    return re.sub(r"[^\x00-\x7f]", escaped, text)

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from rich.table import Table
 
 from ckplan.diagnose.trend import Diagnosis
-from ckplan.render.console import console
+from ckplan.render.console import console, shown
 from ckplan.units import fmt_bytes, fmt_duration, fmt_percent
 
 if TYPE_CHECKING:
@@ -20,10 +20,10 @@ CHART_ROWS = 40
 def render_diagnosis(d: Diagnosis) -> None:
     out = console()
     style = {"stable": "green", "growing": "red", "noisy": "yellow"}[d.verdict]
-    out.print(f"[bold {style}]{d.verdict_text}[/bold {style}]")
+    out.print(f"[bold {style}]{shown(d.verdict_text)}[/bold {style}]")
     table = Table(
         title=f"{d.saves} saves in {len(d.logs)} log(s) ({d.bytes_read / 1e6:,.1f} MB read; "
-        f"patterns: {', '.join(d.patterns)})",
+        f"patterns: {shown(', '.join(d.patterns))})",
         title_justify="left",
     )
     table.add_column("figure")
@@ -32,7 +32,7 @@ def render_diagnosis(d: Diagnosis) -> None:
         "median / p99 / max save", f"{fmt_duration(d.median_s)} / {fmt_duration(d.p99_s)} / {fmt_duration(d.max_s)}"
     )
     lo, hi = d.slope_ci95
-    table.add_row(f"slope against {d.by} (95% CI)", f"{d.slope_s_per_save:+.3g} s/save ({lo:+.3g} … {hi:+.3g})")
+    table.add_row(f"slope against {shown(d.by)} (95% CI)", f"{d.slope_s_per_save:+.3g} s/save ({lo:+.3g} … {hi:+.3g})")
     if d.interval_s:
         table.add_row("interval between saves", fmt_duration(d.interval_s))
     if d.fraction_saving is not None:
@@ -41,7 +41,7 @@ def render_diagnosis(d: Diagnosis) -> None:
         table.add_row("ckplan's prediction", fmt_duration(d.predicted_s))
     out.print(table)
     if d.timeout_warning:
-        out.print(f"[bold red]warning:[/bold red] {d.timeout_warning}")
+        out.print(f"[bold red]warning:[/bold red] {shown(d.timeout_warning)}")
     render_chart(d)
 
 
@@ -63,7 +63,8 @@ def render_record_diagnosis(d: RecordDiagnosis) -> None:
     """Each step's saves across ranks, then the trend as for logs."""
     out = console()
     table = Table(
-        title=f"{len(d.steps)} step(s), {d.lines} save records ({', '.join(d.frameworks)}) in {len(d.records)} file(s)",
+        title=f"{len(d.steps)} step(s), {d.lines} save records ({shown(', '.join(d.frameworks))}) "
+        f"in {len(d.records)} file(s)",
         title_justify="left",
     )
     for col in ("step", "ranks", "slowest rank", "save (slowest)", "fastest / median", "spread", "blocking", "bytes"):
@@ -75,7 +76,7 @@ def render_record_diagnosis(d: RecordDiagnosis) -> None:
         row = [
             str(s.step),
             f"{s.ranks}/{s.world_size}",
-            str(s.slowest_rank),
+            shown(s.slowest_rank),
             fmt_duration(s.seconds),
             f"{fmt_duration(s.fastest_s)} / {fmt_duration(s.median_s)}",
             fmt_duration(s.spread_s),
@@ -87,15 +88,15 @@ def render_record_diagnosis(d: RecordDiagnosis) -> None:
             row.append(f"{s.error_percent:+.0f}%" if s.error_percent is not None else "")
         table.add_row(*row)
     out.print(table)
-    out.print(f"slowest rank: {d.slowest_rank}, in {d.slowest_rank_steps} of {len(d.steps)} step(s)")
+    out.print(f"slowest rank: {shown(d.slowest_rank)}, in {d.slowest_rank_steps} of {len(d.steps)} step(s)")
     if d.predicted_s is not None:
         stall = f", blocking {fmt_duration(d.predicted_stall_s)}" if d.predicted_stall_s is not None else ""
         out.print(
             f"ckplan predicts {fmt_duration(d.predicted_s)} per save{stall}; error is (predicted − recorded) ÷ recorded"
         )
     if d.timeout_warning:
-        out.print(f"[bold red]warning:[/bold red] {d.timeout_warning}")
+        out.print(f"[bold red]warning:[/bold red] {shown(d.timeout_warning)}")
     for note in d.notes:
-        out.print(f"[yellow]note:[/yellow] {note}")
+        out.print(f"[yellow]note:[/yellow] {shown(note)}")
     if d.trend is not None:
         render_diagnosis(d.trend)

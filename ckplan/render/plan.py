@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from ckplan.render.console import console
+from ckplan.render.console import console, shown
 from ckplan.sizing.plan import CheckpointPlan
 from ckplan.units import fmt_bytes, fmt_duration, fmt_percent, fmt_rate
 
@@ -13,7 +13,7 @@ MANIFEST_ROWS = 20
 
 def render_plan(plan: CheckpointPlan, full_manifest: bool = False) -> None:
     out = console()
-    out.print(f"[bold]{plan.describe()}[/bold]")
+    out.print(f"[bold]{shown(plan.describe())}[/bold]")
     out.print(
         f"One save writes [bold]{fmt_bytes(plan.total_bytes)}[/bold] in {plan.file_count:,} files "
         f"from {plan.writers:,} writer(s) on {plan.nodes_writing} node(s)"
@@ -27,10 +27,13 @@ def render_plan(plan: CheckpointPlan, full_manifest: bool = False) -> None:
     for col in ("state", "dtype", "bytes/param", "bytes"):
         states.add_column(col, justify="right" if col != "state" else "left")
     for s in plan.breakdown:
-        states.add_row(s.name, s.dtype, per_param(s.bytes), fmt_bytes(s.bytes))
+        states.add_row(shown(s.name), shown(s.dtype), per_param(s.bytes), fmt_bytes(s.bytes))
     for s in plan.not_saved:
         states.add_row(
-            f"[dim]{s.name} (held, not saved)[/dim]", f"[dim]{s.dtype}[/dim]", "[dim]0[/dim]", "[dim]–[/dim]"
+            f"[dim]{shown(s.name)} (held, not saved)[/dim]",
+            f"[dim]{shown(s.dtype)}[/dim]",
+            "[dim]0[/dim]",
+            "[dim]–[/dim]",
         )
     states.add_row(
         "small files + file overhead", "", per_param(plan.small_file_bytes, 4), fmt_bytes(plan.small_file_bytes)
@@ -46,11 +49,11 @@ def render_plan(plan: CheckpointPlan, full_manifest: bool = False) -> None:
     nodes = Table(title="Who writes it", title_justify="left")
     for col in ("node", "writers", "files", "bytes"):
         nodes.add_column(col, justify="right")
-    shown = plan.nodes if len(plan.nodes) <= 8 else plan.nodes[:4] + plan.nodes[-2:]
-    for n in shown:
+    listed = plan.nodes if len(plan.nodes) <= 8 else plan.nodes[:4] + plan.nodes[-2:]
+    for n in listed:
         nodes.add_row(str(n.node), str(n.writers), f"{n.files:,}", fmt_bytes(n.bytes))
-    if len(shown) < len(plan.nodes):
-        nodes.add_row("…", f"({len(plan.nodes) - len(shown)} more)", "", "")
+    if len(listed) < len(plan.nodes):
+        nodes.add_row("…", f"({len(plan.nodes) - len(listed)} more)", "", "")
     out.print(nodes)
     out.print(
         f"Busiest rank writes {fmt_bytes(plan.bytes_per_rank_max)}; busiest node {fmt_bytes(plan.bytes_per_node_max)}.\n"
@@ -61,7 +64,7 @@ def render_plan(plan: CheckpointPlan, full_manifest: bool = False) -> None:
         manifest.add_column(col, justify="left" if col == "path" else "right")
     files = plan.manifest if full_manifest else plan.manifest[:MANIFEST_ROWS]
     for f in files:
-        manifest.add_row(f.path, str(f.rank), str(f.node), fmt_bytes(f.bytes))
+        manifest.add_row(shown(f.path), str(f.rank), str(f.node), fmt_bytes(f.bytes))
     if len(files) < len(plan.manifest):
         manifest.add_row(f"… {len(plan.manifest) - len(files):,} more files (--full-manifest or --json)", "", "", "")
     out.print(manifest)
@@ -90,7 +93,7 @@ def render_plan(plan: CheckpointPlan, full_manifest: bool = False) -> None:
         demand.add_row("naive N·C/T", fmt_rate(d.naive_bandwidth_bytes_per_s))
         demand.add_row("operations per save / IOPS in the budget", f"{d.ops_per_save:,} / {d.iops_needed:,.0f} IOPS")
         out.print(demand)
-        out.print(f"[dim]{d.naive_explanation}[/dim]\n")
+        out.print(f"[dim]{shown(d.naive_explanation)}[/dim]\n")
 
     if plan.typical_demand:
         first = plan.typical_demand[0]
@@ -114,7 +117,7 @@ def render_plan(plan: CheckpointPlan, full_manifest: bool = False) -> None:
 
     out.print("[bold]Assumptions[/bold]")
     for a in plan.assumptions:
-        out.print(f" • {a}")
+        out.print(f" • {shown(a)}")
 
 
 def _render_restore(plan: CheckpointPlan) -> None:
@@ -138,11 +141,11 @@ def _render_restore(plan: CheckpointPlan) -> None:
         f"{len(r.files) + r.own_files:,}",
     )
     out.print(table)
-    formats = ", ".join(f"{fmt} {fmt_bytes(b)}" for fmt, b in sorted(r.rank_bytes_by_format.items()) if b)
+    formats = ", ".join(f"{shown(fmt)} {fmt_bytes(b)}" for fmt, b in sorted(r.rank_bytes_by_format.items()) if b)
     out.print(
         f"Read amplification {r.read_amplification:.2f}× the {fmt_bytes(plan.total_bytes)} checkpoint; "
-        f"the busiest rank deserialises {formats}.\n[dim]Page cache: {r.page_cache}.[/dim]"
+        f"the busiest rank deserialises {formats}.\n[dim]Page cache: {shown(r.page_cache)}.[/dim]"
     )
     for note in r.notes:
-        out.print(f"[dim] • {note}[/dim]")
+        out.print(f"[dim] • {shown(note)}[/dim]")
     out.print("")

@@ -9,7 +9,7 @@ from rich.table import Table
 
 from ckplan.profile import StorageProfile
 from ckplan.profile_store import ProfileList
-from ckplan.render.console import console, err_console
+from ckplan.render.console import console, err_console, shown
 from ckplan.units import fmt_bytes, fmt_duration, fmt_rate
 
 
@@ -26,13 +26,13 @@ def render_profile(p: StorageProfile) -> None:
     ]
     objects = p.target_kind == "s3"
     if objects:
-        where = f"endpoint {p.mount_options.get('endpoint', '-')}, region {p.mount_options.get('region', '-')}"
+        where = f"endpoint {shown(p.mount_options.get('endpoint', '-'))}, region {shown(p.mount_options.get('region', '-'))}"
     elif p.target_kind == "hosts":
-        where = f"{p.hosts} hosts ({p.mount_options.get('hosts', '-')})"
+        where = f"{p.hosts} hosts ({shown(p.mount_options.get('hosts', '-'))})"
     else:
-        where = f"mounted at {p.mount_point or '-'}, {mode}"
+        where = f"mounted at {shown(p.mount_point or '-')}, {mode}"
     out.print(
-        f"[bold]{p.name}[/bold]: {p.target} — {p.fs_type} ({p.storage_class}), {where}, "
+        f"[bold]{shown(p.name)}[/bold]: {shown(p.target)} — {shown(p.fs_type)} ({shown(p.storage_class)}), {where}, "
         f"{'shared' if p.shared else 'node-local'}"
     )
     interesting = {
@@ -41,10 +41,11 @@ def render_profile(p: StorageProfile) -> None:
         if k in ("nconnect", "rsize", "wsize", "vers", "proto", "hard", "soft", "ro", "sync")
     }
     if interesting:
-        out.print("mount options: " + ", ".join(f"{k}={v}" if v else k for k, v in interesting.items()))
+        out.print("mount options: " + ", ".join(f"{k}={shown(v)}" if v else k for k, v in interesting.items()))
     m = p.measurement
     out.print(
-        f"measured with {m.tool} on {m.host} at {m.date}, preset {m.preset}, {fmt_duration(m.duration_s)}"
+        f"measured with {shown(m.tool)} on {shown(m.host)} at {shown(m.date)}, preset {shown(m.preset)}, "
+        f"{fmt_duration(m.duration_s)}"
         + (
             f", up to {fmt_bytes(m.bandwidth_bytes_per_writer)} per writer, {m.runtime_cap_s:g} s per point"
             if m.bandwidth_bytes_per_writer
@@ -53,7 +54,8 @@ def render_profile(p: StorageProfile) -> None:
     )
     if m.jobs_dir:
         out.print(
-            f"fio job files of its {len(m.jobs)} runs, in order: {m.jobs_dir} (`sh {m.jobs_dir}/run.sh` runs them again)"
+            f"fio job files of its {len(m.jobs)} runs, in order: {shown(m.jobs_dir)} "
+            f"(`sh {shown(m.jobs_dir)}/run.sh` runs them again)"
         )
     table = Table(
         title="Write bandwidth against concurrent multipart streams"
@@ -106,7 +108,8 @@ def render_profile(p: StorageProfile) -> None:
     if p.replay:
         r = p.replay
         out.print(
-            f"Replay of one node's share ({r.method}, {r.write_path} writes): {r.files} files, {fmt_bytes(r.bytes)} "
+            f"Replay of one node's share ({shown(r.method)}, {shown(r.write_path)} writes): {r.files} files, "
+            f"{fmt_bytes(r.bytes)} "
             f"from {r.writers} writers at scale {r.scale:g}: [bold]{fmt_duration(r.seconds)}[/bold] "
             f"({fmt_rate(r.bytes / r.seconds)}) "
             + _spread(r.spread, fmt_duration)
@@ -117,7 +120,7 @@ def render_profile(p: StorageProfile) -> None:
         out.print(
             "This machine's serialisers (measured here, one writer per core, into /dev/null): "
             + ", ".join(
-                f"{fmt} {fmt_rate(v)} " + _spread(c.serialize_spread.get(fmt), fmt_rate)
+                f"{shown(fmt)} {fmt_rate(v)} " + _spread(c.serialize_spread.get(fmt), fmt_rate)
                 for fmt, v in c.serialize_bytes_per_s.items()
             )
             + (
@@ -128,20 +131,20 @@ def render_profile(p: StorageProfile) -> None:
             )
         )
     for note in p.notes:
-        out.print(f"[yellow]note:[/yellow] {note}")
+        out.print(f"[yellow]note:[/yellow] {shown(note)}")
 
 
 def render_calibration(c) -> None:
     out = console()
     table = Table(
-        title=f"Serialisers on {c.host}, one writer on one core, into /dev/null "
+        title=f"Serialisers on {shown(c.host)}, one writer on one core, into /dev/null "
         f"({fmt_bytes(c.sample_bytes)} of fp32 tensors of {fmt_bytes(c.tensor_bytes)})",
         title_justify="left",
     )
     for col in ("serialiser", "median", "min … max"):
         table.add_column(col, justify="right" if col != "serialiser" else "left")
     for fmt, v in c.serialize_bytes_per_s.items():
-        table.add_row(fmt, fmt_rate(v), _spread(c.serialize_spread.get(fmt), fmt_rate))
+        table.add_row(shown(fmt), fmt_rate(v), _spread(c.serialize_spread.get(fmt), fmt_rate))
     out.print(table)
     if c.deserialize_bytes_per_s:
         loads = Table(
@@ -152,7 +155,7 @@ def render_calibration(c) -> None:
         for col in ("format", "median", "min … max"):
             loads.add_column(col, justify="right" if col != "format" else "left")
         for fmt, v in c.deserialize_bytes_per_s.items():
-            loads.add_row(fmt, fmt_rate(v), _spread(c.deserialize_spread.get(fmt), fmt_rate))
+            loads.add_row(shown(fmt), fmt_rate(v), _spread(c.deserialize_spread.get(fmt), fmt_rate))
         out.print(loads)
     if c.dcp_fixed_seconds is not None:
         out.print(
@@ -160,7 +163,8 @@ def render_calibration(c) -> None:
             f"[bold]{fmt_duration(c.dcp_fixed_seconds)}[/bold] " + _spread(c.dcp_fixed_spread, fmt_duration)
         )
     out.print(
-        f"torch {c.torch_version}, safetensors {c.safetensors_version or 'not installed'}; took {fmt_duration(c.duration_s)}. "
+        f"torch {shown(c.torch_version)}, safetensors {shown(c.safetensors_version or 'not installed')}; "
+        f"took {fmt_duration(c.duration_s)}. "
         'Stored in a profile by `ckplan probe`, these replace the defaults in every prediction (labelled "measured here").'
     )
 
@@ -195,7 +199,7 @@ class LiveProgress:
         self.progress.update(self.task, completed=min(elapsed, self.total_s), left=fmt_duration(left), **fields)
 
     def phase(self, name: str, budget_s: float) -> None:
-        self._tick(description=name, rate="")
+        self._tick(description=shown(name), rate="")  # rich reads a task's description as markup
 
     def update(self, bytes_written: int, elapsed_s: float) -> None:
         self._tick(rate=f"{fmt_rate(bytes_written / elapsed_s)}" if elapsed_s > 0 else "")
@@ -226,13 +230,13 @@ def render_profiles(listing: ProfileList) -> None:
         table.add_column(col)
     for r in listing.profiles:
         table.add_row(
-            r.name,
-            r.source,
-            r.storage_class,
-            r.fs_type,
+            shown(r.name),
+            shown(r.source),
+            shown(r.storage_class),
+            shown(r.fs_type),
             fmt_rate(r.best_write_bytes_per_s),
             f"{r.files_per_s:,.0f}",
             fmt_duration(r.fsync_p99_s),
-            r.location,
+            shown(r.location),
         )
     console().print(table)

@@ -5,18 +5,18 @@ from __future__ import annotations
 from rich.table import Table
 
 from ckplan.planning.provision import ProvisionSweep
-from ckplan.render.console import console
+from ckplan.render.console import console, shown
 from ckplan.units import fmt_bytes, fmt_duration, fmt_percent, fmt_rate
 
 
 def render_provision(sweep: ProvisionSweep) -> None:
     out = console()
-    out.print(f"[bold]{sweep.plan}[/bold]")
+    out.print(f"[bold]{shown(sweep.plan)}[/bold]")
     targets = ", ".join(
-        f"{k} {fmt_duration(v) if k in ('max_loss_s', 'max_restore_s') else fmt_percent(v)}"
+        f"{shown(k)} {fmt_duration(v) if k in ('max_loss_s', 'max_restore_s') else fmt_percent(v)}"
         for k, v in sweep.targets.items()
     )
-    out.print(f"Storage needed for {sweep.mode} saves, targets: {targets}; keep {sweep.keep} checkpoints\n")
+    out.print(f"Storage needed for {shown(sweep.mode)} saves, targets: {targets}; keep {sweep.keep} checkpoints\n")
     table = Table(title="Provisioning by cluster size", title_justify="left")
     cols = [
         "GPUs",
@@ -41,7 +41,7 @@ def render_provision(sweep: ProvisionSweep) -> None:
             table.add_row(
                 f"{r.gpus:,}",
                 fmt_duration(r.mtbf_s),
-                f"[red]not possible: {r.dominant_term}[/red]",
+                f"[red]not possible: {shown(r.dominant_term)}[/red]",
                 *[""] * (len(cols) - 3),
             )
             continue
@@ -85,11 +85,11 @@ def render_provision(sweep: ProvisionSweep) -> None:
             if r.feasible and r.headroom is not None and r.burst_bandwidth_bytes_per_s is not None:
                 agg = r.storage_aggregate
                 out.print(
-                    f"{sweep.storage} gives {fmt_rate(r.headroom * r.burst_bandwidth_bytes_per_s)} to {r.nodes} nodes"
-                    + (f" ({agg.label})" if agg is not None else "")
+                    f"{shown(sweep.storage)} gives {fmt_rate(r.headroom * r.burst_bandwidth_bytes_per_s)} to {r.nodes} nodes"
+                    + (f" ({shown(agg.label)})" if agg is not None else "")
                     + f"; the {r.gpus:,}-GPU plan needs {fmt_rate(r.burst_bandwidth_bytes_per_s)}; "
                     f"headroom {r.headroom:.2f}×"
                 )
     out.print("[bold]Assumptions[/bold]")
     for a in sweep.assumptions:
-        out.print(f" • {a}")
+        out.print(f" • {shown(a)}")

@@ -4,7 +4,7 @@ from typing import TYPE_CHECKING
 
 from rich.table import Table
 
-from ckplan.render.console import console
+from ckplan.render.console import console, shown
 from ckplan.units import fmt_bytes, fmt_duration, fmt_rate
 from ckplan.validate.model import LOAD_TARGET_PERCENT, NOISY_SPREAD, RestoreValidation, Validation
 
@@ -15,8 +15,9 @@ if TYPE_CHECKING:
 def render_validation(v: Validation) -> None:
     out = console()
     out.print(
-        f"[bold]{v.framework}[/bold] save of node {v.node}'s share ({v.files} files, {fmt_bytes(v.bytes)}, "
-        f"{v.writers} writer processes, scale {v.scale:g}) with {v.saver} on {v.target}, {v.mode}, {v.repeats} repeats "
+        f"[bold]{shown(v.framework)}[/bold] save of node {v.node}'s share ({v.files} files, {fmt_bytes(v.bytes)}, "
+        f"{v.writers} writer processes, scale {v.scale:g}) with {shown(v.saver)} on {shown(v.target)}, {shown(v.mode)}, "
+        f"{v.repeats} repeats "
         "after one unrecorded warm-up save"
     )
     table = Table(title="Predicted against measured", title_justify="left")
@@ -24,13 +25,13 @@ def render_validation(v: Validation) -> None:
         table.add_column(col, justify="right" if col == "seconds" else "left")
     p = v.prediction
     how = (
-        f"the profile's replay of this plan ({p.write_path} writes)"
+        f"the profile's replay of this plan ({shown(p.write_path)} writes)"
         if p.source == "replay"
         else f"{fmt_duration(p.coordination_seconds)} coordination + {fmt_duration(p.bandwidth_seconds)} serialise+write "
-        f"({p.limited_by}; {fmt_duration(p.serialize_seconds)} serialising, {p.write_path} curve) + "
+        f"({shown(p.limited_by)}; {fmt_duration(p.serialize_seconds)} serialising, {shown(p.write_path)} curve) + "
         f"{fmt_duration(p.metadata_seconds)} files + {fmt_duration(p.fsync_tail_seconds)} fsync p99"
     )
-    table.add_row("predicted save", fmt_duration(v.predicted_seconds), f"{how} ({v.storage})")
+    table.add_row("predicted save", fmt_duration(v.predicted_seconds), f"{how} ({shown(v.storage)})")
     m = v.measured
     table.add_row(
         "measured save (median)",
@@ -52,11 +53,11 @@ def render_validation(v: Validation) -> None:
     style = "green" if abs(v.error_percent) <= 15 else "red"
     table.add_row("error", f"[{style}]{v.error_percent:+.1f}%[/{style}]", "(predicted − measured) ÷ measured")
     out.print(table)
-    out.print(f"diagnosis: {v.diagnosis}")
+    out.print(f"diagnosis: {shown(v.diagnosis)}")
     if p.machine is not None:
-        out.print(p.machine.describe())
+        out.print(shown(p.machine.describe()))
     for note in [*p.notes, *v.notes]:
-        out.print(f"[yellow]note:[/yellow] {note}")
+        out.print(f"[yellow]note:[/yellow] {shown(note)}")
     if v.restore is not None:
         render_restore(v.restore)
 
@@ -64,7 +65,7 @@ def render_validation(v: Validation) -> None:
 def render_restore(r: RestoreValidation) -> None:
     out = console()
     out.print(
-        f"\n[bold]Restore[/bold]: node {r.node}'s {r.readers} ranks load the last save's files with {r.loader}, "
+        f"\n[bold]Restore[/bold]: node {r.node}'s {r.readers} ranks load the last save's files with {shown(r.loader)}, "
         f"{r.files} files, {fmt_bytes(r.bytes)} distinct ({fmt_bytes(r.requested_bytes)} requested), "
         f"{'cold (pages dropped before each load)' if r.cold else 'from memory (tmpfs: no pages to drop)'}, "
         f"{r.repeats} repeats after one unrecorded warm-up load"
@@ -77,7 +78,7 @@ def render_restore(r: RestoreValidation) -> None:
         "the profile's read replay of this plan"
         if p.source == "replay"
         else f"{fmt_duration(p.deserialize_seconds)} deserialise + {fmt_duration(p.read_seconds)} read "
-        f"({p.limited_by}; {p.read_curve} curve, {fmt_rate(p.node_read_bandwidth_bytes_per_s)} at "
+        f"({shown(p.limited_by)}; {shown(p.read_curve)} curve, {fmt_rate(p.node_read_bandwidth_bytes_per_s)} at "
         f"{p.streams_per_node:.3g} streams)"
     )
     table.add_row("predicted load", fmt_duration(r.predicted_seconds), how)
@@ -98,16 +99,16 @@ def render_restore(r: RestoreValidation) -> None:
         "error", f"[{style}]{r.error_percent:+.1f}%[/{style}]", f"(predicted − measured) ÷ measured; {judged}"
     )
     out.print(table)
-    out.print(f"diagnosis: {r.diagnosis}")
+    out.print(f"diagnosis: {shown(r.diagnosis)}")
     for note in [*p.notes, *r.notes]:
-        out.print(f"[yellow]note:[/yellow] {note}")
+        out.print(f"[yellow]note:[/yellow] {shown(note)}")
 
 
 def render_record_validation(v: RecordValidation) -> None:
     out = console()
     out.print(
-        f"[bold]{v.framework}[/bold] job's own saves ({v.steps} step(s), {v.world_size} ranks, {v.mode}; plan for "
-        f"{v.plan_gpus} GPUs) against the prediction on {v.storage}"
+        f"[bold]{shown(v.framework)}[/bold] job's own saves ({v.steps} step(s), {v.world_size} ranks, {shown(v.mode)}; "
+        f"plan for {v.plan_gpus} GPUs) against the prediction on {shown(v.storage)}"
     )
     table = Table(title="Predicted against recorded", title_justify="left")
     for col in ("", "value", "notes"):
@@ -117,7 +118,7 @@ def render_record_validation(v: RecordValidation) -> None:
         "predicted save",
         fmt_duration(v.predicted_seconds),
         f"{fmt_duration(p.coordination_seconds)} coordination + {fmt_duration(p.bandwidth_seconds)} serialise+write "
-        f"({p.limited_by}) + {fmt_duration(p.metadata_seconds)} files + {fmt_duration(p.fsync_tail_seconds)} fsync p99"
+        f"({shown(p.limited_by)}) + {fmt_duration(p.metadata_seconds)} files + {fmt_duration(p.fsync_tail_seconds)} fsync p99"
         if p.source == "model"
         else "the profile's replay of this plan",
     )
@@ -147,6 +148,6 @@ def render_record_validation(v: RecordValidation) -> None:
         f"each step's: {e.min:+.1f}% … {e.max:+.1f}%; (predicted − recorded) ÷ recorded",
     )
     out.print(table)
-    out.print(f"diagnosis: {v.diagnosis}")
+    out.print(f"diagnosis: {shown(v.diagnosis)}")
     for note in [*p.notes, *v.notes]:
-        out.print(f"[yellow]note:[/yellow] {note}")
+        out.print(f"[yellow]note:[/yellow] {shown(note)}")

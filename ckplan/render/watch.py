@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.table import Table
 
 from ckplan.diagnose.device import AWAIT_SLOW_MS, UTIL_SATURATED, Sample, WatchResult
-from ckplan.render.console import console
+from ckplan.render.console import console, shown
 
 
 def _util(v: float) -> str:
@@ -25,7 +25,7 @@ def print_sample(s: Sample) -> None:
 
 
 def render_watch(r: WatchResult) -> None:
-    title = f"{r.device} behind {r.target}: {len(r.samples)} samples over {r.duration_s:.1f} s"
+    title = f"{shown(r.device)} behind {shown(r.target)}: {len(r.samples)} samples over {r.duration_s:.1f} s"
     # rich wraps a title to the table's width, and these four short columns are narrower than the title
     table = Table(title=title, title_justify="left", min_width=len(title))
     for col in ("metric", "peak", "p99", "median"):
