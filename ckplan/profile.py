@@ -70,6 +70,8 @@ class SmallFiles(Model):
     def _ordered(self) -> SmallFiles:
         if self.file_bytes_min > self.file_bytes_max:
             raise ValueError(f"file_bytes_min {self.file_bytes_min:,} exceeds file_bytes_max {self.file_bytes_max:,}")
+        if self.ops_per_s < self.files_per_s:  # a file is at least one operation (an object: its PUT)
+            raise ValueError(f"ops_per_s {self.ops_per_s:g} is below files_per_s {self.files_per_s:g}")
         return self
 
 
@@ -118,7 +120,23 @@ class Replay(Model):
     fixed_seconds: Seconds = 0.0  # the part not scaled by bytes
     serialize_seconds: Seconds = 0.0  # raw bytes only: the serialiser time added at full scale
     spread: Spread | None = None
-    nodes: Int = 1  # how many of the plan's nodes it wrote at once: a multi-host replay writes one node per host
+    nodes: Hosts = 1  # how many of the plan's nodes it wrote at once: a multi-host replay writes one node per host
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Replay:
+        # each writer wrote a file of its own, of at least one byte (sizing.plan.scaled_file_bytes)
+        if self.writers > self.files:
+            raise ValueError(f"writers {self.writers} exceeds files {self.files}: each writer writes a file")
+        if self.bytes < self.files:
+            raise ValueError(f"bytes {self.bytes} is below files {self.files}: each file holds at least one byte")
+        _full_scale(self.method == "framework saver", self.serialize_seconds, "serialize_seconds", self)
+        # the full size writes at least the replayed bytes (probe.engine.full_scale_seconds), so takes no less time
+        if self.full_scale_seconds < self.seconds * (1 - 1e-9):
+            raise ValueError(
+                f"full_scale_seconds {self.full_scale_seconds:g} is below seconds {self.seconds:g}, the replayed "
+                "scale's time"
+            )
+        return self
 
 
 class ReadReplay(Model):
@@ -137,7 +155,25 @@ class ReadReplay(Model):
     fixed_seconds: Seconds = 0.0
     deserialize_seconds: Seconds = 0.0  # raw bytes only: the deserialiser time added at full scale
     spread: Spread | None = None
-    nodes: Int = 1
+    nodes: Hosts = 1
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ReadReplay:
+        _full_scale(self.method == "framework loader", self.deserialize_seconds, "deserialize_seconds", self)
+        return self
+
+
+def _full_scale(framework: bool, cpu_seconds: float, cpu_field: str, replay: Replay | ReadReplay) -> None:
+    """A replay's full-size time (probe.engine.full_scale_seconds) is its fixed part, plus the rest scaled, plus,
+    for raw bytes, the (de)serialiser time at full size; a framework's own run holds that time already."""
+    if framework and cpu_seconds:
+        raise ValueError(f"{cpu_field} is {cpu_seconds:g} for method {replay.method!r}, whose run holds it: 0")
+    floor = replay.fixed_seconds + cpu_seconds
+    if replay.full_scale_seconds < floor * (1 - 1e-9):
+        raise ValueError(
+            f"full_scale_seconds {replay.full_scale_seconds:g} is below fixed_seconds + {cpu_field} ({floor:g}), "
+            "which it holds"
+        )
 
 
 class Calibration(Model):
@@ -191,6 +227,20 @@ class Measurement(Model):
     jobs: list[JobFile] = Field(default_factory=list)
 
 
+# the phases a probe keeps going without: each one's figure is optional in the profile, and the planner has a stated
+# stand-in for it (the named serialiser defaults; the save-time model; the load model)
+LatePhase = Literal["calibration", "replay", "read replay"]
+
+
+class FailedPhase(Model):
+    """A late phase of a probe that failed while it ran: the profile keeps the phases measured before it and says
+    what it lacks, rather than throwing minutes of measurements away (`ckplan probe` then exits 4)."""
+
+    phase: LatePhase
+    error: str  # the failure, in the one line the CLI would have printed
+    missing: str  # what the profile lacks because of it, and what stands in for it
+
+
 class StorageProfile(Model):
     kind: Literal["ckplan.storage"] = "ckplan.storage"
     schema_version: int = SCHEMA_VERSION
@@ -227,6 +277,8 @@ class StorageProfile(Model):
     replay: Replay | None = None
     read_replay: ReadReplay | None = None  # the busiest node's restore reads of a plan (probe --plan)
     calibration: Calibration | None = None
+    # late phases that failed (empty: every phase the probe set out to run ran). Optional, so schema 2 still
+    failed_phases: list[FailedPhase] = Field(default_factory=list)
     measurement: Measurement
     notes: list[str] = Field(default_factory=list)
     raw_fio: list[dict[str, Any]] = Field(default_factory=list)
@@ -266,6 +318,10 @@ class StorageProfile(Model):
                     raise ValueError(f"{name}[{i + 1}]: {x} {b} comes {why}: give each point once, in rising order")
         if any(p.hosts > self.hosts for p in self.aggregate_bandwidth + self.aggregate_read_bandwidth):
             raise ValueError(f"aggregate_bandwidth has a point of more hosts than the profile's hosts {self.hosts}")
+        # a replay writes (or reads) one of the plan's nodes per probed host
+        for name, replay in (("replay", self.replay), ("read_replay", self.read_replay)):
+            if replay is not None and replay.nodes > self.hosts:
+                raise ValueError(f"{name}.nodes {replay.nodes} exceeds hosts {self.hosts}: one node per probed host")
         return self
 
     def curve(self, path: WritePath = "buffered") -> tuple[list[BandwidthPoint], WritePath]:

@@ -31,8 +31,10 @@ def build_document(
 ) -> Document:
     """The report; `charts` holds the PNG bytes by file name (waste.png, bandwidth.png)."""
     doc = Document(f"Checkpoint plan: {rec.plan}")
+    doc.add(Decision(rec.verdict, rec.summary, rec.verdict_reason))
+    if rec.machine_defaults is not None:  # beside the decision it qualifies: the default can move the save by its share
+        doc.add(Para(rec.machine_defaults.note))
     doc.add(
-        Decision(rec.verdict, rec.summary, rec.verdict_reason),
         Para(
             f"Generated {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC by ckplan {rec.ckplan_version}.",
             quiet=True,
@@ -84,9 +86,19 @@ def build_document(
             f"Small files: {profile.small_files.files_per_s:,.0f} files/s; fsync p50 {_d(profile.fsync_latency.p50_s)}, "
             f"p99 {_d(profile.fsync_latency.p99_s)}."
         ),
+        *(
+            Para(f"Incomplete probe: the {f.phase} failed ({f.error}); the profile lacks {f.missing}.")
+            for f in profile.failed_phases
+        ),
         Image("bandwidth.png", "bandwidth against writers", charts["bandwidth.png"]),
     )
-    rows = [["save (persist) time", _d(rec.save_seconds)], ["stall per save", _d(rec.stall_seconds)]]
+    rows = [["save (persist) time", _d(rec.save_seconds)]]
+    if rec.machine_defaults is not None:
+        d = rec.machine_defaults
+        rows.append(
+            ["serialisers: NOT MEASURED", f"named defaults, {_d(d.save_seconds)} of the save ({d.save_share:.0%})"]
+        )
+    rows.append(["stall per save", _d(rec.stall_seconds)])
     model = rec.save_model
     if model is not None and model.nodes > 1:
         # the figure the save time rests on for a plan of many nodes, labelled "extrapolated" beyond the measured hosts

@@ -14,6 +14,7 @@ from ckplan.planning import mitigations
 from ckplan.planning.data import PlanningData
 from ckplan.planning.mitigations import WhatIf
 from ckplan.planning.policy import (
+    DEFAULT_DCP_FIXED_S,
     DEFAULT_HOST_MEMORY_BYTES,
     DEFAULT_SNAPSHOT_BYTES_PER_S,
     Policy,
@@ -39,6 +40,22 @@ from ckplan.profile import StorageProfile
 from ckplan.schema import Model
 from ckplan.sizing.plan import CheckpointPlan
 from ckplan.units import fmt_bytes, fmt_duration, fmt_percent, fmt_rate
+
+
+class MachineDefaults(Model):
+    """The machine figures a recommendation took from the named defaults (planning/defaults.py) for want of a
+    calibration of this machine in the profile, and how much of the prediction rests on them. A serialiser's speed
+    is the CPU's, and calibrations differ by several times between machines (torch.save 1.16 GB/s per core by
+    default, 3.6 GB/s in `ckplan calibrate --quick` on the machine these lines were written on): where the busiest
+    writer serialises for half of a predicted save, the default alone can move it by about half."""
+
+    # each default the prediction used: "serialiser torch.save" (bytes/s per writer core), "deserialiser dcp"
+    # (bytes/s per reader core), "DCP fixed cost" (seconds per save)
+    figures: dict[str, float]
+    save_seconds: float  # the part of the predicted save these defaults give (serialisation, fixed cost)
+    save_share: float  # that part ÷ the predicted save
+    load_seconds: float  # the part of the predicted load at restart they give (deserialisation, fixed cost)
+    note: str  # the labelled line the table, the assumptions and the report show
 
 
 class Recommendation(Model):
@@ -77,6 +94,8 @@ class Recommendation(Model):
     what_if: list[WhatIf] = Field(default_factory=list)
     assumptions: list[str] = Field(default_factory=list)
     warnings: list[str] = Field(default_factory=list)
+    # None where every machine figure the prediction uses was measured here or given
+    machine_defaults: MachineDefaults | None = None
 
 
 def recommend(
@@ -140,6 +159,7 @@ def recommend(
             + f"; expected overhead {fmt_percent(ev.overhead_at_recommended)}, expected lost work "
             f"{fmt_duration(lost)} per failure ({failures_per_day:.2f} failures/day); {storage_limit}"
         )
+    defaults = machine_defaults(plan, profile, scenario, restart)
     rec = Recommendation(
         plan=plan.describe(),
         storage=profile.name,
@@ -161,8 +181,9 @@ def recommend(
         failures_per_day=failures_per_day,
         needed=needed,
         summary=summary,
-        assumptions=_assumptions(plan, profile, policy, scenario, restart),
+        assumptions=([defaults.note] if defaults else []) + _assumptions(plan, profile, policy, scenario, restart),
         warnings=_warnings(policy, scenario),
+        machine_defaults=defaults,
         **ev.model_dump(),
     )
     if data is not None:
@@ -197,6 +218,66 @@ def compare(plan: CheckpointPlan, policy: Policy, classes: list[StorageProfile])
             )
         ]
     return Comparison(plan=plan.describe(), recommendations=[recommend(plan, p, policy) for p in profiles])
+
+
+def machine_defaults(
+    plan: CheckpointPlan, profile: StorageProfile, s: Scenario, restart: RestartCost
+) -> MachineDefaults | None:
+    """The named defaults the prediction of `plan` on `profile` used for this machine's figures, and the seconds of
+    the save and the load that rest on them; None where it used none (all measured here or given, or no model)."""
+    figures: dict[str, float] = {}
+    save_part = load_part = 0.0
+    m = s.save_model
+    if m is not None and m.machine is not None:
+        formats = {fmt for w in plan.writer_bytes(plan.busiest_node.node).values() for fmt in w}
+        serialisers = {
+            fmt: f.value
+            for fmt, f in m.machine.serialize_bytes_per_s.items()
+            if fmt in formats and f.source == "default"
+        }
+        figures |= {f"serialiser {fmt}": v for fmt, v in serialisers.items()}
+        save_part += m.serialize_seconds if serialisers else 0.0
+        if plan.coordinated_save and m.machine.coordination_seconds.source == "default":
+            figures["DCP fixed cost"] = m.machine.coordination_seconds.value
+            save_part += m.coordination_seconds
+    load = restart.load
+    if load is not None and load.source == "model" and plan.restore is not None:
+        read = plan.restore.rank_bytes_by_format
+        deserialisers = {fmt: f.value for fmt, f in load.deserializers.items() if fmt in read and f.source == "default"}
+        figures |= {f"deserialiser {fmt}": v for fmt, v in deserialisers.items()}
+        load_part += load.deserialize_seconds if deserialisers else 0.0
+        if load.coordination_seconds and (profile.calibration is None or profile.calibration.dcp_fixed_seconds is None):
+            figures.setdefault("DCP fixed cost", DEFAULT_DCP_FIXED_S)
+            load_part += load.coordination_seconds
+    if not figures:
+        return None
+    failed = [f for f in profile.failed_phases if f.phase == "calibration"]
+    why = (
+        "a built-in class carries none"
+        if profile.source == "builtin"
+        else f"its probe's calibration failed: {failed[0].error}"
+        if failed
+        else "it was probed without PyTorch or with --no-calibrate"
+        if profile.calibration is None
+        else "its calibration lacks them"
+    )
+    shown = ", ".join(
+        f"{name} {v:.3g} s per save" if name == "DCP fixed cost" else f"{name} {v / 1e9:.3g} GB/s per core"
+        for name, v in figures.items()
+    )
+    save_s = m.seconds if m is not None else s.save_seconds
+    share = save_part / save_s if save_s > 0 and math.isfinite(save_s) else 0.0
+    parts = [f"{save_part:.3g} s of the {save_s:.3g} s predicted save ({share:.0%})"]
+    if load is not None and load_part:
+        parts.append(f"{load_part:.3g} s of the {load.seconds:.3g} s load at restart")
+    note = (
+        f"NOT MEASURED on this machine: {shown} are the named defaults (planning/defaults.py), as the profile "
+        f"{profile.name} has no calibration ({why}). They give {' and '.join(parts)}: this machine's own speed "
+        "moves that part in proportion (calibrations differ by several times between machines). Measure them: probe "
+        "again with PyTorch installed (pip install 'ckplan[torch]'), or give `ckplan calibrate`'s serialiser figures "
+        "with --serialize-bandwidth"
+    )
+    return MachineDefaults(figures=figures, save_seconds=save_part, save_share=share, load_seconds=load_part, note=note)
 
 
 def _infeasible_reason(s: Scenario, ev: Evaluation, policy: Policy) -> str:

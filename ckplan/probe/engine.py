@@ -3,7 +3,8 @@
 
 A prepared probe (every check that can fail runs before a byte is written) runs, on every target alike: bandwidth
 (`_bandwidth`), reads (the same rounds, cold), small files, latency, the serialisers' calibration (PyTorch installed),
-and with a plan its replay and read replay. Each phase starts with an unrecorded warm-up (the first writes after idle
+and with a plan its replay and read replay (the late phases: a failure in one of them leaves a profile of the others
+that names it in `failed_phases`). Each phase starts with an unrecorded warm-up (the first writes after idle
 run slow: a VM faulting its memory back in, an SSD leaving a power state, a rate limiter's burst credit), then its
 repeats into a `Spread`.
 """
@@ -19,12 +20,14 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
-from ckplan.errors import InputError
+from ckplan.errors import EnvironmentProblem, InputError, MeasurementFailed
 from ckplan.profile import (
     BandwidthPoint,
+    FailedPhase,
     Latency,
+    LatePhase,
     Measurement,
     ReadReplay,
     Replay,
@@ -42,6 +45,7 @@ if TYPE_CHECKING:
     from ckplan.sizing.plan import CheckpointPlan
 
 MiB = 2**20
+T = TypeVar("T")
 StreamPath = Literal["buffered", "direct", "page-cache", "read"]
 NOISY_RANGE = 0.10  # repeats spanning more than this are flagged: the bar for two probes to agree
 MIN_RUNTIME_S = 1.0  # shortest runtime cap of a bandwidth run, however tight the budget
@@ -318,7 +322,7 @@ def prepare(spec: TargetSpec, backend: Backend) -> Job:
                 f"or ‹max_bytes›), and needs at least {least // MiB} MiB "
                 f"for {writers} writer(s) on {facts.hosts} host(s)"
             )
-    from ckplan.savers.calibrate import torch_available
+    from ckplan.savers.calibrate import check_torch_saves, torch_available
 
     calibrate = spec.calibrate and torch_available()
     if not calibrate:
@@ -326,7 +330,30 @@ def prepare(spec: TargetSpec, backend: Backend) -> Job:
             "serialisers not calibrated (PyTorch is not installed, or --no-calibrate): predictions use the named "
             "defaults"
         )
+    if torch_available():
+        # what the torch processes of the late phases will need, checked now: without it they fail after every
+        # other phase has run (the calibration's DCP saves and safetensors need numpy, which torch does not require)
+        if calibrate:
+            check_torch_saves("the probe's calibration", ("dcp",), ", or probe with --no-calibrate")
+        if plan is not None:
+            from ckplan.frameworks import framework_of
+
+            kind = framework_of(plan.setup.framework).saver.kind
+            check_torch_saves(f"the probe's replay of a {plan.setup.framework} plan ({kind} saves)", (kind,))
     return Job(spec, facts, preset, writers, per_writer, data, replay, calibrate, tuple(notes))
+
+
+# what a failed late phase leaves the profile without, and what the planner uses instead
+MISSING = {
+    "calibration": "this machine's serialiser and deserialiser speeds: predictions use the named defaults "
+    "(`ckplan calibrate` measures them)",
+    "replay": "the replay of the plan: predictions use the save-time model (and no read replay ran)",
+    "read replay": "the read replay of the plan: predictions use the load-time model",
+}
+# the failures of a late phase after which the probe keeps what it measured: a measurement that failed (a save
+# process died, the target filled up), the environment (no scratch space for the calibration), a file's error. A bug
+# (any other exception) still ends the probe with exit 1 and its traceback under --debug.
+LATE_FAILURES = (MeasurementFailed, EnvironmentProblem, OSError)
 
 
 def run(job: Job, backend: Backend, progress: Progress | None = None) -> StorageProfile:
@@ -337,6 +364,7 @@ def run(job: Job, backend: Backend, progress: Progress | None = None) -> Storage
     notes = list(job.notes)
     others: dict[str, None] = {}
     calibration = None
+    failed: list[FailedPhase] = []
     with backend.open(job.facts, progress) as session:
 
         def look() -> None:
@@ -352,17 +380,34 @@ def run(job: Job, backend: Backend, progress: Progress | None = None) -> Storage
         look()
         fsync, sync_write = _latencies(job, session, progress)
         look()
+
+        # The late phases: each one's figure is optional, so a failure in one keeps what the others measured (minutes
+        # of it) in a profile that names the phase and the gap; the CLI writes that profile, then exits 4.
+        def late(phase: LatePhase, measure: Callable[[], T]) -> T | None:
+            try:
+                return measure()
+            except LATE_FAILURES as exc:
+                error = str(exc) or type(exc).__name__
+                failed.append(FailedPhase(phase=phase, error=error, missing=MISSING[phase]))
+                notes.append(f"incomplete: the {phase} failed ({error}); the profile lacks {MISSING[phase]}")
+                return None
+
         if job.calibrate:
             from ckplan.savers.calibrate import calibrate
             from ckplan.savers.saver import max_save_processes
 
             why = "PyTorch's serialisers into /dev/null, not fio; `ckplan calibrate` runs it again"
             session.phase_ran("calibration", why)
-            calibration = calibrate(job.preset.name, min(job.writers, max_save_processes()), progress)
-            if job.facts.hosts > 1:
+            calibration = late(
+                "calibration", lambda: calibrate(job.preset.name, min(job.writers, max_save_processes()), progress)
+            )
+            if calibration is not None and job.facts.hosts > 1:
                 notes.append(f"serialisers calibrated on the probing host {calibration.host}, not on the hosts")
-        replayed = _replay(job, session, calibration, progress) if job.replay else None
-        read_replay = _read_replay(job, session, replayed, progress) if replayed else None
+        replayed = late("replay", lambda: _replay(job, session, calibration, progress)) if job.replay else None
+        read_replay: ReadReplay | str | None = None
+        if replayed is not None:
+            done = replayed
+            read_replay = late("read replay", lambda: _read_replay(job, session, done, progress))
         if isinstance(read_replay, str):
             notes.append(read_replay)
             read_replay = None
@@ -393,6 +438,7 @@ def run(job: Job, backend: Backend, progress: Progress | None = None) -> Storage
         replay=replayed,
         read_replay=read_replay,
         calibration=calibration,
+        failed_phases=failed,
         notes=notes
         + noise_notes(curves["buffered"], small, replayed, curves.get("direct"), reads.curves["read"], read_replay),
         raw_fio=session.raw,
@@ -678,6 +724,18 @@ def noise_notes(bandwidth, small_files=None, replay=None, direct=None, read=None
         for label, spread in figures
         if spread is not None and spread.repeats > 1 and spread.relative_range > NOISY_RANGE
     ]
+
+
+def incomplete(profile: StorageProfile, kept: list[str]) -> MeasurementFailed | None:
+    """The error a probe ends in, after its profile is kept (`kept`: where it went), when a late phase failed."""
+    if not profile.failed_phases:
+        return None
+    failures = "; ".join(f"the {f.phase} failed: {f.error}" for f in profile.failed_phases)
+    phases = " and the ".join(f.phase for f in profile.failed_phases)
+    return MeasurementFailed(
+        f"{failures}. The profile keeps every other phase's figures, without the {phases} (its failed_phases say "
+        f"what stands in), {' and '.join(kept) or 'on stdout'}"
+    )
 
 
 def shared_target_warnings(notes: list[str]) -> list[str]:

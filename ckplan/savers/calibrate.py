@@ -41,6 +41,7 @@ import shutil
 import socket
 import tempfile
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 from ckplan.errors import EnvironmentProblem, InputError, MeasurementFailed
@@ -59,6 +60,42 @@ def torch_available() -> bool:
     import importlib.util
 
     return importlib.util.find_spec("torch") is not None
+
+
+# Saver kinds (frameworks.SaverKind) whose saves need numpy beside torch: torch does not require numpy, but
+# torch.distributed.checkpoint's save and safetensors' save_file convert tensors through it and fail without it
+# ("Numpy is not available"), after the probe's earlier phases have run for minutes. torch.save alone does not.
+NEEDS_NUMPY = frozenset({"dcp", "safetensors"})
+
+
+def torch_saves_missing(kinds: Iterable[str]) -> list[str]:
+    """What saves of `kinds` (frameworks.SaverKind: the calibration's are "dcp", and "safetensors" where it is
+    installed) need beside torch that cannot be imported here. numpy is imported, not only looked up (~0.2 s), so
+    that a broken install is found as well as a missing one; torch is not (seconds: only the save processes import
+    it, and a torch that fails there costs the late phases, whose failures the probe survives)."""
+    import importlib.util
+
+    kinds = set(kinds)
+    missing = []
+    if kinds & NEEDS_NUMPY:
+        try:
+            import numpy  # noqa: F401
+        except ImportError as exc:
+            absent = isinstance(exc, ModuleNotFoundError) and exc.name == "numpy"
+            missing.append("numpy" if absent else f"a numpy that imports (here: {type(exc).__name__}: {exc})")
+    if "safetensors" in kinds and importlib.util.find_spec("safetensors") is None:
+        missing.append("safetensors")
+    return missing
+
+
+def check_torch_saves(what: str, kinds: Iterable[str], instead: str = "") -> None:
+    """Refuse `what` before it starts where its saves of `kinds` would fail for want of a package beside torch: exit
+    3 with the install line, not exit 4 minutes later. `instead` says how to go without it."""
+    missing = torch_saves_missing(kinds)
+    if missing:
+        raise EnvironmentProblem(
+            f"{what} needs {' and '.join(missing)} beside PyTorch: pip install 'ckplan[torch]'" + instead
+        )
 
 
 def scratch_parents() -> list[Path]:
@@ -204,6 +241,7 @@ def calibrate(preset: str = "default", dcp_ranks: int = 2, progress=None) -> Cal
         raise EnvironmentProblem(
             "calibration needs PyTorch: pip install 'ckplan[torch]' (the CPU build, torch==2.13.0)"
         )
+    check_torch_saves("calibration", ("dcp",))  # safetensors is measured where it is installed
     from importlib.metadata import PackageNotFoundError, version
 
     started = time.monotonic()

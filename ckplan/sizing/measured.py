@@ -237,6 +237,8 @@ def _restore(
     restore, why = plan_restore(layout, par, manifest, total_bytes)
     if restore is None:
         return None, [f"restore: {w}" for w in why]
+    if restore.readers_per_node == 0:  # no rank reads a byte: there is no load to time
+        return None, ["restore: every file a resume reads holds 0 bytes: a save cut short, not one to resume from"]
     return restore.model_copy(update={"notes": notes + restore.notes}), []
 
 

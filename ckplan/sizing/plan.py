@@ -32,7 +32,7 @@ from ckplan.sizing.layouts.base import (
     file_format,
     manifest_path_error,
 )
-from ckplan.sizing.restore import RestoreManifest, plan_restore
+from ckplan.sizing.restore import RestoreManifest, plan_restore, restore_error
 from ckplan.sizing.states import OPTIMIZERS, PRECISIONS, StateBytes, state_breakdown
 from ckplan.units import MAX_BYTES, MAX_GPUS, MAX_PARAMETERS, check_range, fmt_bytes
 
@@ -201,8 +201,11 @@ class CheckpointPlan(Model):
         """Every figure a plan carries follows from its manifest and setup, as build_plan made them: a hand-edited
         or truncated plan that disagrees with itself is refused here, where it is read, naming the field."""
         s = self.setup
-        seen: set[str] = set()
+        seen: dict[str, int] = {}  # path → bytes
         gpus, per_node = s.gpus, s.gpus_per_node
+        # a framework never writes an empty state file; a directory on disk may hold one (a save cut short), which
+        # `size --from` measures as it is and notes. A small file (a tag, a config) may be empty.
+        measured = s.shape_source.startswith(MEASURED)
         for i, f in enumerate(self.manifest):
             why = manifest_path_error(f.path)
             if why is None and f.path in seen:
@@ -211,9 +214,11 @@ class CheckpointPlan(Model):
                 why = f"has rank {f.rank}, not below setup.gpus {gpus}"
             if why is None and f.node != f.rank // per_node:
                 why = f"has node {f.node}, not rank {f.rank} ÷ setup.gpus_per_node {per_node} ({f.rank // per_node})"
+            if why is None and f.bytes == 0 and f.kind != "small" and not measured:
+                why = f"is a {f.kind} file of 0 bytes: a framework never writes an empty state file"
             if why is not None:
                 raise ValueError(f"manifest[{i}].path {f.path[:120]!r} {why}")
-            seen.add(f.path)
+            seen[f.path] = f.bytes
         derived = manifest_fields(self.manifest, self.operations.renames)
         for name, value in derived.items():
             if name != "manifest" and getattr(self, name) != value:
@@ -229,6 +234,12 @@ class CheckpointPlan(Model):
             raise ValueError("small_file_bytes is not total_bytes − state_bytes")
         if self.parameters != s.parameters:
             raise ValueError(f"parameters {self.parameters} is not setup.parameters {s.parameters}")
+        if self.restore is not None:
+            why = restore_error(
+                self.restore, gpus=gpus, gpus_per_node=per_node, nodes=s.nodes, files=seen, total_bytes=self.total_bytes
+            )
+            if why is not None:
+                raise ValueError(why)
         return self
 
     @field_validator("schema_version")
@@ -361,6 +372,12 @@ def build_plan(
         raise InputError(
             f"this save writes {len(manifest):,} files; ckplan plans saves of at most {MAX_MANIFEST_FILES:,} files "
             "(a plan file of that many takes seconds to read)"
+        )
+    empty = [f.path for f in manifest if f.bytes == 0 and f.kind != "small"]
+    if empty:  # a model of a handful of parameters, sharded so that some ranks hold none of them
+        raise InputError(
+            f"{params:,} parameters are too few for {framework} on ‹gpus› {gpus}: {len(empty):,} state file(s) would "
+            f"hold 0 bytes ({empty[0]}{', …' if len(empty) > 1 else ''})"
         )
     state_bytes = sum(s.bytes for s in breakdown)
     files = manifest_fields(manifest, layout.renames_per_save)

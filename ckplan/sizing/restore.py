@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from itertools import accumulate
-from typing import Annotated
+from typing import Annotated, get_args
 
 from pydantic import Field
 
@@ -146,6 +146,89 @@ def restore_manifest(reads: list[Read], par: Parallelism, checkpoint_bytes: int,
         page_cache=PAGE_CACHE,
         notes=notes,
     )
+
+
+def restore_error(
+    m: RestoreManifest, *, gpus: int, gpus_per_node: int, nodes: int, files: dict[str, int], total_bytes: int
+) -> str | None:
+    """What is wrong with a plan's restore manifest, as 'restore.FIELD …', or None: the relations restore_manifest's
+    sums always satisfy, for a save of `files` (path → bytes) on `gpus` ranks, `gpus_per_node` to a node, `nodes`
+    nodes, `total_bytes` in all. A plan from elsewhere that breaks one would divide by zero (no reader on a node, no
+    node reading) or give figures no resume reads. The layout's reads themselves are not recomputed: a plan measured
+    from disk got them under assumptions (`--ep`, the stage its names imply) that its setup does not record."""
+    if not 1 <= m.readers_per_node <= gpus_per_node:
+        return (
+            f"restore.readers_per_node is {m.readers_per_node}: the busiest node's readers are 1 to "
+            f"setup.gpus_per_node {gpus_per_node}"
+        )
+    if not 1 <= m.nodes <= nodes:
+        return f"restore.nodes is {m.nodes}: the nodes that read are 1 to setup.nodes {nodes}"
+    if not 1 <= m.node_files <= len(files):
+        return f"restore.node_files is {m.node_files}: the busiest node reads 1 to the manifest's {len(files):,} files"
+    if m.own_files + len(m.files) > 2 * len(files):  # a layout reads a file at most two ways
+        return (
+            f"restore.own_files {m.own_files} and restore.files ({len(m.files)}) read more than twice the "
+            f"manifest's {len(files):,} files"
+        )
+    rows: Counter[str] = Counter()
+    for i, f in enumerate(m.files):
+        where = f"restore.files.{i}"
+        size = files.get(f.path)
+        rows[f.path] += 1
+        if size is None:
+            return f"{where}.path {f.path[:120]!r} is not in the manifest"
+        if rows[f.path] > 2:
+            return f"{where}.path {f.path[:120]!r} is listed a third time: a file is read at most two ways"
+        if f.format != file_format(f.path):
+            return f"{where}.format is {f.format!r}; the file's name gives {file_format(f.path)!r}"
+        if f.bytes < size or (f.bytes % size if size else f.bytes):
+            return f"{where}.bytes is {f.bytes:,}: each reader reads the file's {size:,} bytes a whole number of times"
+        if not 2 <= f.readers <= gpus:  # a file only one rank reads is counted in own_files instead
+            return f"{where}.readers is {f.readers}: a listed file is read by 2 to setup.gpus {gpus} ranks"
+        if f.nodes > min(f.readers, nodes):
+            return f"{where}.nodes is {f.nodes}: more than its {f.readers} readers or setup.nodes {nodes}"
+    requested = m.own_bytes + sum(f.bytes * f.readers for f in m.files)
+    if m.requested_bytes != requested:
+        return f"restore.requested_bytes is {m.requested_bytes:,}, but own_bytes + the files' bytes × readers give {requested:,}"
+    unknown = sorted(set(m.rank_bytes_by_format) - set(get_args(FileFormat)))
+    if unknown:
+        return (
+            f"restore.rank_bytes_by_format names {unknown[0]!r}, not a file format ({', '.join(get_args(FileFormat))})"
+        )
+    by_format = sum(m.rank_bytes_by_format.values())
+    if m.rank_bytes != by_format:
+        return f"restore.rank_bytes is {m.rank_bytes:,}, but rank_bytes_by_format sums to {by_format:,}"
+    # the busiest rank reads at least what any listed reader does, and all ranks together at most gpus times it
+    widest = max((f.bytes for f in m.files), default=0)
+    if not widest <= m.rank_bytes <= m.requested_bytes <= gpus * m.rank_bytes:
+        return (
+            f"restore.rank_bytes {m.rank_bytes:,}: the busiest rank reads at least a listed file's {widest:,} bytes, "
+            f"and requested_bytes {m.requested_bytes:,} lies between it and setup.gpus {gpus} × it"
+        )
+    # a node reads each of its ranks' files once: at least the busiest rank's distinct bytes, at most what they ask
+    if not m.rank_distinct_bytes <= m.node_bytes <= m.node_requested_bytes:
+        return (
+            f"restore.node_bytes {m.node_bytes:,} must lie between rank_distinct_bytes {m.rank_distinct_bytes:,} "
+            f"and node_requested_bytes {m.node_requested_bytes:,}"
+        )
+    if m.rank_distinct_bytes > m.rank_bytes:
+        return f"restore.rank_distinct_bytes {m.rank_distinct_bytes:,} exceeds rank_bytes {m.rank_bytes:,}"
+    if m.node_requested_bytes > min(m.requested_bytes, m.readers_per_node * m.rank_bytes):
+        return (
+            f"restore.node_requested_bytes {m.node_requested_bytes:,} exceeds requested_bytes or readers_per_node "
+            f"{m.readers_per_node} × rank_bytes {m.rank_bytes:,}"
+        )
+    if not m.node_bytes <= m.storage_bytes <= min(m.requested_bytes, m.nodes * m.node_bytes):
+        return (
+            f"restore.storage_bytes {m.storage_bytes:,} must lie between node_bytes {m.node_bytes:,} and the lesser "
+            f"of requested_bytes and nodes {m.nodes} × node_bytes"
+        )
+    if not math.isclose(m.read_amplification, m.storage_bytes / total_bytes, rel_tol=1e-9):
+        return (
+            f"restore.read_amplification is {m.read_amplification:g}, but storage_bytes ÷ total_bytes is "
+            f"{m.storage_bytes / total_bytes:g}"
+        )
+    return None
 
 
 def plan_restore(

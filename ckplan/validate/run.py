@@ -40,10 +40,11 @@ def validate(
         raise InputError(f"‹repeats› must be 1 to {MAX_REPEATS}, got {repeats}")
     check_scale(scale, "‹scale›")
     saver = framework_of(plan.setup.framework).saver
-    from ckplan.savers.calibrate import torch_available
+    from ckplan.savers.calibrate import check_torch_saves, torch_available
 
     if not torch_available():  # the saves import torch in their own processes; this one never needs it
         raise EnvironmentProblem("validate needs PyTorch: pip install 'ckplan[torch]' (the CPU build, torch==2.13.0)")
+    check_torch_saves(f"validate's {saver.kind} saves", (saver.kind,))
     path = path.expanduser()
     filesystem.check_target(path)
     node, files, prediction = scaled_prediction(plan, profile, scale)

@@ -11,6 +11,7 @@ import typer
 from ckplan.cli import options as o
 from ckplan.errors import InputError
 from ckplan.render import emit
+from ckplan.terminal import visible
 
 commands = typer.Typer()
 
@@ -111,7 +112,7 @@ def probe(
         agent_wait=agent_wait,
         calibrate=not no_calibrate,
         emit_jobs=emit_jobs,
-        notice=lambda line: print(f"ckplan: {line}", file=sys.stderr, flush=True),
+        notice=lambda line: print(f"ckplan: {visible(line)}", file=sys.stderr, flush=True),
     )
     estimate = target.estimated_seconds  # prepares: every check that can fail comes before a byte is written
     signal.signal(signal.SIGTERM, o.interrupt)  # run the same cleanup as Ctrl-C
@@ -119,14 +120,17 @@ def probe(
 
     with live_progress(estimate) as live:
         result = target.run(live)
-    from ckplan.probe.engine import shared_target_warnings
+    from ckplan.probe.engine import incomplete, shared_target_warnings
 
     for warning in shared_target_warnings(result.notes):  # in the profile too, but shared figures must not pass unseen
-        print(f"ckplan: warning: {warning}", file=sys.stderr)
+        print(f"ckplan: warning: {visible(warning)}", file=sys.stderr)
     where = api.keep_profile(result, save, out)
     if where is not None:
         print(f"saved profile {save!r} to {where}", file=sys.stderr)
     emit(result, json)
+    failed = incomplete(result, [f"written to {kept}" for kept in (where, out) if kept is not None])
+    if failed is not None:  # a late phase failed: the profile is kept and shown, and the exit code says so (4)
+        raise failed
 
 
 @commands.command()
@@ -242,4 +246,6 @@ def agent(
             file=sys.stderr,
         )
     print(f"running: {shlex.join(cmd)}", file=sys.stderr, flush=True)
-    raise typer.Exit(run_agent(settings, lambda line: print(f"ckplan agent: {line}", file=sys.stderr, flush=True)))
+    raise typer.Exit(
+        run_agent(settings, lambda line: print(f"ckplan agent: {visible(line)}", file=sys.stderr, flush=True))
+    )
