@@ -68,6 +68,9 @@ class SaveRecord(Model):
     rank: Annotated[Int, Field(ge=0, lt=MAX_GPUS)]
     world_size: Annotated[Int, Field(ge=1, le=MAX_GPUS)]
     host: Annotated[str, Field(min_length=1, max_length=255)]
+    # the job that saved (CKPLAN_RUN_ID, else TORCHELASTIC_RUN_ID, else SLURM_JOB_ID): with rank, step and path it
+    # names one save, so that the same record read twice is counted once. None: a record from before it was kept
+    run: Annotated[str, Field(min_length=1, max_length=255)] | None = None
     mode: Literal["sync", "async"]
     start: Annotated[Finite, Field(ge=0)]  # the save call began
     end: Annotated[Finite, Field(ge=0)]  # sync: the call returned; async: the background persist finished
