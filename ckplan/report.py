@@ -92,7 +92,7 @@ def build_document(
         ),
         Image("bandwidth.png", "bandwidth against writers", charts["bandwidth.png"]),
     )
-    rows = [["save (persist) time", _d(rec.save_seconds)]]
+    rows = [["save (persist) time", rec.save_span()]]
     if rec.machine_defaults is not None:
         d = rec.machine_defaults
         rows.append(

@@ -29,6 +29,7 @@ from hypothesis import strategies as st
 from ckplan.planning.savetime import predict_save
 from ckplan.planning.scaling import UslFit, aggregate_estimate, fit_usl
 from ckplan.profile import Replay
+from ckplan.units import fmt_duration
 from tests.conftest import assert_one_line_error, run_cli, run_json
 from tests.handmade import hand_plan, hand_profile
 
@@ -104,32 +105,56 @@ def test_within_the_measured_hosts_the_curve_is_interpolated():
 
 
 def test_beyond_three_measured_host_counts_the_law_is_fitted():
-    """Exact points at 1, 2, 4 hosts; a 16-node plan gets X(16) = 3.265306 GB/s, where the per-host share at 4 hosts
-    times 16 would have given 11.27 GB/s."""
-    est = aggregate_estimate(shared({1: X[1], 2: X[2], 4: X[4]}), 1e9, 16)
+    """Exact points at 2, 4, 8 hosts: the last step gains (3.539823 − 2.816901) ÷ 4 = 0.180730 GB/s per host, below
+    half the 0.704225 GB/s each host gave at 4, so the curve has stopped growing. A 16-node plan gets
+    X(16) = 3.265306 GB/s, where the per-host share at 8 hosts times 16 would have given 7.08 GB/s."""
+    est = aggregate_estimate(shared({2: X[2], 4: X[4], 8: X[8]}), 1e9, 16)
     assert est.bytes_per_s == pytest.approx(3.265306122e9)
-    assert (est.model, est.extrapolated, est.measured_hosts_max, est.nodes) == ("usl", True, 4, 16)
+    assert (est.model, est.extrapolated, est.measured_hosts_max, est.nodes) == ("usl", True, 8, 16)
     assert est.usl is not None and est.usl.sigma == pytest.approx(SIGMA)
+    assert est.unsaturated_bytes_per_s is None
     assert (
         est.label
-        == "extrapolated (Universal Scalability Law fitted to 1, 2 and 4 hosts; 16 nodes, measured up to 4 hosts)"
+        == "extrapolated (Universal Scalability Law fitted to 2, 4 and 8 hosts; 16 nodes, measured up to 8 hosts)"
     )
 
 
+def test_a_curve_still_growing_gives_a_range_not_a_fit():
+    """Exact points at 1, 2, 4 hosts: the last step gains (2.816901 − 1.785714) ÷ 2 = 0.515594 GB/s per host, more
+    than half the 0.892857 GB/s each gave at 2: no knee seen, so no law is fitted. 16 nodes: the best measured,
+    X(4) = 2.816901 GB/s held flat, to 1 GB/s per node × 16 = 16 GB/s."""
+    est = aggregate_estimate(shared({1: X[1], 2: X[2], 4: X[4]}), 1e9, 16)
+    assert (est.bytes_per_s, est.model, est.usl, est.unsaturated_bytes_per_s) == (X[4], "flat", None, 16e9)
+    assert est.label.endswith(
+        "the probe did not reach saturation: probe with more hosts, or give --aggregate-limit: 2.82 GB/s to 16.00 GB/s"
+    )
+    # the save time is the range between them: 16 one-GB torch.save files, one per node, on a profile of 100 files/s.
+    # Long end: 16 GB ÷ 2.816901 GB/s = 5.680 s; short end: the aggregate's 16 GB ÷ 16 GB/s = 1 s is below the
+    # busiest writer's 1 GB ÷ 1.16 GB/s (the default serialiser) + 1 GB ÷ 1 GB/s = 1.862 s; each + 0.01 s of files
+    plan = hand_plan([(f"n{i}.bin", GB, i, i) for i in range(16)])
+    t = predict_save(plan, shared({1: X[1], 2: X[2], 4: X[4]}))
+    assert t.seconds == pytest.approx(16 / 2.816901408 + 0.01, rel=1e-6)
+    assert t.shortest_seconds == pytest.approx(1 / 1.16 + 1 + 0.01, rel=1e-6)
+    assert t.span() == "1.9 s to 5.7 s"
+
+
 def test_flat_hold_with_one_point():
-    """A shared target probed from one host: its per-node figure (0.96 GB/s at 2 writers) at 1 host, held flat."""
+    """A shared target probed from one host: its per-node figure (0.96 GB/s at 2 writers) at 1 host, held flat. One
+    host count shows no curve, so it is the long end of a range whose short end is 0.96 GB/s × 16 = 15.36 GB/s."""
     est = aggregate_estimate(shared(None, per_node=0.96e9), 0.96e9, 16)
     assert (est.bytes_per_s, est.model, est.extrapolated, est.measured_hosts_max) == (0.96e9, "flat", True, 1)
-    assert "16 nodes, measured up to 1 host" in est.label
+    assert est.unsaturated_bytes_per_s == pytest.approx(15.36e9)
+    assert "16 nodes, measured up to 1 host" in est.label and "did not reach saturation" in est.label
     # one measured host count on the curve: the same
-    assert aggregate_estimate(shared({2: 1.5e9}), 1e9, 16).bytes_per_s == 1.5e9
+    two = aggregate_estimate(shared({2: 1.5e9}), 1e9, 16)
+    assert (two.bytes_per_s, two.unsaturated_bytes_per_s) == (1.5e9, 16e9)
 
 
 def test_flat_hold_with_two_points():
     """Issue 22's disk: 0.96 GB/s at 1 host, 0.70 GB/s at 2 (already saturated at one host). 16 nodes: 0.96 GB/s,
     the best measured, where the per-host share at 2 hosts times 16 gave 5.6 GB/s."""
     est = aggregate_estimate(shared({1: 0.96e9, 2: 0.70e9}, per_node=0.96e9), 0.96e9, 16)
-    assert (est.bytes_per_s, est.model, est.extrapolated) == (0.96e9, "flat", True)
+    assert (est.bytes_per_s, est.model, est.extrapolated, est.unsaturated_bytes_per_s) == (0.96e9, "flat", True, None)
     assert est.label == (
         "extrapolated (the best measured aggregate, 960.0 MB/s at 1 host, held flat; 16 nodes, measured up to 2 hosts)"
     )
@@ -298,6 +323,49 @@ def test_report_and_provision_label_the_extrapolated_aggregate(tmp_path):
         f"gives 960.0 MB/s to 16 nodes (extrapolated (the best measured aggregate, 960.0 MB/s at 1 host, held flat; {WHERE}))"
         in flat(table)
     )
+
+
+def test_a_probe_below_the_knee_gives_the_save_time_as_a_range(tmp_path):
+    """A shared target whose aggregate doubled from 1 to 2 hosts (0.5 → 1.0 GB/s, 0.5 GB/s per host at 2 writers):
+    no knee seen. The 16-node plan's save then runs from the short end, 0.5 GB/s × 16 = 8 GB/s, where the busiest
+    node's 2 writers share its 0.5 GB/s, to the long end, all bytes at 1.0 GB/s held flat; every output says so."""
+    plan, _ = _files(tmp_path)
+    doc = json.loads(plan.read_text())
+    total, node = doc["total_bytes"], max(n["bytes"] for n in doc["nodes"])
+    profile = tmp_path / "below-knee.json"
+    profile.write_text(
+        hand_profile(
+            {1: 0.5e9, 2: 0.5e9}, name="below-knee", shared=True, hosts_curve={1: 0.5e9, 2: 1.0e9}, files_per_s=1e6
+        )
+        .model_copy(update={"source": "measured", "target_kind": "hosts", "hosts": 2})
+        .model_dump_json()
+    )
+    rec = run_json("recommend", "--plan", str(plan), "--storage", str(profile))
+    m = rec["save_model"]
+    assert (m["aggregate"]["bytes_per_s"], m["aggregate"]["unsaturated_bytes_per_s"]) == (1.0e9, 8e9)
+    rest = m["metadata_seconds"] + m["fsync_tail_seconds"]
+    assert m["seconds"] == pytest.approx(total / 1.0e9 + rest)
+    # short end: the node binds once the aggregate is 8 GB/s, its heaviest writer's half serialised first (default
+    # 1.16 GB/s, no page-cache figure in this profile), then the node's bytes at its 0.5 GB/s (the writers' shares
+    # differ by a few kB: rel 1e-4)
+    assert m["shortest_seconds"] == pytest.approx(node / 2 / 1.16e9 + node / 0.5e9 + rest, rel=1e-4)
+    assert rec["save_seconds"] == m["seconds"]  # the intervals use the long end
+    label = "the probe did not reach saturation: probe with more hosts, or give --aggregate-limit"
+    assert label in m["aggregate"]["label"] and any(label in w for w in rec["warnings"])
+    table = flat(run_cli("recommend", "--plan", str(plan), "--storage", str(profile), check=True).stdout)
+    assert f"{fmt_duration(m['shortest_seconds'])} to {fmt_duration(m['seconds'])}" in table and label in table
+    out = tmp_path / "review"
+    run_cli("report", "--plan", str(plan), "--storage", str(profile), "--out", str(out), check=True)
+    assert label in (out / "report.md").read_text()
+    args = ("provision", "--params", "1e9", "--tp", "1", "--gpus", "32", "--gpus-per-node", "2", "--storage")
+    row = run_json(*args, str(profile))["rows"][0]
+    assert row["headroom_unsaturated"] == pytest.approx(8 * row["headroom"])
+    assert f"{row['headroom']:.2f}×…{row['headroom_unsaturated']:.2f}×" in flat(
+        run_cli(*args, str(profile), check=True).stdout
+    )
+    # a known system limit is the answer the probe could not give: one figure again
+    limited = run_json("recommend", "--plan", str(plan), "--storage", str(profile), "--aggregate-limit", "2GB/s")
+    assert limited["save_model"]["shortest_seconds"] is None and not any(label in w for w in limited["warnings"])
 
 
 @pytest.mark.parametrize(

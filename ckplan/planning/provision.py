@@ -78,6 +78,8 @@ class Provision(Model):
     expected_ettr: float | None = None
     expected_waste_fraction: float | None = None
     headroom: float | None = None  # given profile's aggregate bandwidth ÷ the burst needed
+    # the same at the short end of storage_aggregate's range, where the probe did not reach saturation
+    headroom_unsaturated: float | None = None
     restart: RestartCost | None = None  # R used for the goodput: given, or fixed + the load
     # --max-restore: the cold read bandwidth that loads the checkpoint within the restart target's time after the
     # fixed part, for all nodes at once and for the busiest node (savetime.required_read_bandwidth)
@@ -253,7 +255,7 @@ def provision_one(
     if mode == "staged":
         check = _scenario(mode, check.save_seconds, blocking, notes)
     ev, _ = evaluate(check, mtbf, policy)
-    headroom, have = None, None
+    headroom, headroom_unsaturated, have = None, None, None
     if storage is not None:
         # what the measured storage gives the plan's nodes at once: the save-time model's own aggregate (the curve
         # over hosts, a stated model beyond it, the system's limit), not the per-node figure times the nodes
@@ -264,6 +266,8 @@ def provision_one(
             policy.aggregate_limit_bytes_per_s,
         )
         headroom = have.bytes_per_s / burst
+        if have.unsaturated_bytes_per_s is not None:
+            headroom_unsaturated = have.unsaturated_bytes_per_s / burst
     return Provision(
         feasible=True,
         save_seconds=persist,
@@ -276,6 +280,7 @@ def provision_one(
         expected_ettr=ev.ettr,
         expected_waste_fraction=ev.expected_waste_fraction,
         headroom=headroom,
+        headroom_unsaturated=headroom_unsaturated,
         storage_aggregate=have,
         restart=cost,
         **base,

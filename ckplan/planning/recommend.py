@@ -21,7 +21,7 @@ from ckplan.planning.policy import (
     provenance,
 )
 from ckplan.planning.savetime import SaveTime, required_bandwidth_on, required_file_rate
-from ckplan.planning.scaling import describe_rule
+from ckplan.planning.scaling import NOT_SATURATED, describe_rule
 from ckplan.planning.scenario import (
     Constraint,
     Evaluation,
@@ -96,6 +96,11 @@ class Recommendation(Model):
     warnings: list[str] = Field(default_factory=list)
     # None where every machine figure the prediction uses was measured here or given
     machine_defaults: MachineDefaults | None = None
+
+    def save_span(self) -> str:
+        """The save time as shown: the model's range where the probe did not reach saturation, else one figure."""
+        m = self.save_model
+        return m.span() if m is not None and m.seconds == self.save_seconds else fmt_duration(self.save_seconds)
 
 
 def recommend(
@@ -308,13 +313,21 @@ def _needed(plan: CheckpointPlan, profile: StorageProfile, policy: Policy, s: Sc
 
 def _warnings(policy: Policy, s: Scenario) -> list[str]:
     """What may kill the job outright: a blocking save that nears the collective timeout while the other ranks wait
-    in their next collective. (A load is not warned about: every rank loads at once, so none waits out another's.)"""
-    if not math.isfinite(s.stall_seconds):
-        return []
-    warning = collective_timeout_warning(
-        s.stall_seconds, policy.collective_timeout_s, f"a {s.mode} save's blocking part"
-    )
-    return [warning] if warning else []
+    in their next collective (a load is not warned about: every rank loads at once, so none waits out another's);
+    and a save time that is a range because the probe did not reach saturation."""
+    out = []
+    m = s.save_model
+    if m is not None and m.shortest_seconds is not None:
+        out.append(
+            f"save time {m.span()}, not one figure: {NOT_SATURATED} (the intervals use the long end, the aggregate "
+            "held flat)"
+        )
+    if math.isfinite(s.stall_seconds):
+        warning = collective_timeout_warning(
+            s.stall_seconds, policy.collective_timeout_s, f"a {s.mode} save's blocking part"
+        )
+        out += [warning] if warning else []
+    return out
 
 
 def _assumptions(

@@ -38,6 +38,7 @@ See docs/benchmarks.md (issues 7 and 13) for the measurements behind each term.
 from __future__ import annotations
 
 import math
+from functools import partial
 from typing import Literal, TypedDict
 
 from ckplan.errors import InputError
@@ -49,6 +50,7 @@ from ckplan.schema import Model
 from ckplan.sizing.layouts.base import WritePath
 from ckplan.sizing.plan import CheckpointPlan
 from ckplan.sizing.restore import RestoreManifest
+from ckplan.units import fmt_duration
 
 FigureSource = Literal["given", "measured here", "default"]
 
@@ -112,7 +114,16 @@ class SaveTime(Model):
     machine: MachineFigures | None = None  # serialiser rates and fixed cost used, with their sources
     replay_seconds: float | None = None  # a matching replay's full-scale time, where the profile has one
     replay_nodes: int | None = None  # how many of the plan's nodes that replay wrote
+    # the short end of the save time where the probe did not reach saturation (aggregate.unsaturated_bytes_per_s):
+    # the save takes from this to `seconds`, which holds the aggregate flat
+    shortest_seconds: float | None = None
     notes: list[str] = []
+
+    def span(self) -> str:
+        """The save time as shown: one figure, or the range a probe below the knee leaves."""
+        if self.shortest_seconds is None:
+            return fmt_duration(self.seconds)
+        return f"{fmt_duration(self.shortest_seconds)} to {fmt_duration(self.seconds)}"
 
 
 def writer_loads(
@@ -151,7 +162,39 @@ def predict_save(
 ) -> SaveTime:
     """Seconds for one save of `plan` on `profile`. Overrides model what-ifs (compressed bytes, merged files);
     `framework_costs=False` drops the serialiser and coordination terms (copying finished files); `aggregate_limit`
-    is what the whole shared system sustains, as the user knows it (planning/scaling.py)."""
+    is what the whole shared system sustains, as the user knows it (planning/scaling.py). Where the profile's probe
+    did not reach saturation, the save at the range's short end is the same model with that end as the limit."""
+    at_limit = partial(
+        _predict_save,
+        plan,
+        profile,
+        total_bytes=total_bytes,
+        node_bytes=node_bytes,
+        node_files=node_files,
+        total_files=total_files,
+        given_serializers=given_serializers,
+        framework_costs=framework_costs,
+    )
+    save = at_limit(aggregate_limit=aggregate_limit)
+    short_end = save.aggregate.unsaturated_bytes_per_s
+    if short_end is None:
+        return save
+    shortest = at_limit(aggregate_limit=short_end).seconds
+    return save.model_copy(update={"shortest_seconds": shortest} if shortest < save.seconds else {})
+
+
+def _predict_save(
+    plan: CheckpointPlan,
+    profile: StorageProfile,
+    *,
+    total_bytes: float | None,
+    node_bytes: float | None,
+    node_files: int | None,
+    total_files: int | None,
+    given_serializers: dict[str, float] | None,
+    framework_costs: bool,
+    aggregate_limit: float | None,
+) -> SaveTime:
     machine = machine_figures(profile.calibration, given_serializers)
     total_bytes = plan.total_bytes if total_bytes is None else total_bytes
     busiest = plan.busiest_node

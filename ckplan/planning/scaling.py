@@ -10,13 +10,20 @@ Rules, in order:
 - shared target, beyond the largest measured host count:
   - a known limit of the whole system (given by the caller, else the profile's `aggregate_limit_bytes_per_s`):
     min(per-node × nodes, limit);
-  - otherwise, with three or more distinct host counts measured, the Universal Scalability Law fitted to them
-    (`fit_usl`), never above λN;
-  - with one or two, the best measured aggregate, held flat. A shared target that saturates at one host (one
+  - otherwise, where the curve had stopped growing (`reached_saturation`) at three or more distinct host counts,
+    the Universal Scalability Law fitted to them (`fit_usl`), never above λN;
+  - else the best measured aggregate, held flat. A shared target that saturates at one host (one
     NFS server, one disk behind every host) goes no faster with more nodes, and two points cannot tell a
     curve that keeps rising from one that has turned over, so the figure that was seen is all that is claimed.
 Every figure beyond the measured range is `extrapolated`, and its label names the model, the largest measured
 host count and the nodes.
+
+Below the knee. A probe whose aggregate was still growing at its largest host count (`reached_saturation`) cannot
+say where the curve turns, and a law fitted to a curve that has not turned extrapolates it rising. Held flat, the
+figure is the long end of what the save may take; per-node × nodes, the curve never turning, is the short end. Such
+an estimate carries that short end (`unsaturated_bytes_per_s`) and says so in its label (NOT_SATURATED), so that
+the save time is given as the range between them. A known limit of the whole system (given or in the profile)
+closes the range: it is the answer the probe could not give.
 """
 
 from __future__ import annotations
@@ -29,6 +36,10 @@ from ckplan.units import MAX_RATE_BYTES_PER_S, check_range, fmt_rate
 
 AggregateModel = Literal["measured", "interpolated", "usl", "flat", "given limit", "profile limit", "node-local"]
 USL_MIN_HOST_COUNTS = 3  # a three-parameter fit needs three distinct host counts; fewer are held flat
+# a curve has stopped growing where its last added hosts raised the aggregate by less than half of what each host
+# gave before them: a curve still rising by more is below its knee, wherever that is
+SATURATION_GAIN = 0.5
+NOT_SATURATED = "the probe did not reach saturation: probe with more hosts, or give --aggregate-limit"
 
 
 class UslFit(Model):
@@ -56,6 +67,9 @@ class AggregateEstimate(Model):
     per_node_bytes_per_s: float  # the per-node figure at the plan's writers per node
     limit_bytes_per_s: float | None = None  # the system limit used, if any
     usl: UslFit | None = None
+    # the short end, per-node × nodes, where the probe did not reach saturation and no system limit is known:
+    # the aggregate is then anywhere from bytes_per_s (held flat or fitted) to this
+    unsaturated_bytes_per_s: float | None = None
     label: str
 
 
@@ -94,6 +108,19 @@ def _solve(rows: list[list[float]], ys: list[float]) -> list[float] | None:
     for i in reversed(range(k)):
         x[i] = (b[i] - sum(a[i][j] * x[j] for j in range(i + 1, k))) / a[i][i]
     return [x[j] / scale[j] for j in range(k)]
+
+
+def reached_saturation(points: list[tuple[int, float]]) -> bool:
+    """Whether a measured aggregate curve (hosts, bytes/s) had stopped growing at its largest host count: the last
+    step's gain per added host is below SATURATION_GAIN × the per-host aggregate of the point before it. One host
+    count alone shows no curve, so it has not."""
+    best: dict[int, float] = {}
+    for h, x in points:
+        best[h] = max(x, best.get(h, 0.0))
+    if len(best) < 2:
+        return False
+    (h0, x0), (h1, x1) = sorted(best.items())[-2:]
+    return (x1 - x0) / (h1 - h0) < SATURATION_GAIN * x0 / h0
 
 
 def fit_usl(points: list[tuple[int, float]]) -> UslFit:
@@ -199,26 +226,28 @@ def aggregate_estimate(
             nodes=nodes,
             per_node_bytes_per_s=per_node,
         )
-    if len(hosts) >= USL_MIN_HOST_COUNTS:
+    model: AggregateModel
+    saturated = reached_saturation(measured)
+    if saturated and len(hosts) >= USL_MIN_HOST_COUNTS:
         fit = fit_usl(measured)
-        return AggregateEstimate(
-            bytes_per_s=fit.at(nodes),
-            model="usl",
-            extrapolated=True,
-            measured_hosts_max=top,
-            usl=fit,
-            label=f"extrapolated (Universal Scalability Law fitted to {_counts(hosts)}; {where})",
-            nodes=nodes,
-            per_node_bytes_per_s=per_node,
-        )
-    best_hosts, best = max(measured, key=lambda p: (p[1], -p[0]))
+        figure, model = fit.at(nodes), "usl"
+        label = f"extrapolated (Universal Scalability Law fitted to {_counts(hosts)}; {where})"
+    else:
+        best_hosts, figure = max(measured, key=lambda p: (p[1], -p[0]))
+        fit, model = None, "flat"
+        label = f"extrapolated (the best measured aggregate, {fmt_rate(figure)} at {_hosts(best_hosts)}, held flat; {where})"
+    short_end = None
+    if not saturated and per_node * nodes > figure:
+        short_end = per_node * nodes
+        label += f"; {NOT_SATURATED}: {fmt_rate(figure)} to {fmt_rate(short_end)}"
     return AggregateEstimate(
-        bytes_per_s=best,
-        model="flat",
+        bytes_per_s=figure,
+        model=model,
         extrapolated=True,
         measured_hosts_max=top,
-        label=f"extrapolated (the best measured aggregate, {fmt_rate(best)} at {_hosts(best_hosts)}, held flat; "
-        f"{where})",
+        usl=fit,
+        unsaturated_bytes_per_s=short_end,
+        label=label,
         nodes=nodes,
         per_node_bytes_per_s=per_node,
     )
@@ -230,5 +259,7 @@ def describe_rule() -> str:
         "aggregate over nodes (planning/scaling.py): node-local targets per node × nodes; shared targets interpolated "
         "between measured host counts, and beyond the largest: min(per node × nodes, the system limit) where one is "
         "known (--aggregate-limit, or the profile's), else the Universal Scalability Law fitted to three or more "
-        "measured host counts, else the best measured aggregate held flat"
+        "measured host counts where the curve had stopped growing, else the best measured aggregate held flat; where "
+        "the probe's aggregate was still growing at its largest host count, per node × nodes is the short end of a "
+        "range"
     )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from ckplan.planning.provision import ProvisionSweep
+from ckplan.planning.provision import Provision, ProvisionSweep
 from ckplan.render.console import console, shown
 from ckplan.units import fmt_bytes, fmt_duration, fmt_percent, fmt_rate
 
@@ -77,7 +77,7 @@ def render_provision(sweep: ProvisionSweep) -> None:
         if sweep.storage and r.headroom is not None:
             style = "green" if r.headroom >= 1 else "red"
             mark = " extrapolated" if r.storage_aggregate is not None and r.storage_aggregate.extrapolated else ""
-            row.append(f"[{style}]{r.headroom:.2f}×{mark}[/{style}]")
+            row.append(f"[{style}]{_headroom(r)}{mark}[/{style}]")
         table.add_row(*row)
     out.print(table)
     if sweep.storage:
@@ -88,8 +88,14 @@ def render_provision(sweep: ProvisionSweep) -> None:
                     f"{shown(sweep.storage)} gives {fmt_rate(r.headroom * r.burst_bandwidth_bytes_per_s)} to {r.nodes} nodes"
                     + (f" ({shown(agg.label)})" if agg is not None else "")
                     + f"; the {r.gpus:,}-GPU plan needs {fmt_rate(r.burst_bandwidth_bytes_per_s)}; "
-                    f"headroom {r.headroom:.2f}×"
+                    f"headroom {_headroom(r)}"
                 )
     out.print("[bold]Assumptions[/bold]")
     for a in sweep.assumptions:
         out.print(f" • {shown(a)}")
+
+
+def _headroom(r: Provision) -> str:
+    """The headroom, or its range where the profile's probe did not reach saturation (the label says why)."""
+    assert r.headroom is not None
+    return f"{r.headroom:.2f}×" + (f"…{r.headroom_unsaturated:.2f}×" if r.headroom_unsaturated is not None else "")

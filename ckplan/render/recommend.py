@@ -29,7 +29,7 @@ def render_recommendation(rec: Recommendation) -> None:
     table.add_column("figure")
     table.add_column("value", justify="right")
     table.add_column("why", overflow="fold")
-    table.add_row("save (persist) time", _d(rec.save_seconds), shown(_model_line(rec)))
+    table.add_row("save (persist) time", rec.save_span(), shown(_model_line(rec)))
     if rec.machine_defaults is not None:  # the figure moves the save by its share: labelled where it is used
         d = rec.machine_defaults
         table.add_row(
@@ -157,7 +157,7 @@ def render_comparison(comp: Comparison) -> None:
     for r in comp.recommendations:
         table.add_row(
             shown(r.storage),
-            _d(r.save_seconds),
+            r.save_span(),
             _d(r.stall_seconds),
             _d(r.shortest_safe_interval_s),
             shown(r.binding_constraint),
