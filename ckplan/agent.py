@@ -157,33 +157,30 @@ def run_agent(settings: AgentSettings, log: Callable[[str], None], poll_s: float
     check_port_free(settings.address, settings.port)
     children.become_subreaper()
     stop: list[int] = []
-    handled = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
-    previous = {sig: signal.signal(sig, lambda signum, frame: stop.append(signum)) for sig in handled}
-    try:
-        server = subprocess.Popen(cmd, preexec_fn=children.preexec())
-        last_client = time.monotonic()
-        while True:
-            try:
-                code = server.wait(timeout=poll_s)
-                if not stop:  # under Slurm the signal that ends the job reaches fio as well: not fio's failure
-                    log(f"fio's server {children.exit_reason(code)}")
-                    return code if code >= 0 else 1
-            except subprocess.TimeoutExpired:
-                pass
-            if stop:
-                log(f"stopping on {signal.Signals(stop[0]).name}: ending fio's server and its jobs")
-                return 0
-            if settings.idle_timeout_s is not None:
-                now = time.monotonic()
-                if established_connections(settings.port):
-                    last_client = now
-                elif now - last_client >= settings.idle_timeout_s:
-                    log(f"no client connected for {settings.idle_timeout_s:g} s (--idle-timeout): stopping")
+    with children.on_stopping_signals(stop.append):
+        try:
+            server = subprocess.Popen(cmd, preexec_fn=children.preexec())
+            last_client = time.monotonic()
+            while True:
+                try:
+                    code = server.wait(timeout=poll_s)
+                    if not stop:  # under Slurm the signal that ends the job reaches fio as well: not fio's failure
+                        log(f"fio's server {children.exit_reason(code)}")
+                        return code if code >= 0 else 1
+                except subprocess.TimeoutExpired:
+                    pass
+                if stop:
+                    log(f"stopping on {signal.Signals(stop[0]).name}: ending fio's server and its jobs")
                     return 0
-    finally:
-        children.stop_descendants(grace_s)
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+                if settings.idle_timeout_s is not None:
+                    now = time.monotonic()
+                    if established_connections(settings.port):
+                        last_client = now
+                    elif now - last_client >= settings.idle_timeout_s:
+                        log(f"no client connected for {settings.idle_timeout_s:g} s (--idle-timeout): stopping")
+                        return 0
+        finally:
+            children.stop_descendants(grace_s)
 
 
 def agent_command(bind: str, port: int) -> list[str]:

@@ -1,6 +1,7 @@
 """Nothing ckplan starts outlives it: fio, fio clients, save and calibration processes.
 
-Ctrl-C and SIGTERM run ckplan's own clean-up, which stops its children; `kill -9` runs nothing, so each
+Ctrl-C, SIGTERM, SIGHUP and SIGQUIT run ckplan's own clean-up (on_stopping_signals: the one place they are
+handled), which stops its children; `kill -9` runs nothing, so each
 child asks the kernel for SIGKILL when its parent goes (Linux prctl PR_SET_PDEATHSIG; elsewhere nothing
 is set). The kernel sends it when the *thread* that started the child exits, so children are started
 from ckplan's main thread only.
@@ -15,11 +16,29 @@ import queue
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 _prctl = None
+STOPPING_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+
+
+@contextlib.contextmanager
+def on_stopping_signals(handler: Callable[[int], None]) -> Iterator[None]:
+    """Inside, each of STOPPING_SIGNALS calls `handler` with its number, in the main thread; the handlers before
+    are back on leaving. A signal ignored when ckplan started stays ignored: `nohup` ignores SIGHUP so that the
+    command outlives its terminal, and a shell's `cmd &` ignores SIGINT."""
+    previous = {sig: signal.getsignal(sig) for sig in STOPPING_SIGNALS}
+    for sig, before in previous.items():
+        if before is not signal.SIG_IGN:
+            signal.signal(sig, lambda signum, frame: handler(signum))
+    try:
+        yield
+    finally:
+        for sig, before in previous.items():
+            if before is not None:  # None: a handler not set from Python, which cannot be put back
+                signal.signal(sig, before)
 
 
 def _load_prctl():

@@ -7,11 +7,13 @@ import os
 import signal
 import socket
 import subprocess
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
+from scripts._harness import free_port
 from tests.conftest import assert_one_line_error, ckplan_exe, run_cli, run_json
 from tests.netns import fio_hosts, kill_servers, server_processes
 
@@ -20,6 +22,49 @@ pytestmark = pytest.mark.fio
 
 def scratch(path):
     return [p for p in os.listdir(path) if p.startswith(".ckplan-probe-")]
+
+
+def test_agent_wait_for_2000_unreachable_hosts_is_one_bound_in_total(tmp_path):
+    """2,000 loopback addresses on a port nobody listens on, with --agent-wait 2s: every host is tried at once
+    against the one deadline, so the probe ends within it (174 s when each host had a fio client of its own)."""
+    with socket.socket() as probe_port:
+        probe_port.bind(("127.0.0.1", 0))
+        closed = probe_port.getsockname()[1]  # free once closed: every 127.x address refuses it
+    target = tmp_path / "shared"
+    target.mkdir()
+    start = time.monotonic()
+    proc = run_cli(
+        "probe", str(target), "--hosts", f"127.0.[1-8].[1-250]:{closed}", "--agent-wait", "2s", "--quick",
+        "--no-calibrate", timeout=60,
+    )  # fmt: skip
+    took = time.monotonic() - start
+    assert_one_line_error(proc, "no agent ran fio's handshake", code=3)
+    assert "127.0.1.1:" in proc.stderr and "and 1,995 more within 2 s" in proc.stderr
+    assert took < 10, took
+    assert scratch(target) == []
+
+
+def test_agent_wait_finds_an_agent_that_starts_late_among_hosts_that_never_do():
+    """An agent that starts a second into the wait is found by its handshake; the ones that never start are named."""
+    from ckplan.errors import EnvironmentProblem
+    from ckplan.probe.backends.hosts import wait_for_agents
+    from ckplan.probe.hostlist import Host
+
+    port = free_port()
+    late = Host("127.0.0.1", port)
+    never = [Host(f"127.0.0.{i}", port) for i in range(2, 40)]
+    starter = threading.Timer(1.0, lambda: servers.append(subprocess.Popen(["fio", f"--server=ip:127.0.0.1,{port}"])))
+    servers: list[subprocess.Popen] = []
+    starter.start()
+    try:
+        wait_for_agents([late], 10)
+        with pytest.raises(EnvironmentProblem, match=r"127\.0\.0\.2:\d+, .* and 33 more within 4 s"):
+            wait_for_agents([late, *never], 4)
+    finally:
+        starter.join()
+        for server in servers:
+            server.terminate()
+            server.wait()
 
 
 def test_three_hosts_bandwidth_scaling_and_replay(tmp_path):

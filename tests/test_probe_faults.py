@@ -206,6 +206,71 @@ def test_kill_9_during_calibrate_takes_its_workers_and_clean_removes_its_scratch
     assert str(mine[0]) in result["removed"] and not mine[0].exists()
 
 
+# --- every stopping signal undoes what ckplan started ---------------------------------------------------------
+
+
+def assert_interrupted_and_gone(proc: subprocess.Popen, started: list[int], err: str) -> None:
+    """Exit 130 with the one line, and no process ckplan started (fio, a save or calibration process) left."""
+    assert proc.returncode == 130, err
+    assert one_error_line(err) == "ckplan: interrupted"
+    ended = time.monotonic()
+    while set(started) & set(processes()) and time.monotonic() - ended < 2:
+        time.sleep(0.02)
+    assert not set(started) & set(processes()), "a process ckplan started outlived it"
+
+
+@pytest.mark.parametrize("sig", [signal.SIGHUP, signal.SIGQUIT], ids=lambda sig: sig.name)
+def test_sighup_and_sigquit_mid_probe_remove_the_scratch_and_fio(tmp_path, sig):
+    proc = start_probe(tmp_path, "--writers", "2")
+    wait_for(lambda: fio_touching(tmp_path), 30, "fio to start", proc)
+    started = descendants(proc.pid)
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=30)
+    assert_interrupted_and_gone(proc, started, err)
+    assert scratch_dirs(tmp_path) == [] and fio_touching(tmp_path) == []
+
+
+@pytest.mark.parametrize("sig", [signal.SIGHUP, signal.SIGQUIT], ids=lambda sig: sig.name)
+def test_sighup_and_sigquit_mid_validate_remove_the_saves_and_their_processes(tmp_path, sig):
+    pytest.importorskip("torch")
+    plan = tmp_path / "plan.json"
+    plan.write_text(
+        run_cli("size", "--params", "1e9", "--gpus", "2", "--gpus-per-node", "2", "--json", check=True).stdout
+    )
+    target = tmp_path / "target"
+    target.mkdir()
+    argv = ["validate", str(target), "--plan", str(plan), "--storage", "local-nvme", "--scale", "0.002"]
+    proc = subprocess.Popen(
+        ckplan_exe() + [*argv, "--repeats", "100"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    wait_for(lambda: len(saver_processes(proc.pid)) >= 2 and os.listdir(target), 120, "the save processes", proc)
+    started = descendants(proc.pid)
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=30)
+    assert_interrupted_and_gone(proc, started, err)
+    assert os.listdir(target) == []
+
+
+def test_sigterm_mid_calibrate_removes_its_scratch_in_one_line():
+    pytest.importorskip("torch")
+    shm = Path("/dev/shm")
+    proc = subprocess.Popen(
+        ckplan_exe() + ["calibrate", "--quick"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
+    mine = wait_for(
+        lambda: [d for d in scratch_dirs(shm, CALIBRATE) if f"-{proc.pid}-" in d.name],
+        120,
+        "the calibration's scratch directory",
+        proc,
+    )
+    wait_for(lambda: len(saver_processes(proc.pid)) >= 2, 60, "the two save processes", proc)
+    started = descendants(proc.pid)
+    proc.terminate()
+    _, err = proc.communicate(timeout=30)
+    assert_interrupted_and_gone(proc, started, err)
+    assert not mine[0].exists()
+
+
 # --- concurrent probes -------------------------------------------------------------------------------------
 
 

@@ -212,6 +212,30 @@ def test_ctrl_c_removes_objects_and_aborts_uploads(endpoint, tmp_path):
     assert_clean(endpoint)
 
 
+def test_writers_past_the_stream_limit_are_refused_before_any_request(tmp_path):
+    """A million writers would be a million threads and connections: refused in one line, no endpoint needed."""
+    url = "http://127.0.0.1:9"  # discard: nothing answers, so a request at all would fail otherwise
+    proc = probe(url, tmp_path, f"s3://{BUCKET}/many", "--writers", "1048576")
+    assert_one_line_error(proc, "at most 1,024 concurrent streams", code=2)
+
+
+def test_sigterm_mid_streams_aborts_every_upload_within_seconds(endpoint, tmp_path):
+    """SIGTERM while 64 streams upload: the queued streams never start, the running ones stop after their part in
+    flight, and the prefix's objects and multipart uploads are gone, in seconds."""
+    proc = _start(endpoint, tmp_path, "sigterm", "--writers", "64", "--quick", "--no-calibrate")
+    deadline = time.monotonic() + 60
+    while len(leftovers(endpoint, BUCKET)[1]) < 8:  # many streams at once, not the first run's one
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.02)
+    signalled = time.monotonic()
+    proc.terminate()
+    _, err = proc.communicate(timeout=60)
+    took = time.monotonic() - signalled
+    assert proc.returncode == 130 and err.strip() == "ckplan: interrupted", err
+    assert took < 5, took
+    assert_clean(endpoint)
+
+
 def test_kill_9_then_clean(endpoint, tmp_path):
     proc = _start(endpoint, tmp_path, "killed")
     time.sleep(0.5)

@@ -8,9 +8,10 @@ from policy.py, shown in `--help` from there, so no default is restated in a sig
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
@@ -60,9 +61,23 @@ def preset(quick: bool, thorough: bool) -> Literal["quick", "default", "thorough
     return "quick" if quick else "thorough" if thorough else "default"
 
 
-def interrupt(signum: int, frame: object) -> None:
-    """A SIGTERM handler: run the same cleanup as Ctrl-C."""
-    raise KeyboardInterrupt
+@contextlib.contextmanager
+def stop_on_signals() -> Iterator[None]:
+    """Inside, SIGTERM (a job's end), SIGHUP (the terminal gone) and SIGQUIT (Ctrl-\\) run the same cleanup as
+    Ctrl-C: KeyboardInterrupt, which the commands that leave scratch, save processes or fio behind undo, and exit
+    130. Only the first signal raises: a second one while that cleanup runs would cut it short and leave the scratch
+    behind (the cleanup's own waits are bounded)."""
+    from ckplan.children import on_stopping_signals
+
+    received: list[int] = []
+
+    def interrupt(signum: int) -> None:
+        if not received:
+            received.append(signum)
+            raise KeyboardInterrupt
+
+    with on_stopping_signals(interrupt):
+        yield
 
 
 @dataclass(frozen=True)

@@ -89,8 +89,6 @@ def probe(
 ) -> None:
     """Measure what a target sustains: buffered and direct bandwidth against writers, small files, fsync latency,
     this machine's serialisers, and a replay of a plan."""
-    import signal
-
     from ckplan import api
 
     target = api.open_probe(
@@ -115,10 +113,9 @@ def probe(
         notice=lambda line: print(f"ckplan: {visible(line)}", file=sys.stderr, flush=True),
     )
     estimate = target.estimated_seconds  # prepares: every check that can fail comes before a byte is written
-    signal.signal(signal.SIGTERM, o.interrupt)  # run the same cleanup as Ctrl-C
     from ckplan.render.profile import live_progress
 
-    with live_progress(estimate) as live:
+    with o.stop_on_signals(), live_progress(estimate) as live:
         result = target.run(live)
     from ckplan.probe.engine import incomplete, shared_target_warnings
 
@@ -153,7 +150,7 @@ def calibrate(
     from ckplan.render.profile import live_progress
     from ckplan.savers.calibrate import ESTIMATE_S
 
-    with live_progress(ESTIMATE_S[preset]) as live:
+    with o.stop_on_signals(), live_progress(ESTIMATE_S[preset]) as live:
         result = run(preset, ranks, live)
     if out:
         profile_store.write(result, out)

@@ -58,17 +58,15 @@ def validate(
         raise InputError("give a directory on the target to save into (or --record RECORD.jsonl)")
     if mode not in ("sync", "async"):
         raise InputError(f"--mode must be sync or async, got {mode!r}")
-    import signal
-
-    signal.signal(signal.SIGTERM, o.interrupt)  # the save processes and scratch directory go, as on Ctrl-C
-    result = run(
-        Path(path),
-        o.load_plan(plan_file),
-        profile_store.resolve(storage),
-        scale=scale,
-        repeats=repeats,
-        mode=mode,
-        max_bytes=parse_bytes(max_bytes, "--max-bytes") if max_bytes else None,
-        restore=restore,
-    )
+    with o.stop_on_signals():
+        result = run(
+            Path(path),
+            o.load_plan(plan_file),
+            profile_store.resolve(storage),
+            scale=scale,
+            repeats=repeats,
+            mode=mode,
+            max_bytes=parse_bytes(max_bytes, "--max-bytes") if max_bytes else None,
+            restore=restore,
+        )
     emit(result, json)

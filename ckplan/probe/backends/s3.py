@@ -39,6 +39,9 @@ MIN_PART_BYTES = 5 * MiB  # S3's smallest part (all but the last)
 MAX_PART_BYTES = 5 * 2**30  # S3's largest part
 MAX_PARTS = 10_000  # parts of one multipart upload, at most
 LATENCY_PUT_BYTES = 4096
+# streams of one S3 probe at once: each is a thread and a connection of this process, with a part in flight; past
+# this many one client host measures its own threads and sockets rather than the store
+MAX_STREAMS = 1024
 # A probe killed with -9 leaves requests that the server has received and still processes: a multipart upload
 # being completed leaves the upload listing before its object appears (moto here: up to 0.9 s after the kill,
 # with a few hundred MB). So `clean` lists again until nothing has appeared for CLEAN_QUIET_S, giving up after
@@ -280,6 +283,8 @@ class Writer:
 
     def multipart(self, key: str, size: int, deadline: float | None = None) -> int:
         """Upload parts one after another until `size` bytes or the deadline; returns the bytes uploaded."""
+        if self.cancel.is_set():  # a stream that starts after the cancel must not open an upload only to abandon it
+            raise raw.Cancelled()
         up = self.s3.create_multipart_upload(Bucket=self.bucket, Key=key)["UploadId"]
         parts: list[dict[str, Any]] = []
         sent, part = 0, part_size(size, self.part_bytes)
@@ -324,6 +329,12 @@ class S3Backend:
             )
         # the streams' writers, or every rank of the busiest node at once in the replay, as the other backends run them
         self.threads = max(spec.writers_per_host, spec.plan.max_writers_per_node if spec.plan else 1)
+        if self.threads > MAX_STREAMS:  # each stream is concurrent by definition: a capped pool would measure fewer
+            which = "‹writers›" if spec.writers_per_host >= self.threads else "the plan's writers per node"
+            raise InputError(
+                f"an S3 probe runs at most {MAX_STREAMS:,} concurrent streams (a thread and a connection each), "
+                f"and {which} asks for {self.threads:,}"
+            )
         self.s3 = client(self.loc, spec.s3.timeout_s, 2 * self.threads + 4)
         try:
             self.s3.head_bucket(Bucket=self.loc.bucket)
@@ -361,7 +372,10 @@ class S3Backend:
                 try:
                     yield session
                 except BaseException:
+                    # the streams still queued never start, and those running stop after their request in flight,
+                    # so that the prefix's removal below finds every upload this probe opened
                     session.cancel.set()
+                    pool.shutdown(wait=True, cancel_futures=True)
                     raise
         except (InputError, EnvironmentProblem, MeasurementFailed):
             raise
