@@ -16,15 +16,34 @@ Imports happen inside the functions: `import ckplan` and the CLI's start-up stay
 
 from __future__ import annotations
 
+import functools
+import inspect
 import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, TypedDict, Unpack
+from types import UnionType
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Literal,
+    ParamSpec,
+    TypeVar,
+    Union,
+    Unpack,
+    get_args,
+    get_origin,
+    get_type_hints,
+)
+
+# pydantic reads a **kwargs TypedDict's keys only from typing_extensions' on Python 3.11 (pydantic depends on it)
+from typing_extensions import TypedDict
 
 from ckplan.errors import InputError
 from ckplan.planning.defaults import DEFAULT_MAX_OVERHEAD
 
 if TYPE_CHECKING:
+    from pydantic import ValidationError
+
     from ckplan.diagnose.records import RecordDiagnosis
     from ckplan.diagnose.trend import Diagnosis
     from ckplan.planning.policy import Policy
@@ -35,13 +54,123 @@ if TYPE_CHECKING:
     from ckplan.request import PlanRequest
     from ckplan.sizing.plan import CheckpointPlan
 
-Number = float | str  # a figure in the field's unit, or as a flag takes it ("1h", "5%", "2GB/s")
+# a figure in the field's unit, or as a flag takes it ("1h", "5%", "2GB/s"); int apart from float, so that a check of
+# the call's arguments keeps a count of bytes whole rather than turning it into a float
+Number = int | float | str
 PathLike = str | os.PathLike[str]
 
 # what `provision` sizes when not told: the cluster sizes it sweeps, and a large model's layout
 PROVISION_GPUS = (1024, 4096, 16384, 65536)
 PROVISION_FRAMEWORK = "megatron"
 PROVISION_TP = 8
+
+
+Params = ParamSpec("Params")
+Result = TypeVar("Result")
+
+
+def _checked(function: Callable[Params, Result]) -> Callable[Params, Result]:
+    """Check a call's arguments against `function`'s annotations before it runs, strictly (8.7 is no int, True no
+    number, "8" no int; a dict where a model goes is validated as that model), so that a wrong type is one
+    InputError naming the argument rather than a TypeError from deep inside or a silent truncation. Values are
+    bounded where they are parsed, by the models they fill."""
+    validated: Callable[..., Result] | None = None
+
+    @functools.wraps(function)
+    def call(*args: Params.args, **kwargs: Params.kwargs) -> Result:
+        from pydantic import ValidationError
+
+        nonlocal validated
+        if validated is None:  # built at the first call: the annotations name models this module imports lazily
+            validated = _validated(function)
+        try:
+            return validated(*args, **kwargs)
+        except ValidationError as exc:
+            if exc.title != function.__name__:  # a model's own, raised inside: not about this call's arguments
+                raise
+            raise _refusal(function, exc) from None
+
+    return call
+
+
+# the models the public functions' annotations name, imported where a function is first called and only those its
+# own annotations use: `ckplan size` stays clear of the planning, probe and diagnose code
+_ANNOTATED_MODELS = {
+    "CheckpointPlan": "ckplan.sizing.plan",
+    "Comparison": "ckplan.planning.recommend",
+    "Diagnosis": "ckplan.diagnose.trend",
+    "PlanRequest": "ckplan.request",
+    "Policy": "ckplan.planning.policy",
+    "ProbeTarget": "ckplan.probe.backends",
+    "ProvisionSweep": "ckplan.planning.provision",
+    "Recommendation": "ckplan.planning.recommend",
+    "RecordDiagnosis": "ckplan.diagnose.records",
+    "StorageProfile": "ckplan.profile",
+}
+
+
+def _validated(function: Callable[..., Result]) -> Callable[..., Result]:
+    """`function` behind pydantic's check of its arguments, the models its annotations name imported now."""
+    import importlib
+    import re
+
+    from pydantic import ConfigDict, validate_call
+
+    # the names the annotations use, which pydantic resolves in the function's module
+    named = set(re.findall(r"\w+", " ".join(str(a) for a in function.__annotations__.values())))
+    globals().update(
+        {
+            name: getattr(importlib.import_module(module), name)
+            for name, module in _ANNOTATED_MODELS.items()
+            if name in named
+        }
+    )
+    return validate_call(config=ConfigDict(strict=True, extra="forbid"))(function)
+
+
+def _refusal(function: Callable[..., Any], exc: ValidationError) -> InputError:
+    """The first wrong argument of a ValidationError, in one line naming it as the library does (‹name›)."""
+    errors = exc.errors(include_url=False)
+    first = errors[0]
+    head, *inside = first["loc"]
+    if first["type"] in ("unexpected_keyword_argument", "extra_forbidden"):  # a named one, or a **kwargs key
+        return InputError(f"{function.__name__} takes no ‹{head}›")
+    if first["type"] == "unexpected_positional_argument":  # head: the first argument's position past the last
+        return InputError(f"{function.__name__} takes {head} positional argument(s): give the others by name")
+    name = list(inspect.signature(function).parameters)[head] if isinstance(head, int) else str(head)
+    if first["type"] in ("missing_argument", "missing_keyword_only_argument", "missing_positional_only_argument"):
+        return InputError(f"{function.__name__} needs ‹{name}›")
+    about = [e for e in errors if e["loc"][:1] == (head,)]
+    if len(about) > 1:  # one complaint per member of a union: say what it takes, and what it got whole
+        whole = min(about, key=lambda e: len(e["loc"]))["input"]
+        return InputError(f"‹{name}› takes {_annotation(function, name)}, got {_shown(whole)}")
+    where = "".join(f"[{step!r}]" for step in inside)
+    return InputError(f"‹{name}›{where}: {first['msg']}, got {_shown(first['input'])}")
+
+
+def _shown(value: object) -> str:
+    """A value in an error line: its repr, cut short (a plan's dict can be megabytes)."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _annotation(function: Callable[..., Any], name: str) -> str:
+    """The type parameter `name` takes, or the key `name` of the TypedDict its **kwargs unpack, in words."""
+    hints = get_type_hints(function)
+    if name not in hints:
+        keywords = next(p.name for p in inspect.signature(function).parameters.values() if p.kind is p.VAR_KEYWORD)
+        (typed,) = get_args(hints[keywords])  # Unpack[a TypedDict]
+        hints = get_type_hints(typed)
+    return _type_name(hints[name])
+
+
+def _type_name(annotation: Any) -> str:
+    """`CheckpointPlan | str | os.PathLike[str]`: a type as a reader writes it, without its module."""
+    if get_origin(annotation) in (Union, UnionType):
+        return " | ".join(_type_name(member) for member in get_args(annotation))
+    if isinstance(annotation, type):
+        return annotation.__name__
+    return str(annotation).replace("collections.abc.", "").replace("typing.", "")
 
 
 class ProvisionPolicyInputs(TypedDict, total=False):
@@ -72,6 +201,7 @@ class PolicyInputs(ProvisionPolicyInputs, total=False):
     stall_time_s: Number
 
 
+@_checked
 def size(
     params: Number | None = None,
     *,
@@ -116,6 +246,7 @@ def size(
     return size_request(request, interval=interval, max_overhead=max_overhead)
 
 
+@_checked
 def plan_request(**inputs: Any) -> PlanRequest:
     """A PlanRequest from size's inputs (None: not given), or one InputError."""
     from ckplan.request import PlanRequest
@@ -123,6 +254,7 @@ def plan_request(**inputs: Any) -> PlanRequest:
     return PlanRequest.from_inputs({k: v for k, v in inputs.items() if v is not None})
 
 
+@_checked
 def size_request(
     request: PlanRequest, *, interval: Number | None = None, max_overhead: Number = DEFAULT_MAX_OVERHEAD
 ) -> CheckpointPlan:
@@ -138,6 +270,7 @@ def size_request(
     return plan.model_copy(update={"typical_demand": [interval_demand(plan, t, overhead) for t in TYPICAL_INTERVALS_S]})
 
 
+@_checked
 def recommend(
     plan: CheckpointPlan | PlanRequest | PathLike,
     storage: StorageProfile | PathLike,
@@ -155,6 +288,7 @@ def recommend(
     return run(the_plan, _storage(storage), chosen, catalog.planning_data())
 
 
+@_checked
 def compare(
     plan: CheckpointPlan | PlanRequest | PathLike, *, policy: Policy | None = None, **inputs: Unpack[PolicyInputs]
 ) -> Comparison:
@@ -166,6 +300,7 @@ def compare(
     return run(_plan(plan), chosen, list(catalog.storage_classes().values()))
 
 
+@_checked
 def provision(
     gpus: Sequence[int] | str = PROVISION_GPUS,
     *,
@@ -193,9 +328,6 @@ def provision(
     """The write and read bandwidth, file rate and capacity clusters of `gpus` GPUs need (`ckplan provision`): a
     sweep of sizes, or "1024,4096"; the plan at each size from the plan inputs (a Megatron layout, tp 8, unless
     given)."""
-    refused = set(inputs) - ProvisionPolicyInputs.__optional_keys__
-    if refused:
-        raise InputError(f"provision takes no {', '.join(f'‹{n}›' for n in sorted(refused))}")
     request = plan_request(
         params=params,
         model=model,
@@ -223,6 +355,7 @@ def provision(
     )
 
 
+@_checked
 def provision_request(
     request: PlanRequest,
     gpus: Sequence[int] | str,
@@ -243,8 +376,6 @@ def provision_request(
     check_sweep_sizes(len(items))
     sizes = []
     for item in items:
-        if isinstance(item, bool):
-            raise InputError(f"‹gpus› takes whole numbers, got {item!r}")
         try:
             sizes.append(int(item))
         except ValueError:
@@ -256,6 +387,7 @@ def provision_request(
     return provision_sweep(plans, policy, mode, goodput, keep, catalog.planning_data(), profile, restore_s)
 
 
+@_checked
 def diagnose(
     logs: PathLike | Sequence[PathLike],
     *,
@@ -297,6 +429,7 @@ def diagnose(
     return diagnose_logs(paths, pattern, how, every, the_plan, profile, timeout)
 
 
+@_checked
 def open_probe(
     path: PathLike,
     *,
@@ -330,8 +463,6 @@ def open_probe(
     path = str(path)
     if not path.strip():  # Path("") is the current directory
         raise InputError("probe needs a directory or s3://bucket/prefix, got an empty path")
-    if preset not in ("quick", "default", "thorough"):
-        raise InputError(f"‹preset› must be quick, default or thorough, got {preset!r}")
     if save is not None:
         profile_store.check_name(save)
     if hosts is not None and not hosts.strip(" ,"):
@@ -398,6 +529,7 @@ class ProbeOptions(TypedDict, total=False):
     notice: Callable[[str], None] | None
 
 
+@_checked
 def probe(path: PathLike, **options: Unpack[ProbeOptions]) -> StorageProfile:
     """Measure what a target sustains (`ckplan probe`): open_probe's inputs, then the run; with `save` the profile
     is saved under that name, with `out` written to that file."""
@@ -406,6 +538,7 @@ def probe(path: PathLike, **options: Unpack[ProbeOptions]) -> StorageProfile:
     return result
 
 
+@_checked
 def keep_profile(result: StorageProfile, save: str | None, out: PathLike | None) -> Path | None:
     """Save the profile under `save` and write it to `out`, where given; where it was saved."""
     from ckplan import profile_store

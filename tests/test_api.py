@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -278,7 +279,7 @@ def test_library_messages_name_its_parameters():
         (lambda: api.recommend(api.size(), "nfs", mtbf_s=0), "mtbf_s must be > 0: '0'"),
         (lambda: api.recommend(api.size(), "nfs", mtbf_s=math.nan), "mtbf_s is not a number: 'nan'"),
         (lambda: api.recommend(api.size(), "nfs", restart_s=1e300), "restart_s is too large: '1e+300'"),
-        (lambda: api.recommend(api.size(), "nfs", max_overhed=0.05), "max_overhed: Extra inputs are not permitted"),  # type: ignore[call-arg]
+        (lambda: api.recommend(api.size(), "nfs", max_overhed=0.05), "recommend takes no max_overhed"),  # type: ignore[call-arg]
         (lambda: api.size(gpus=True), "gpus: Input should be a valid integer"),
         (lambda: api.provision([8], save_time_s=1), "provision takes no save_time_s"),  # type: ignore[call-arg]
         (lambda: api.recommend(api.size(), "nfs", policy=Policy(), mtbf_s=1), "give a Policy or its fields, not both"),
@@ -404,3 +405,88 @@ def test_cli_default_is_the_library_default():
 
     assert DEFAULT_PARAMETERS == 7 * 10**9
     assert run_json("size")["parameters"] == DEFAULT_PARAMETERS
+
+
+# --- wrong arguments: each function refuses them with InputError, one line naming the argument ---------------------
+
+
+def _nfs():
+    return api._storage("nfs")
+
+
+# (function, its arguments as a call, what the line says): a wrong type and a wrong value at least for each public
+# function; a value of the right type is bounded by the model it fills, so these lines are the models' own
+WRONG_ARGUMENTS: list[tuple[str, Callable[[], object], str]] = [
+    ("size", lambda: api.size(gpus=8.7), "gpus: Input should be a valid integer, got 8.7"),  # type: ignore[arg-type]
+    ("size", lambda: api.size(gpus=True), "gpus: Input should be a valid integer, got True"),
+    ("size", lambda: api.size(tp="2"), "tp: Input should be a valid integer, got '2'"),  # type: ignore[arg-type]
+    ("size", lambda: api.size(params=None, model=7), "model: Input should be a valid string, got 7"),  # type: ignore[arg-type]
+    ("size", lambda: api.size(gpus=-8), "gpus must be ≥ 1: '-8'"),
+    ("size", lambda: api.size(params=math.nan), "params"),
+    ("size", lambda: api.size(interval=-1), "interval must be > 0"),
+    ("size", lambda: api.size(1, 2), "size takes 1 positional argument(s)"),  # type: ignore[misc, arg-type]
+    ("plan_request", lambda: api.plan_request(gpus=8.7), "gpus: Input should be a valid integer"),
+    ("plan_request", lambda: api.plan_request(tp=0), "tp must be ≥ 1"),
+    ("size_request", lambda: api.size_request("7B"), "request: Input should be"),  # type: ignore[arg-type]
+    ("size_request", lambda: api.size_request(api.plan_request(), max_overhead=math.inf), "max_overhead"),
+    ("recommend", lambda: api.recommend(api.size(), None), "storage takes StorageProfile | str | os"),  # type: ignore[arg-type]
+    ("recommend", lambda: api.recommend(None, "nfs"), "plan takes CheckpointPlan | PlanRequest | str"),  # type: ignore[arg-type]
+    ("recommend", lambda: api.recommend(api.size()), "recommend needs storage"),  # type: ignore[call-arg]
+    ("recommend", lambda: api.recommend(api.size(), "nfs", mtbf_s=True), "mtbf_s takes int | float | str, got True"),
+    ("recommend", lambda: api.recommend(api.size(), "nfs", mtbf_s=math.inf), "mtbf_s"),
+    ("recommend", lambda: api.recommend(api.size(), "nfs", restart_s=-1), "restart_s"),
+    ("recommend", lambda: api.recommend(api.size(), "nfs", policy="strict"), "policy: Input should be"),  # type: ignore[arg-type]
+    ("compare", lambda: api.compare(api.size(), mode="fast"), "mode: Input should be 'sync' or 'async'"),  # type: ignore[arg-type]
+    ("compare", lambda: api.compare(api.size(), mtbf_s=-1), "mtbf_s must be > 0"),
+    ("provision", lambda: api.provision(gpus=8), "gpus takes Sequence[int] | str, got 8"),  # type: ignore[arg-type]
+    ("provision", lambda: api.provision(gpus=[8.7]), "gpus takes Sequence[int] | str, got [8.7]"),  # type: ignore[list-item]
+    ("provision", lambda: api.provision([8], keep=True), "keep: Input should be a valid integer, got True"),
+    ("provision", lambda: api.provision([8], keep=0), "keep must be ≥ 1"),
+    ("provision", lambda: api.provision([-8]), "gpus must be ≥ 1"),
+    ("provision", lambda: api.provision([8], target_goodput=math.nan), "target_goodput"),
+    ("provision", lambda: api.provision([8], save_time_s=1), "provision takes no save_time_s"),  # type: ignore[call-arg]
+    ("provision_request", lambda: api.provision_request(api.plan_request(), [8], policy=None), "policy: Input"),  # type: ignore[arg-type]
+    (
+        "provision_request",
+        lambda: api.provision_request(api.plan_request(), [8], policy=Policy(), max_restore=-1),
+        "max_restore must",
+    ),
+    ("diagnose", lambda: api.diagnose(123), "logs takes str | os.PathLike[str] | Sequence"),  # type: ignore[arg-type]
+    ("diagnose", lambda: api.diagnose(LOG, by=1), "by: Input should be a valid string, got 1"),  # type: ignore[arg-type]
+    ("diagnose", lambda: api.diagnose(LOG, by="step"), "by must be save or time"),
+    ("diagnose", lambda: api.diagnose(LOG, interval=math.nan), "interval"),
+    ("open_probe", lambda: api.open_probe("/x", writers=2.5), "writers: Input should be a valid integer, got 2.5"),  # type: ignore[arg-type]
+    ("open_probe", lambda: api.open_probe("/x", scale="1"), "scale: Input should be a valid number, got '1'"),  # type: ignore[arg-type]
+    ("open_probe", lambda: api.open_probe("/x", preset="fast"), "preset: Input should be 'quick', 'default' or"),  # type: ignore[arg-type]
+    ("open_probe", lambda: api.open_probe("/x", writers=0), "writers must be ≥ 1"),
+    ("open_probe", lambda: api.open_probe("/x", scale=math.nan), "scale is not a number"),
+    ("probe", lambda: api.probe(123), "path takes str | os.PathLike[str], got 123"),  # type: ignore[arg-type]
+    ("probe", lambda: api.probe("/x", scale=-1.0), "scale"),
+    ("keep_profile", lambda: api.keep_profile(None, None, None), "result: Input should be"),  # type: ignore[arg-type]
+    ("keep_profile", lambda: api.keep_profile(_nfs(), "bad/name", None), "save_name takes a plain name"),
+]
+
+
+@pytest.mark.parametrize(
+    "call,message", [(c, m) for _, c, m in WRONG_ARGUMENTS], ids=[f"{f}-{m[:30]}" for f, _, m in WRONG_ARGUMENTS]
+)
+def test_a_wrong_argument_is_one_input_error_naming_it(call, message):
+    with pytest.raises(InputError) as exc:
+        call()
+    line = str(exc.value)
+    assert message in line and "\n" not in line and "‹" not in line, line
+
+
+def test_every_public_function_checks_its_arguments():
+    """Each public function of ckplan.api is behind the argument check and has its rows in WRONG_ARGUMENTS, so a
+    new function cannot skip either."""
+    public = {
+        name
+        for name, member in vars(api).items()
+        if inspect.isfunction(member) and member.__module__ == api.__name__ and not name.startswith("_")
+    }
+    assert public >= set(ckplan.__all__) - {"__version__"}
+    assert {name for name in public if not hasattr(getattr(api, name), "__wrapped__")} == set()
+    rows = [function for function, _, _ in WRONG_ARGUMENTS]
+    assert {name for name in public if rows.count(name) < 2} == set()
+    assert set(rows) <= public

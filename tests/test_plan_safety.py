@@ -13,6 +13,7 @@ import json
 import os
 import secrets
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -120,6 +121,11 @@ PLAN_CASES = [
     ("manifest.0.node", 7, "node 7"),
     ("total_bytes", 1, "total_bytes"),
     ("manifest.0.bytes", 10**30, "manifest.0.bytes"),
+    (
+        "manifest.3.bytes",
+        0,
+        "manifest[3].path 'global_step1000/mp_rank_00_model_states.pt' is a weights file of 0 bytes",
+    ),
     ("setup.framework", "tensorflow", "unknown framework 'tensorflow'"),
     ("setup.optimizer", "adamax", "unknown optimizer 'adamax'"),
     ("setup.precision", "fp8-ish", "unknown precision"),
@@ -357,3 +363,196 @@ def test_the_limit_sized_plan_loads_within_seconds(tmp_path):
     proc = run_cli("recommend", "--plan", str(path), "--storage", "lustre", "--json")
     assert proc.returncode == 0, proc.stderr
     assert time.monotonic() - start < 30
+
+
+def _restore_plan(framework: str = "deepspeed", **layout: int | None) -> dict:
+    """A built plan with a restore section, as JSON: two nodes of 8 GPUs unless told otherwise."""
+    from ckplan import catalog
+    from ckplan.sizing.plan import build_plan
+
+    shape: dict[str, int | None] = {"gpus": 16, "gpus_per_node": 8, **layout}
+    model = "mixtral-8x7b" if (shape.get("ep") or 1) > 1 else "llama-3.1-8b"
+    plan = build_plan(arch=catalog.model(model), parameters=10**8, framework=framework, **shape)  # type: ignore[arg-type]
+    assert plan.restore is not None, f"{framework} {layout} plans no restore"
+    return json.loads(plan.model_dump_json())
+
+
+def _shared_file(restore: dict) -> dict:
+    """The restore row of the largest file many ranks read (DeepSpeed's first model-states file)."""
+    return max(restore["files"], key=lambda f: f["bytes"])
+
+
+def _set_readers(restore: dict, value: int) -> None:
+    _shared_file(restore)["readers"] = value
+
+
+def _set_path(restore: dict, value: str) -> None:
+    _shared_file(restore)["path"] = value
+
+
+def _add_a_byte(restore: dict) -> None:
+    _shared_file(restore)["bytes"] += 1
+
+
+def _unknown_format(restore: dict) -> None:
+    restore["rank_bytes_by_format"]["pickle"] = 0  # sums unchanged: only the name is wrong
+
+
+def _shift(field: str, delta: int) -> Callable[[dict], None]:
+    def shift(restore: dict) -> None:
+        restore[field] += delta
+
+    return shift
+
+
+def _put(field: str, value: Callable[[dict], float]) -> Callable[[dict], None]:
+    def put(restore: dict) -> None:
+        restore[field] = value(restore)
+
+    return put
+
+
+def _shared_file_index(restore: dict) -> int:
+    return restore["files"].index(_shared_file(restore))
+
+
+# (what is changed, how, what the one line names; {i}: the changed file's row) on a 16-GPU DeepSpeed plan of 8 GPUs
+# a node: one field each
+RESTORE_CASES: list[tuple[str, Callable[[dict], None], str]] = [
+    ("readers_per_node=0", _put("readers_per_node", lambda r: 0), "restore.readers_per_node is 0"),
+    ("readers_per_node=9", _put("readers_per_node", lambda r: 9), "restore.readers_per_node is 9"),
+    ("nodes=0", _put("nodes", lambda r: 0), "restore.nodes is 0"),
+    ("nodes=3", _put("nodes", lambda r: 3), "restore.nodes is 3"),
+    ("files.path", lambda r: _set_path(r, "global_step1000/elsewhere.pt"), "restore.files.{i}.path 'global_step1000/"),
+    ("files.bytes+1", _add_a_byte, "restore.files.{i}.bytes is "),
+    ("files.readers=1", lambda r: _set_readers(r, 1), "restore.files.{i}.readers is 1"),
+    ("requested_bytes+1", _shift("requested_bytes", 1), "restore.requested_bytes is "),
+    ("requested_bytes-1", _shift("requested_bytes", -1), "restore.requested_bytes is "),
+    ("rank_bytes_by_format", _unknown_format, "restore.rank_bytes_by_format names 'pickle'"),
+    (
+        "read_amplification",
+        _put("read_amplification", lambda r: r["read_amplification"] * 2),
+        "restore.read_amplification",
+    ),
+    ("storage_bytes<node_bytes", _put("storage_bytes", lambda r: r["node_bytes"] - 1), "restore.storage_bytes"),
+    ("storage_bytes>requested", _put("storage_bytes", lambda r: r["requested_bytes"] + 1), "restore.storage_bytes"),
+]
+
+
+@pytest.mark.parametrize("change,fragment", [(c, f) for _, c, f in RESTORE_CASES], ids=[i for i, _, _ in RESTORE_CASES])
+def test_an_inconsistent_restore_section_is_refused_naming_the_field(run, tmp_path, change, fragment):  # noqa: F811
+    doc = _restore_plan()
+    row = _shared_file_index(doc["restore"])
+    change(doc["restore"])
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(doc))
+    line = _check(*run("recommend", "--plan", str(path), "--storage", "nfs", "--json"), 2)
+    assert str(path) in line and fragment.format(i=row) in line, line
+
+
+def _layouts_with_a_restore_section() -> list[tuple[str, dict[str, int | None]]]:
+    """Every layout of the sizing registry, at each ZeRO stage, with and without model and expert parallelism,
+    on whole and partial nodes: the ones that plan their restore reads."""
+    from ckplan import catalog
+    from ckplan.errors import InputError
+    from ckplan.sizing.layouts import LAYOUTS
+    from ckplan.sizing.plan import build_plan
+
+    found = []
+    for framework in LAYOUTS:
+        for zero in (None, 0, 1, 2, 3):
+            for tp, pp, ep in ((1, 1, 1), (2, 2, 1), (1, 1, 2), (2, 2, 2)):
+                for gpus in (16, 12):
+                    shape: dict[str, int | None] = {"gpus": gpus, "gpus_per_node": 8, "zero": zero, "tp": tp, "pp": pp}
+                    shape["ep"] = ep
+                    model = catalog.model("mixtral-8x7b" if ep > 1 else "llama-3.1-8b")
+                    try:
+                        plan = build_plan(arch=model, parameters=10**8, framework=framework, **shape)  # type: ignore[arg-type]
+                    except InputError:  # a layout this framework cannot take
+                        continue
+                    if plan.restore is not None:
+                        found.append((framework, shape))
+    return found
+
+
+def test_every_real_plan_with_a_restore_section_is_accepted(run, tmp_path):  # noqa: F811
+    """The restore checks refuse only what no layout plans: each layout's own plans pass them, read back as a file."""
+    layouts = _layouts_with_a_restore_section()
+    from ckplan.sizing.layouts import LAYOUTS
+
+    assert {framework for framework, _ in layouts} == set(LAYOUTS)
+    path = tmp_path / "plan.json"
+    for framework, shape in layouts:
+        path.write_text(json.dumps(_restore_plan(framework, **shape)))
+        code, _, err = run("recommend", "--plan", str(path), "--storage", "nfs", "--json")
+        assert code == 0, (framework, shape, err)
+
+
+def _replayed_profile() -> dict:
+    """A profile of two hosts with a write and a read replay of a real plan, as JSON."""
+    from ckplan.profile import ReadReplay, Replay
+    from ckplan.sizing.plan import CheckpointPlan
+    from tests.handmade import hand_calibration, hand_profile
+
+    fingerprint = CheckpointPlan.model_validate(_restore_plan()).fingerprint
+    replay = Replay(
+        seconds=2.0,
+        bytes=10**9,
+        files=8,
+        writers=8,
+        scale=0.1,
+        plan_fingerprint=fingerprint,
+        full_scale_seconds=20.0,
+        serialize_seconds=1.0,
+        nodes=2,
+    )
+    read_replay = ReadReplay(
+        seconds=1.0,
+        bytes=10**9,
+        files=8,
+        readers=8,
+        scale=0.1,
+        plan_fingerprint=fingerprint,
+        full_scale_seconds=10.0,
+        deserialize_seconds=1.0,
+        nodes=2,
+    )
+    profile = hand_profile(
+        {1: 1e9, 8: 4e9},
+        hosts_curve={1: 4e9, 2: 8e9},
+        calibration=hand_calibration({"torch.save": 2e9, "safetensors": 3e9, "dcp": 2e9}),
+        replay=replay,
+    )
+    doc = json.loads(profile.model_dump_json())
+    doc["read_replay"] = json.loads(read_replay.model_dump_json())
+    return doc
+
+
+# (field, value, what the one line names): a replay that disagrees with itself or with the profile it is part of
+REPLAY_CASES = [
+    ("replay.writers", 9, "writers 9 exceeds files 8"),
+    ("replay.bytes", 7, "bytes 7 is below files 8"),
+    ("replay.full_scale_seconds", 1.5, "full_scale_seconds 1.5 is below seconds 2"),
+    ("replay.nodes", 3, "replay.nodes 3 exceeds hosts 2"),
+    ("replay.method", "framework saver", "serialize_seconds is 1 for method 'framework saver'"),
+    ("read_replay.nodes", 3, "read_replay.nodes 3 exceeds hosts 2"),
+    ("read_replay.method", "framework loader", "deserialize_seconds is 1 for method 'framework loader'"),
+    ("read_replay.full_scale_seconds", 0.5, "read_replay"),
+]
+
+
+@pytest.mark.parametrize("field,value,fragment", REPLAY_CASES, ids=[f"{f}={v!r}"[:40] for f, v, _ in REPLAY_CASES])
+def test_an_inconsistent_replay_is_refused_naming_the_field(run, tmp_path, field, value, fragment):  # noqa: F811
+    path = tmp_path / "profile.json"
+    path.write_text(json.dumps(_set(_replayed_profile(), field, value)))
+    line = _check(*run("recommend", "--storage", str(path), "--json"), 2)
+    assert str(path) in line and fragment in line, line
+
+
+def test_the_replayed_profile_and_its_plan_are_accepted(run, tmp_path):  # noqa: F811
+    """The replay cases above differ from an accepted profile by one field each."""
+    profile, plan = tmp_path / "profile.json", tmp_path / "plan.json"
+    profile.write_text(json.dumps(_replayed_profile()))
+    plan.write_text(json.dumps(_restore_plan()))
+    code, _, err = run("recommend", "--plan", str(plan), "--storage", str(profile), "--json")
+    assert code == 0, err
