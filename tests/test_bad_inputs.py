@@ -1472,7 +1472,8 @@ def test_interval_demand_refuses_a_subnormal_interval():
 
 
 def test_valid_neighbours_of_the_edges_still_run(run, edges, tmp_path):
-    """What lies just inside the edges is answered: a profile with every optional part, a checkpoint with one empty state file (noted), possessive and atomic patterns."""
+    """What lies just inside the edges is answered: a profile with every optional part, a checkpoint with one
+    empty state file (noted), possessive and atomic patterns."""
     for argv in (
         ["recommend", "--storage", edges["profile_full.json"]],
         ["diagnose", str(LOG), "--pattern", r"in (?P<duration>(?:\d++\.?)+) seconds"],
