@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ckplan.errors import InputError
 
-# fs type -> storage class; fuse.* maps to 'fuse'
+# fs type -> storage class; fuse.* maps to 'fuse' unless FUSE_CLASSES names it
 FS_CLASSES = {
     "ext4": "local-disk",
     "ext3": "local-disk",
@@ -35,9 +35,15 @@ FS_CLASSES = {
     "9p": "virtual",
     "virtiofs": "virtual",
 }
+# FUSE clients of known shared network filesystems: their own class, not the generic 'fuse'
+FUSE_CLASSES = {
+    "fuse.glusterfs": "glusterfs",
+    "fuse.ceph-fuse": "cephfs",
+    "fuse.ceph": "cephfs",
+}
 # never stored in a profile
 SECRET_OPTIONS = {"secret", "password", "pass", "token", "key", "credentials", "secretfile"}
-SHARED_CLASSES = {"nfs", "lustre", "gpfs", "cephfs", "beegfs", "weka", "fuse", "s3"}
+SHARED_CLASSES = {"nfs", "lustre", "gpfs", "cephfs", "beegfs", "weka", "glusterfs", "fuse", "s3"}
 
 
 @dataclass(frozen=True)
@@ -50,7 +56,7 @@ class Mount:
     @property
     def storage_class(self) -> str:
         if self.fs_type.startswith("fuse"):
-            return "fuse"
+            return FUSE_CLASSES.get(self.fs_type, "fuse")
         cls = FS_CLASSES.get(self.fs_type, "unknown")
         if cls == "local-disk" and "nvme" in self.source:
             return "local-nvme"

@@ -1,0 +1,434 @@
+"""A shared network filesystem on one machine: a GlusterFS server and N client "nodes", each in its own
+network namespace on one bridge, with shaped links (see docs/testbed.md).
+
+    server namespace ckpt-srv (10.232.0.1): glusterd and 2 bricks (a distributed volume) on a tmpfs
+    client namespaces ckpt-n1 … ckpt-nN (10.232.0.11 …): each its own FUSE client (mounted on
+    /tmp/ckplan-testbed/mnt/nK, visible to the host; its traffic leaves through its namespace), and
+    optionally a `ckplan agent` bound to its address
+    the bridge ckpt-br (10.232.0.254: this host, so a probe here can reach the agents)
+
+Rates, `tbf` in both directions: the server's port of the bridge (the aggregate limit: writes shaped on
+the bridge's side of its veth, reads on the server's side) and each client's link (a node's NIC: writes on
+the client's side, reads on the bridge's side).
+
+Used as a context manager (`with testbed(nodes=4) as bed:`), as the pytest fixture in tests/test_testbed.py,
+or from a shell:
+
+    python -m tests.testbed up --nodes 4 --server-rate 400mbit --client-rate 100mbit [--agents]
+    python -m tests.testbed down      # removes this testbed's leftovers by name, whatever made them
+
+Needs root, network namespaces and FUSE; only one glusterd runs on a machine (its sockets are fixed paths
+under /var/run), so the testbed refuses to start beside one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+PREFIX = "ckpt-"
+BRIDGE = "ckpt-br"
+SERVER_NS = "ckpt-srv"
+SUBNET = "10.232.0"
+SERVER_ADDR = f"{SUBNET}.1"
+HOST_ADDR = f"{SUBNET}.254"
+VOLUME = "ckpt"
+ROOT = Path("/tmp/ckplan-testbed")
+STOCK_VOL = Path("/etc/glusterfs/glusterd.vol")
+MAX_NODES = 16
+AGENT_PORT = 8765
+
+
+class Unavailable(RuntimeError):
+    """The testbed cannot run on this machine (not root, no glusterd, no FUSE, another glusterd running)."""
+
+
+@dataclass
+class Node:
+    name: str  # its network namespace
+    addr: str
+    mount: Path
+    pid: int = 0  # its FUSE client
+    agent: subprocess.Popen | None = None
+
+    def cmd(self, *argv: str) -> list[str]:
+        """argv run in this node's network namespace (this host's mounts: the volume is visible)."""
+        return ["nsenter", f"--net=/run/netns/{self.name}", *argv]
+
+
+@dataclass
+class Testbed:
+    server_rate: str
+    client_rate: str
+    nodes: list[Node] = field(default_factory=list)
+    server_addr: str = SERVER_ADDR
+    volume: str = VOLUME
+    root: Path = ROOT
+
+    @property
+    def agents(self) -> list[str]:
+        return [f"{n.addr}:{AGENT_PORT}" for n in self.nodes if n.agent is not None]
+
+    def describe(self) -> dict:
+        return {
+            "server": self.server_addr,
+            "volume": self.volume,
+            "server_rate": self.server_rate,
+            "client_rate": self.client_rate,
+            "nodes": [{"netns": n.name, "addr": n.addr, "mount": str(n.mount), "fuse_pid": n.pid} for n in self.nodes],
+            "agents": self.agents,
+        }
+
+
+def _sh(*cmd: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess:
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    if check and result.returncode != 0:
+        raise RuntimeError(
+            f"{' '.join(cmd)}: exit {result.returncode}: {result.stderr.strip() or result.stdout.strip()}"
+        )
+    return result
+
+
+def rate_bits(rate: str) -> int:
+    """'400mbit', '1gbit', '100000kbit' → bits per second (tc's units; bare numbers are bit/s)."""
+    text = rate.strip().lower()
+    for unit, mult in (("gbit", 10**9), ("mbit", 10**6), ("kbit", 10**3), ("bit", 1)):
+        if text.endswith(unit):
+            return int(float(text[: -len(unit)]) * mult)
+    return int(float(text))
+
+
+def _shape(dev: str, rate: str, netns: str | None = None) -> None:
+    """tbf on `dev`'s egress: a 10 ms bucket (at least 128 KiB, so a 64 KiB GSO packet passes whole)."""
+    burst = max(rate_bits(rate) // 8 // 100, 128 * 1024)
+    ns = ["-n", netns] if netns else []
+    _sh("tc", *ns, "qdisc", "replace", "dev", dev, "root", "tbf", "rate", rate, "burst", str(burst), "latency", "100ms")
+
+
+def _processes() -> list[tuple[int, str, list[str]]]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                argv = [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
+            with open(f"/proc/{entry}/comm") as f:
+                comm = f.read().strip()
+        except OSError:
+            continue
+        if argv:
+            found.append((int(entry), comm, argv))
+    return found
+
+
+def glusterds() -> list[int]:
+    """Every glusterd running on this machine, ours or not."""
+    return [pid for pid, comm, _ in _processes() if comm == "glusterd"]
+
+
+def leftover_processes() -> list[int]:
+    """Processes this testbed starts: glusterd with our volfile, bricks and FUSE clients naming our
+    volume or paths, agents bound to our subnet."""
+    mine = []
+    for pid, comm, argv in _processes():
+        text = " ".join(argv)
+        if pid == os.getpid():
+            continue
+        if (
+            comm.startswith("gluster")
+            and (str(ROOT) in text or f"{SERVER_ADDR}" in text)
+            or "agent" in argv
+            and f"{SUBNET}." in text
+            and "--bind" in text
+        ):
+            mine.append(pid)
+    return mine
+
+
+def leftover_mounts() -> list[str]:
+    with open("/proc/mounts") as f:
+        points = [line.split()[1] for line in f]
+    return [p for p in points if p == str(ROOT) or p.startswith(str(ROOT) + "/")]
+
+
+def leftover_namespaces() -> list[str]:
+    out = _sh("ip", "netns", "list", check=False).stdout
+    return [line.split()[0] for line in out.splitlines() if line.startswith(PREFIX)]
+
+
+def leftover_links() -> list[str]:
+    out = _sh("ip", "-o", "link", "show", check=False).stdout
+    names = [line.split(":")[1].strip().split("@")[0] for line in out.splitlines() if ":" in line]
+    return [n for n in names if n.startswith(PREFIX)]
+
+
+def leftovers() -> dict[str, list]:
+    """What down() removes; every list empty after a clean teardown."""
+    return {
+        "processes": leftover_processes(),
+        "mounts": leftover_mounts(),
+        "namespaces": leftover_namespaces(),
+        "links": leftover_links(),
+        "scratch": [str(ROOT)] if ROOT.exists() else [],
+    }
+
+
+def down() -> None:
+    """Remove everything of a testbed by name: FUSE mounts, processes, namespaces, links, the scratch dir.
+    Safe to run when nothing is up; raises if something survives."""
+    for point in sorted(leftover_mounts(), key=len, reverse=True):
+        if _sh("umount", point, check=False).returncode != 0:
+            _sh("umount", "-l", point, check=False)
+    deadline = time.monotonic() + 10
+    while (left := leftover_processes()) and time.monotonic() < deadline:
+        for pid in left:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.1)
+    for ns in leftover_namespaces():
+        _sh("ip", "netns", "del", ns, check=False)
+    for link in leftover_links():
+        _sh("ip", "link", "del", link, check=False)
+    for point in sorted(leftover_mounts(), key=len, reverse=True):
+        _sh("umount", "-l", point, check=False)
+    if ROOT.exists() and not leftover_mounts():
+        shutil.rmtree(ROOT, ignore_errors=True)
+    remaining = {k: v for k, v in leftovers().items() if v}
+    if remaining:
+        raise RuntimeError(f"testbed teardown left {remaining}")
+
+
+def check_available() -> None:
+    if os.geteuid() != 0:
+        raise Unavailable("the testbed needs root (namespaces, tc, mounts)")
+    for exe in ("glusterd", "gluster", "glusterfs", "nsenter", "tc", "ip"):
+        if shutil.which(exe) is None:
+            raise Unavailable(f"{exe} is not installed (scripts/setup --test-tools installs GlusterFS)")
+    if not os.path.exists("/dev/fuse"):
+        raise Unavailable("no /dev/fuse")
+    others = glusterds()
+    if others:
+        raise Unavailable(
+            f"a glusterd is already running (pid {', '.join(map(str, others))}): only one can run on a machine "
+            "(its sockets are fixed paths under /var/run); stop it, or run `python -m tests.testbed down` if it is a "
+            "testbed's leftover"
+        )
+
+
+def _veth(host_side: str, netns: str, addr: str) -> None:
+    _sh("ip", "link", "add", host_side, "type", "veth", "peer", "name", "eth0", "netns", netns)
+    _sh("ip", "link", "set", host_side, "master", BRIDGE)
+    _sh("ip", "link", "set", host_side, "up")
+    _sh("ip", "-n", netns, "addr", "add", f"{addr}/24", "dev", "eth0")
+    _sh("ip", "-n", netns, "link", "set", "eth0", "up")
+    _sh("ip", "-n", netns, "link", "set", "lo", "up")
+
+
+def _wait_port(netns: str, addr: str, port: int, timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection((addr, port), timeout=0.3):
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError(f"nothing listens on {addr}:{port} ({netns}) after {timeout:.0f} s")
+
+
+def _gluster(*args: str) -> str:
+    # the CLI talks to glusterd over its unix socket (/var/run/glusterd.socket); --mode=script: no prompts
+    return _sh("nsenter", f"--net=/run/netns/{SERVER_NS}", "gluster", "--mode=script", *args, timeout=120).stdout
+
+
+def _server(brick_size: str) -> None:
+    _sh("ip", "netns", "add", SERVER_NS)
+    _veth(f"{PREFIX}vs", SERVER_NS, SERVER_ADDR)
+    workdir, bricks = ROOT / "glusterd", ROOT / "bricks"
+    for d in (workdir, bricks, ROOT / "log"):
+        d.mkdir(parents=True)
+    _sh("mount", "-t", "tmpfs", "-o", f"size={brick_size}", "ckpt-bricks", str(bricks))
+    vol = STOCK_VOL.read_text().replace("/var/lib/glusterd", str(workdir))
+    assert str(workdir) in vol, f"{STOCK_VOL} has no working-directory /var/lib/glusterd to replace"
+    (ROOT / "glusterd.vol").write_text(vol)
+    # glusterd daemonises; its bricks (glusterfsd) name ROOT in their command lines, which is how down() finds them
+    _sh(
+        "nsenter",
+        f"--net=/run/netns/{SERVER_NS}",
+        "glusterd",
+        "-f",
+        str(ROOT / "glusterd.vol"),
+        "-p",
+        str(ROOT / "glusterd.pid"),
+        "-l",
+        str(ROOT / "log" / "glusterd.log"),
+    )
+    _wait_port(SERVER_NS, SERVER_ADDR, 24007)
+    deadline = time.monotonic() + 20
+    while True:  # the CLI's socket appears a moment after the port
+        if (
+            _sh(
+                "nsenter", f"--net=/run/netns/{SERVER_NS}", "gluster", "--mode=script", "volume", "list", check=False
+            ).returncode
+            == 0
+        ):
+            break
+        if time.monotonic() > deadline:
+            raise RuntimeError("glusterd does not answer its CLI")
+        time.sleep(0.2)
+    _gluster(
+        "volume",
+        "create",
+        VOLUME,
+        "transport",
+        "tcp",
+        f"{SERVER_ADDR}:{bricks}/b1",
+        f"{SERVER_ADDR}:{bricks}/b2",
+        "force",
+    )
+    _gluster("volume", "start", VOLUME)
+
+
+def _client(n: int, client_rate: str) -> Node:
+    node = Node(f"{PREFIX}n{n}", f"{SUBNET}.{10 + n}", ROOT / "mnt" / f"n{n}")
+    _sh("ip", "netns", "add", node.name)
+    _veth(f"{PREFIX}v{n}", node.name, node.addr)
+    _shape("eth0", client_rate, node.name)  # the node's writes
+    _shape(f"{PREFIX}v{n}", client_rate)  # its reads
+    node.mount.mkdir(parents=True)
+    pidfile = ROOT / f"fuse-n{n}.pid"
+    _sh(
+        *node.cmd(
+            "glusterfs",
+            f"--volfile-server={SERVER_ADDR}",
+            f"--volfile-id={VOLUME}",
+            f"--log-file={ROOT / 'log' / f'fuse-n{n}.log'}",
+            f"--pid-file={pidfile}",
+            str(node.mount),
+        )
+    )
+    deadline = time.monotonic() + 20
+    while str(node.mount) not in leftover_mounts() or not os.path.ismount(node.mount):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{node.mount} did not mount; see {ROOT / 'log'}")
+        time.sleep(0.1)
+    node.pid = int(pidfile.read_text().strip())
+    return node
+
+
+def _agent(node: Node, ckplan: list[str]) -> None:
+    node.agent = subprocess.Popen(
+        node.cmd(*ckplan, "agent", "--bind", node.addr, "--port", str(AGENT_PORT)),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        cwd=str(ROOT),
+        start_new_session=True,
+    )
+    _wait_port(node.name, node.addr, AGENT_PORT)
+
+
+def ckplan_exe() -> list[str]:
+    exe = shutil.which("ckplan", path=str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""))
+    return [exe] if exe else [sys.executable, "-m", "ckplan"]
+
+
+def up(
+    nodes: int = 4,
+    server_rate: str = "400mbit",
+    client_rate: str = "100mbit",
+    agents: bool = False,
+    brick_size: str = "4g",
+) -> Testbed:
+    """Bring the testbed up (see the module's docstring); on any failure, tear down what was made and raise."""
+    if not 1 <= nodes <= MAX_NODES:
+        raise ValueError(f"nodes must be 1 to {MAX_NODES}, not {nodes}")
+    check_available()
+    if any(leftovers().values()):
+        raise Unavailable(f"a testbed is already up or left over: {leftovers()}; run `python -m tests.testbed down`")
+    bed = Testbed(server_rate, client_rate)
+    try:
+        ROOT.mkdir(parents=True)
+        _sh("ip", "link", "add", BRIDGE, "type", "bridge")
+        _sh("ip", "addr", "add", f"{HOST_ADDR}/24", "dev", BRIDGE)
+        _sh("ip", "link", "set", BRIDGE, "up")
+        _server(brick_size)
+        _shape(f"{PREFIX}vs", server_rate)  # towards the server: every node's writes, together
+        _shape("eth0", server_rate, SERVER_NS)  # from the server: every node's reads
+        for n in range(1, nodes + 1):
+            bed.nodes.append(_client(n, client_rate))
+        if agents:
+            exe = ckplan_exe()
+            for node in bed.nodes:
+                _agent(node, exe)
+        return bed
+    except BaseException:
+        down()
+        raise
+
+
+@contextlib.contextmanager
+def testbed(**kwargs) -> Iterator[Testbed]:
+    """up(**kwargs), then down() however the body ends."""
+    bed = up(**kwargs)
+    try:
+        yield bed
+    finally:
+        for node in bed.nodes:
+            if node.agent is not None and node.agent.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(node.agent.pid, signal.SIGKILL)
+                node.agent.wait()
+        down()
+
+
+def fuse_rss_kib(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.testbed", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    p_up = sub.add_parser("up", help="bring a testbed up and leave it running (print its description as JSON)")
+    p_up.add_argument("--nodes", type=int, default=4)
+    p_up.add_argument("--server-rate", default="400mbit")
+    p_up.add_argument("--client-rate", default="100mbit")
+    p_up.add_argument("--agents", action="store_true", help="a `ckplan agent` on each node, port 8765")
+    p_up.add_argument("--brick-size", default="4g", help="the bricks' tmpfs size")
+    sub.add_parser("down", help="remove a testbed's namespaces, mounts, processes and scratch dir")
+    sub.add_parser("status", help="print what of a testbed is up (JSON)")
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "up":
+            start = time.monotonic()
+            bed = up(args.nodes, args.server_rate, args.client_rate, args.agents, args.brick_size)
+            print(json.dumps({**bed.describe(), "up_s": round(time.monotonic() - start, 2)}, indent=2))
+            if args.agents:
+                # the agents are this process's children: they are started in sessions of their own and outlive it
+                print("agents run on; `python -m tests.testbed down` stops them", file=sys.stderr)
+        elif args.command == "down":
+            down()
+        else:
+            print(json.dumps(leftovers(), indent=2))
+    except (Unavailable, RuntimeError, ValueError) as exc:
+        print(f"testbed: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
