@@ -22,6 +22,7 @@ What a line counts (bytes, files): read from disk after this rank's save (for an
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import socket
 import stat
@@ -32,7 +33,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, ValidationError, model_validator
 
 from ckplan.schema import Bytes, Finite, Int, Model, Seconds
 from ckplan.units import MAX_GPUS
@@ -54,6 +55,46 @@ ADAPTERS = {
     "record_deepspeed": ("deepspeed", "record_deepspeed"),
     "torch_save": ("torch_save", "save"),
 }
+
+
+class RecordDropped(UserWarning):
+    """A save's record was not written; the save itself went on."""
+
+
+# the reasons already warned about in this process: a training loop saves often, and one line per reason is enough
+_warned: set[str] = set()
+
+
+def _drop(reason: str) -> None:
+    if reason in _warned:
+        return
+    _warned.add(reason)
+    message = f"ckplan.record: record dropped: {reason}"
+    try:
+        warnings.warn(message, RecordDropped, stacklevel=4)
+    except Exception:  # a job run with -W error turns warnings into exceptions: log it instead of raising
+        logging.getLogger("ckplan.record").warning(message)
+
+
+def _reason(exc: Exception) -> str:
+    """One line saying why a record was dropped: a model's first refusal, else the exception's first line."""
+    if isinstance(exc, ValidationError):
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"])
+        text = f"{where}: {err['msg']}" if where else err["msg"]
+    else:
+        text = f"{type(exc).__name__}: {exc}"
+    return (text.splitlines() or [type(exc).__name__])[0][:300]
+
+
+@contextlib.contextmanager
+def quietly() -> Iterator[None]:
+    """An adapter's own work around a save (finding what was saved, its rank), dropped with a RecordDropped
+    warning if it raises: the save has happened, and the training job goes on whatever the recorder meets."""
+    try:
+        yield
+    except Exception as exc:
+        _drop(_reason(exc))
 
 
 class SaveRecord(Model):
@@ -106,7 +147,25 @@ def rank_and_world() -> tuple[int, int]:
     dist = sys.modules.get("torch.distributed")
     if dist is not None and dist.is_available() and dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
-    return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+    return _whole_env("RANK", "0"), _whole_env("WORLD_SIZE", "1")
+
+
+def _whole_env(name: str, default: str) -> int:
+    value = os.environ.get(name, default)
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"{name}={value[:40]!r} is not a whole number") from None
+
+
+def run_id() -> str | None:
+    """The job's id: CKPLAN_RUN_ID, else TORCHELASTIC_RUN_ID, else SLURM_JOB_ID; one that is empty or longer than
+    a record keeps is skipped, so that a bad id costs the key, never the record."""
+    for name in ("CKPLAN_RUN_ID", "TORCHELASTIC_RUN_ID", "SLURM_JOB_ID"):
+        value = os.environ.get(name, "")
+        if 0 < len(value) <= 255:
+            return value
+    return None
 
 
 def count(paths: list[str]) -> tuple[int, int]:
@@ -130,30 +189,49 @@ def record_path(template: str | os.PathLike[str], rank: int) -> str:
 
 
 def append(path: str, record: SaveRecord) -> None:
-    """Append one line in one write on an O_APPEND descriptor. A record that cannot be written is warned about
-    (warnings.warn), never raised: losing a measurement must not stop the training job."""
+    """Append one line in one write on an O_APPEND descriptor; raises OSError where it cannot (write() drops the
+    record then). Never waits on the file: it is opened non-blocking, without following a symlink, and refused
+    unless it is a regular file (a FIFO with no reader, a device or a directory is not a record file)."""
     line = (record.model_dump_json() + "\n").encode()
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(path, flags, 0o644)
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{path} is not a regular file")
+        size = os.fstat(fd).st_size
         try:
             written = os.write(fd, line)
-        finally:
-            os.close(fd)
+        except OSError:
+            written = -1
         if written != len(line):
-            raise OSError(f"wrote {written} of the line's {len(line)} bytes")
-    except OSError as exc:
-        warnings.warn(f"ckplan.record: cannot append to {path}: {exc}", RuntimeWarning, stacklevel=3)
+            # a short or failed write (a full disk) would leave half a line for the next append to be glued onto: cut
+            # the file back to its size before. (Reading the last byte back to prefix a newline instead races with
+            # other ranks' appends in flight; the cut can lose a line another rank appended in between, on a disk
+            # that is full anyway)
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, size)
+            # one message whatever the byte counts, so that the warning is given once per file, not once per line
+            raise OSError(f"a short write to {path} (the disk is full or the write failed): the part written was cut")
+    finally:
+        os.close(fd)
 
 
 @dataclass
 class Timing:
-    """One save's times: the call's start, its return, and (async) the persist's end."""
+    """One save's times: the call's start, its return, and (async) the persist's end. The start is wall-clock
+    (epoch seconds, comparable across hosts); every later time is the start plus the monotonic clock's elapsed
+    seconds, so that a wall clock stepped back or forward during the save (NTP, a VM resumed) changes no duration."""
 
     start: float = field(default_factory=time.time)
     returned: float | None = None
+    _started: float = field(default_factory=time.monotonic, repr=False)
+
+    def now(self) -> float:
+        """This instant on the save's clock: start + monotonic seconds since."""
+        return self.start + (time.monotonic() - self._started)
 
     def done(self) -> None:
-        self.returned = time.time()
+        self.returned = self.now()
 
 
 def write(
@@ -167,8 +245,27 @@ def write(
     persisted: float | None = None,
     rank: int | None = None,
     world_size: int | None = None,
+) -> SaveRecord | None:
+    """Count `paths` now and append the save's line; `persisted` (the persist's end) makes it an async save's.
+    Never raises: a record that cannot be made or written is dropped with one RecordDropped warning per reason."""
+    try:
+        return _write(to, timing, framework, step, paths, counted, persisted, rank, world_size)
+    except Exception as exc:  # the recorder runs inside the training job: a lost record must not stop it
+        _drop(_reason(exc))
+        return None
+
+
+def _write(
+    to: str | os.PathLike[str],
+    timing: Timing,
+    framework: Framework,
+    step: int,
+    paths: list[str],
+    counted: Counted,
+    persisted: float | None,
+    rank: int | None,
+    world_size: int | None,
 ) -> SaveRecord:
-    """Count `paths` now and append the save's line; `persisted` (the persist's end) makes it an async save's."""
     assert timing.returned is not None, "the save's call has not returned"
     if rank is None or world_size is None:
         rank, world_size = rank_and_world()
@@ -180,6 +277,7 @@ def write(
         rank=rank,
         world_size=world_size,
         host=socket.gethostname(),
+        run=run_id(),
         mode="sync" if persisted is None else "async",
         start=timing.start,
         end=end,

@@ -160,3 +160,32 @@ def test_deepspeed(scratch, monkeypatch):  # noqa: F811
         nbytes,
         lines,
     )
+
+
+@pytest.mark.parametrize(
+    ("kind", "ranks", "case", "saved"),
+    [
+        ("hf", 1, "ddp-bf16", f"checkpoint-{STEPS}"),
+        ("lightning", 1, "bf16-mixed-async", "checkpoints"),
+        ("dcp", 2, "ddp-async", f"step-{STEPS}"),
+        ("deepspeed", 2, "z1-bf16", "z1-bf16"),
+    ],
+)
+def test_a_record_path_that_is_a_fifo_stalls_no_save(scratch, monkeypatch, kind, ranks, case, saved):  # noqa: F811
+    """A FIFO with no reader where the record should go: opening it for writing would block forever, so the adapter
+    must refuse it and the job must go on: the run exits 0, each rank's call that saves returns (its wall file is
+    written after it), the save is on disk, and the FIFO got nothing."""
+    name = f"fifo-{kind}"
+    record = scratch / f"{name}.jsonl"
+    os.mkfifo(record)
+    monkeypatch.setenv("CKPLAN_TEST_RECORD", str(record))
+    out = launch(scratch, kind, ranks, name, case)
+    for rank in range(ranks):
+        wall = json.loads(Path(f"{record}.wall-{rank}").read_text())
+        assert wall["start"] <= wall["end"]
+    assert any((out / saved).iterdir())
+    fd = os.open(record, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        assert os.read(fd, 1) == b""
+    finally:
+        os.close(fd)

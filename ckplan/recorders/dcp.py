@@ -9,14 +9,13 @@ upload_completion) completes when the background save, the same _save_state_dict
 from __future__ import annotations
 
 import os
-import time
 from concurrent.futures import Future
 from typing import Any
 
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict_saver import AsyncSaveResponse
 
-from ckplan.record import Timing, write
+from ckplan.record import Timing, quietly, write
 
 
 def _rank_and_world(kwargs: dict[str, Any]) -> tuple[int, int]:
@@ -35,9 +34,10 @@ def save(
     timing = Timing()
     metadata = dcp.save(state_dict, checkpoint_id=checkpoint_id, **kwargs)
     timing.done()
-    rank, world = _rank_and_world(kwargs)
-    paths = [os.fspath(checkpoint_id)]
-    write(to, timing, framework="dcp", step=step, paths=paths, counted="directory", rank=rank, world_size=world)
+    with quietly():
+        rank, world = _rank_and_world(kwargs)
+        paths = [os.fspath(checkpoint_id)]
+        write(to, timing, framework="dcp", step=step, paths=paths, counted="directory", rank=rank, world_size=world)
     return metadata
 
 
@@ -46,16 +46,30 @@ def async_save(
 ) -> Any:
     """dcp.async_save(state_dict, checkpoint_id=…, **kwargs), recorded to `to` when its persist completes. Returns
     what async_save returns, with a persist future that completes once the line is written (so that waiting on it
-    waits for the record too). A save whose persist fails leaves no line."""
+    waits for the record too). A save whose persist fails leaves no line; where the recorder cannot follow the
+    persist, async_save's own response is returned, unrecorded."""
     timing = Timing()
     response = dcp.async_save(state_dict, checkpoint_id=checkpoint_id, **kwargs)
     timing.done()
-    rank, world = _rank_and_world(kwargs)
+    with quietly():
+        return _recorded(to, response, timing, checkpoint_id, step, *_rank_and_world(kwargs))
+    return response
+
+
+def _recorded(
+    to: str | os.PathLike[str],
+    response: Any,
+    timing: Timing,
+    checkpoint_id: str | os.PathLike[str],
+    step: int,
+    rank: int,
+    world: int,
+) -> Any:
     upload = response.upload_completion if isinstance(response, AsyncSaveResponse) else response
     recorded: Future[Any] = Future()
 
     def persisted(future: Future[Any]) -> None:
-        end = time.time()  # the done callback runs in the thread that completed the persist, as it completes
+        end = timing.now()  # the done callback runs in the thread that completed the persist, as it completes
         if (exc := future.exception()) is not None:
             recorded.set_exception(exc)
             return

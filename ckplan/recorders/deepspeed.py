@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ckplan.record import Timing, write
+from ckplan.record import Timing, quietly, write
 
 
 def record_deepspeed(engine: Any, to: str | os.PathLike[str]) -> Any:
@@ -19,13 +19,15 @@ def record_deepspeed(engine: Any, to: str | os.PathLike[str]) -> Any:
     save_checkpoint = engine.save_checkpoint
 
     def recorded(save_dir: str, tag: Any = None, *args: Any, **kwargs: Any) -> Any:
-        step = engine.global_steps
         timing = Timing()
         result = save_checkpoint(save_dir, tag, *args, **kwargs)
         timing.done()
-        directory = os.path.join(save_dir, str(tag) if tag is not None else f"global_step{step}")
-        beside = [e.path for e in os.scandir(save_dir) if e.is_file(follow_symlinks=False)]
-        write(to, timing, framework="deepspeed", step=step, paths=[directory, *sorted(beside)], counted="directory")
+        with quietly():
+            step = engine.global_steps  # the save does not advance it
+            directory = os.path.join(save_dir, str(tag) if tag is not None else f"global_step{step}")
+            beside = [e.path for e in os.scandir(save_dir) if e.is_file(follow_symlinks=False)]
+            paths = [directory, *sorted(beside)]
+            write(to, timing, framework="deepspeed", step=step, paths=paths, counted="directory")
         return result
 
     engine.save_checkpoint = recorded

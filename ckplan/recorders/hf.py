@@ -14,7 +14,7 @@ from typing import Any
 from transformers import Trainer, TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-from ckplan.record import Timing, write
+from ckplan.record import Timing, quietly, write
 
 
 class TrainerRecorder(TrainerCallback):
@@ -30,10 +30,11 @@ class TrainerRecorder(TrainerCallback):
             timing = Timing()
             save_checkpoint(model, trial)
             timing.done()
-            self.timing = timing
-            self.directory = os.path.join(
-                trainer._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{trainer.state.global_step}"
-            )
+            with quietly():
+                self.directory = os.path.join(
+                    trainer._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{trainer.state.global_step}"
+                )
+                self.timing = timing
 
         trainer._save_checkpoint = timed  # type: ignore[method-assign]
 

@@ -13,13 +13,12 @@ from __future__ import annotations
 import os
 import queue
 import threading
-import time
 from typing import Any
 
 from lightning.fabric.plugins import CheckpointIO, TorchCheckpointIO
 from lightning.pytorch.plugins.io import AsyncCheckpointIO
 
-from ckplan.record import Timing, write
+from ckplan.record import Timing, quietly, write
 
 
 class RecordingCheckpointIO(CheckpointIO):
@@ -37,14 +36,18 @@ class RecordingCheckpointIO(CheckpointIO):
         self.inner: CheckpointIO = AsyncCheckpointIO(_Persist(self, base)) if asynchronous else base
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Any | None = None) -> None:
-        step = int(checkpoint.get("global_step", 0))
+        step = 0
+        with quietly():
+            step = int(checkpoint.get("global_step", 0))
         timing = Timing()
         if self.asynchronous:
             returned = threading.Event()
             self.pending.put((timing, returned, step))
-            self.inner.save_checkpoint(checkpoint, path, storage_options=storage_options)
-            timing.done()
-            returned.set()
+            try:
+                self.inner.save_checkpoint(checkpoint, path, storage_options=storage_options)
+            finally:  # the worker waits on it: set even when the submit raises, so that nothing hangs
+                timing.done()
+                returned.set()
             return
         self.inner.save_checkpoint(checkpoint, path, storage_options=storage_options)
         timing.done()
@@ -70,9 +73,8 @@ class _Persist(CheckpointIO):
     def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Any | None = None) -> None:
         timing, returned, step = self.recorder.pending.get()
         self.base.save_checkpoint(checkpoint, path, storage_options=storage_options)
-        end = time.time()
+        end = timing.now()
         returned.wait()  # the call's return is stamped just after the submit; a write can beat it
-        assert timing.returned is not None
         write(
             self.recorder.path,
             timing,
@@ -80,7 +82,7 @@ class _Persist(CheckpointIO):
             step=step,
             paths=[os.fspath(path)],
             counted="own files",
-            persisted=max(end, timing.returned),
+            persisted=max(end, timing.returned or end),
         )
 
     def load_checkpoint(self, path: Any, *args: Any, **kwargs: Any) -> Any:
