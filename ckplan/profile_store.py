@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -39,10 +40,22 @@ def check_name(name: str) -> None:
 def save(profile: StorageProfile, name: str) -> Path:
     check_name(name)
     path = saved_dir() / f"{name}.json"
+    text = profile.model_copy(update={"name": name}).model_dump_json(indent=2).encode()
+    # written beside its final name, then renamed over it: a link planted under that name is replaced, not followed
+    tmp = path.with_name(f".{name}.{os.getpid()}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(profile.model_copy(update={"name": name}).model_dump_json(indent=2))
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        try:
+            view = memoryview(text)
+            while view:
+                view = view[os.write(fd, view) :]
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
     except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
         raise InputError(f"cannot save the profile as {path}: {exc.strerror}") from None
     return path
 
@@ -55,10 +68,14 @@ def write(result: Model, path: Path) -> None:
         raise InputError(f"cannot write {path}: {exc.strerror}") from None
 
 
-def load_file(path: Path) -> StorageProfile:
+def load_file(path: Path, follow: bool = True) -> StorageProfile:
+    """A profile file; follow=False for the saved ones, in a directory that may be shared (XDG_CONFIG_HOME)."""
     from ckplan.readers import read_json, validate_model
 
-    data = catalog.load_toml(path, "storage profile") if path.suffix == ".toml" else read_json(path, "storage profile")
+    if path.suffix == ".toml":
+        data = catalog.load_toml(path, "storage profile")
+    else:
+        data = read_json(path, "storage profile", follow=follow)
     if not isinstance(data, dict) or data.get("kind", "ckplan.storage") != "ckplan.storage":
         raise InputError(
             f"storage profile {path} is not a ckplan storage profile (one comes from `ckplan probe --out`)"
@@ -85,7 +102,7 @@ def resolve(spec: str) -> StorageProfile:
             raise InputError(f"storage profile file {spec} does not exist")
         return load_file(path)
     if spec in saved():
-        return load_file(saved()[spec])
+        return load_file(saved()[spec], follow=False)
     builtin = catalog.storage_classes()
     if spec in builtin:
         return builtin[spec]
@@ -121,6 +138,6 @@ class ProfileList(Model):
                 location=where,
             )
 
-        rows = [row(load_file(path), str(path)) for path in saved().values()]
+        rows = [row(load_file(path, follow=False), str(path)) for path in saved().values()]
         rows += [row(p, "built-in") for p in catalog.storage_classes().values()]
         return cls(profiles=rows)

@@ -3,11 +3,14 @@
 Every refusal is one InputError naming the file and what it was meant to be.
 The file's type is checked with os.stat before it is opened: opening a FIFO
 blocks until a writer appears, /dev/zero never ends, and opening some devices
-has side effects (a tape rewinds).
+has side effects (a tape rewinds). The open itself is non-blocking and checked
+again, and what is read is capped. Files in places another user can write (a
+scratch directory's marker, the saved profiles) are read with follow=False.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from pathlib import Path
@@ -34,12 +37,15 @@ _KINDS = (
 )
 
 
-def check_regular_file(path: Path, what: str) -> os.stat_result:
-    """The file's stat, or one line saying why it is not a regular file ckplan can read."""
+def check_regular_file(path: Path, what: str, follow: bool = True) -> os.stat_result:
+    """The file's stat, or one line saying why it is not a regular file ckplan can read; with follow=False, a
+    symbolic link is refused too (a file in a place another user can write is read only as itself)."""
     try:
-        st = os.stat(path)
+        st = os.stat(path) if follow else os.lstat(path)
     except OSError as exc:
         raise InputError(f"cannot read {what} {path}: {exc.strerror}") from None
+    if stat.S_ISLNK(st.st_mode):
+        raise InputError(f"{what} {path} is a symbolic link, which ckplan does not follow there")
     for test, kind in _KINDS:
         if test(st.st_mode):
             raise InputError(f"{what} {path} is {kind}, not a regular file")
@@ -48,18 +54,45 @@ def check_regular_file(path: Path, what: str) -> os.stat_result:
     return st
 
 
-def read_text_file(path: Path, what: str, max_bytes: int = MAX_DOCUMENT_BYTES) -> str:
-    """The whole file as text: a regular file of at most max_bytes, in UTF-8 (a byte-order mark is allowed)."""
-    size = check_regular_file(path, what).st_size
-    if size > max_bytes:
-        raise InputError(f"{what} {path} is too large: {size:,} bytes (at most {max_bytes:,})")
+def read_regular(path: Path, what: str, max_bytes: int, follow: bool = True) -> tuple[bytes, os.stat_result]:
+    """The bytes of a regular file of at most max_bytes, and its stat as opened. The stat before the open refuses
+    a device or FIFO before opening it; the open is non-blocking (and, with follow=False, refuses a symbolic link),
+    and the opened file is checked again, so a FIFO or link swapped in between the two still cannot block or
+    redirect the read."""
+    check_regular_file(path, what, follow)
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
     try:
-        with open(path, "rb") as f:
-            data = f.read(max_bytes + 1)  # the file may have grown since the stat
+        fd = os.open(path, flags)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise InputError(f"{what} {path} is a symbolic link, which ckplan does not follow there") from None
+        raise InputError(f"cannot read {what} {path}: {exc.strerror}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise InputError(f"{what} {path} is not a regular file")
+        if st.st_size > max_bytes:
+            raise InputError(f"{what} {path} is too large: {st.st_size:,} bytes (at most {max_bytes:,})")
+        chunks, got, want = [], 0, st.st_size + 1
+        while got <= max_bytes:  # the file may have grown since the stat: read one byte past the cap at most
+            chunk = os.read(fd, min(want, max_bytes + 1 - got))
+            want = 2**16
+            if not chunk:
+                break
+            chunks.append(chunk)
+            got += len(chunk)
     except OSError as exc:
         raise InputError(f"cannot read {what} {path}: {exc.strerror}") from None
-    if len(data) > max_bytes:
+    finally:
+        os.close(fd)
+    if got > max_bytes:
         raise InputError(f"{what} {path} is too large: over {max_bytes:,} bytes")
+    return b"".join(chunks), st
+
+
+def read_text_file(path: Path, what: str, max_bytes: int = MAX_DOCUMENT_BYTES, follow: bool = True) -> str:
+    """The whole file as text: a regular file of at most max_bytes, in UTF-8 (a byte-order mark is allowed)."""
+    data, _ = read_regular(path, what, max_bytes, follow)
     if data.startswith((b"\xff\xfe", b"\xfe\xff")):
         raise InputError(
             f"{what} {path} is UTF-16 text; ckplan reads UTF-8 (convert it, e.g. iconv -f UTF-16 -t UTF-8)"
@@ -79,11 +112,11 @@ def _no_constant(name: str) -> float:
     raise ValueError(f"{name} is not a JSON number")
 
 
-def read_json(path: Path, what: str, max_bytes: int = MAX_DOCUMENT_BYTES) -> Any:
+def read_json(path: Path, what: str, max_bytes: int = MAX_DOCUMENT_BYTES, follow: bool = True) -> Any:
     """The parsed JSON document in a file, or one line saying what is wrong with it."""
     import json  # here, not at the top: `ckplan size` reads only TOML, and start-up time counts
 
-    text = read_text_file(path, what, max_bytes)
+    text = read_text_file(path, what, max_bytes, follow)
     if not text.strip():
         raise InputError(f"{what} {path} is empty")
     try:

@@ -10,17 +10,20 @@ dead probe's pid reused by an unrelated process here. `ckplan clean` and the pro
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
-import shutil
 import socket
+import stat
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ckplan.errors import InputError
+from ckplan.readers import read_regular
 
 SCRATCH_PREFIX = ".ckplan-probe-"  # every probe's scratch directory or object prefix starts so; `clean` looks for it
 CALIBRATE_PREFIX = "ckplan-calibrate-"  # the calibration's DCP saves, in /dev/shm where it exists
@@ -30,6 +33,10 @@ HEARTBEAT_S = 5.0  # how often a running owner rewrites its marker
 # A marker older than this belongs to an owner that is gone. It must outlast a heartbeat that takes its full retries
 # at an S3 endpoint's default 30 s timeout, or a slow endpoint would make a live probe look dead.
 STALE_AFTER_S = 120.0
+MAX_MARKER_BYTES = 4096  # a marker is ~80 bytes; anything bigger was not written by ckplan
+# remove_tree holds one descriptor per directory level it is inside; a tree deeper than this is emptied from its
+# top, its deeper directories moved up there, so no depth costs more descriptors or any recursion
+MAX_HELD_LEVELS = 64
 
 
 def scratch_name(prefix: str = SCRATCH_PREFIX) -> str:
@@ -111,7 +118,7 @@ class ScratchDir:
             self.path.mkdir(mode=0o700)
             (self.path / MARKER).write_text(marker_text())
         except OSError as exc:
-            shutil.rmtree(self.path, ignore_errors=True)
+            remove_tree(self.path)
             raise InputError(f"cannot create a scratch directory in {self.parent}: {exc.strerror}") from None
         self.heartbeat = Heartbeat(lambda: os.utime(self.path / MARKER), "ckplan-scratch-heartbeat").start()
         return self
@@ -119,7 +126,78 @@ class ScratchDir:
     def __exit__(self, *exc) -> None:
         if self.heartbeat is not None:
             self.heartbeat.end()
-        shutil.rmtree(self.path, ignore_errors=True)
+        remove_tree(self.path)
+
+
+_DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+
+
+def remove_tree(path: Path) -> None:
+    """Remove `path` and everything under it, as far as permissions allow, never following a symbolic link (a link
+    is removed, not what it points at) and with no limit on depth: directories are opened relative to their parent
+    with O_NOFOLLOW, so a link swapped in for a directory is not entered, and nothing recurses."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return
+    if not stat.S_ISDIR(st.st_mode):
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        return
+    try:
+        top = os.open(path, _DIRECTORY)
+    except OSError:
+        return
+    try:
+        while _empty(top):
+            pass
+    finally:
+        os.close(top)
+    with contextlib.suppress(OSError):
+        os.rmdir(path)
+
+
+def _empty(top: int) -> bool:
+    """One pass emptying the directory open as `top`; True when it moved directories up to `top` that a further
+    pass must empty."""
+    moved = False
+    # each level: the directory's descriptor, its listing, and its name in the level above
+    levels: list[tuple[int, Any, str]] = [(top, os.scandir(top), "")]
+    try:
+        while levels:
+            fd, entries, name = levels[-1]
+            entry = next(entries, None)
+            if entry is None:
+                entries.close()
+                levels.pop()
+                if levels:
+                    os.close(fd)
+                    with contextlib.suppress(OSError):
+                        os.rmdir(name, dir_fd=levels[-1][0])
+                continue
+            try:
+                is_dir = entry.is_dir(follow_symlinks=False)
+            except OSError:
+                continue
+            if not is_dir:
+                with contextlib.suppress(OSError):
+                    os.unlink(entry.name, dir_fd=fd)
+            elif len(levels) < MAX_HELD_LEVELS:
+                try:
+                    child = os.open(entry.name, _DIRECTORY, dir_fd=fd)
+                except OSError:
+                    continue
+                levels.append((child, os.scandir(child), entry.name))
+            else:
+                with contextlib.suppress(OSError):
+                    os.rename(entry.name, f".deep-{secrets.token_hex(8)}", src_dir_fd=fd, dst_dir_fd=top)
+                    moved = True
+    finally:
+        for i, (fd, entries, _) in enumerate(levels):
+            entries.close()
+            if i:
+                os.close(fd)
+    return moved
 
 
 @dataclass(frozen=True)
@@ -141,13 +219,14 @@ def scratch_dirs(parent: Path, prefixes: tuple[str, ...] = SCRATCH_PREFIXES) -> 
         return []
     now = time.time()
     for entry in entries:
-        if not entry.name.startswith(prefixes) or not entry.is_dir():
+        if not entry.name.startswith(prefixes) or entry.is_symlink() or not entry.is_dir():
             continue
         try:
-            marker = entry / MARKER
-            age = max(0.0, now - marker.stat().st_mtime)
-            host, pid = owner(json.loads(marker.read_text()))
-        except (OSError, ValueError, RecursionError):
+            # another user can plant a directory of this name, its marker a FIFO or a link to /dev/zero
+            text, st = read_regular(entry / MARKER, "scratch marker", MAX_MARKER_BYTES, follow=False)
+            age = max(0.0, now - st.st_mtime)
+            host, pid = owner(json.loads(text))
+        except (InputError, ValueError, RecursionError):
             host, pid, age = None, None, float("inf")
         out.append(Scratch(entry, host, pid, probe_alive(host, pid, age)))
     return out

@@ -248,14 +248,14 @@ def calibrate(preset: str = "default", dcp_ranks: int = 2, progress=None) -> Cal
     repeats = REPEATS[preset]
     if progress:
         progress.phase(f"calibrate: serialisers and deserialisers, {SAMPLE_BYTES[preset] / MiB:.0f} MiB × {repeats}", 0)
-    from ckplan.scratch import CALIBRATE_PREFIX, ScratchDir, scratch_dirs
+    from ckplan.scratch import CALIBRATE_PREFIX, ScratchDir, remove_tree, scratch_dirs
 
     # with its owner's pid: what a kill -9 left (up to a sample's size, in RAM where it is /dev/shm) is removed by
     # the next calibration here, or by `ckplan clean DIR`
     for parent in scratch_parents():
         for stale in scratch_dirs(parent, (CALIBRATE_PREFIX,)):
             if not stale.live:
-                shutil.rmtree(stale.path, ignore_errors=True)
+                remove_tree(stale.path)
     # the safetensors sample, its temporary file renamed over it, and the sample the loads read
     with ScratchDir(scratch_parent(3 * SAMPLE_BYTES[preset]), prefix=CALIBRATE_PREFIX) as scratch:
         nbytes, rates, load_rates = measure_codecs(SAMPLE_BYTES[preset], repeats, scratch.path)

@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 PAGE_BYTES = 4096
+MAX_READ_BYTES = 2**40  # a saved file read whole: the cap only stops a file that never ends
 
 
 def drop_cached_pages(path: Path) -> None:
@@ -70,7 +71,10 @@ def _load(item: dict, torch, dcp, state) -> object:
         return tensors
     if fmt == "torch.save":
         return [torch.load(path, map_location="cpu") for _ in range(item["times"])]
-    return [Path(path).read_bytes() for _ in range(item["times"])]
+    from ckplan.readers import read_regular
+
+    # the saved file, read as itself: a link or FIFO put in its place is refused, not followed or waited on
+    return [read_regular(Path(path), "saved file", MAX_READ_BYTES, follow=False)[0] for _ in range(item["times"])]
 
 
 def load_worker(index: int, world: int, items: list[dict], port: int, repeats: int, barrier, results) -> None:

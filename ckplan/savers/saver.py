@@ -14,12 +14,12 @@ time is to durability. The parent times from the barrier release to the last ran
 from __future__ import annotations
 
 import os
-import shutil
 import time
 from collections import defaultdict
 from pathlib import Path
 
 from ckplan.savers.raw import fsync_path
+from ckplan.scratch import remove_tree
 from ckplan.sizing.plan import scaled_file_bytes
 
 TENSOR_BYTES = 64 * 2**20  # tensors are at most this big; a file holds several, like a real state dict
@@ -207,7 +207,7 @@ def _save_repeats(
         results.put(("ok", rank, r, start, end, blocking))
         barrier.wait()
         if rank == 0 and not (keep_last and r == repeats - 1):
-            shutil.rmtree(directory, ignore_errors=True)
+            remove_tree(directory)
     if use_dcp:
         dist.destroy_process_group()
 

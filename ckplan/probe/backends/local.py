@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-import shutil
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -83,7 +82,7 @@ class LocalBackend:
         for found in scratch.scratch_dirs(self.path):
             here = found.host in (None, socket.gethostname())  # a live one here is a probe running: left unnamed
             if not found.live or (force and not here):
-                shutil.rmtree(found.path, ignore_errors=True)
+                scratch.remove_tree(found.path)
                 removed.append(str(found.path))
             elif not here:  # its heartbeat is fresh: a probe running on another host
                 why[str(found.path)] = (
@@ -125,7 +124,7 @@ class LocalSession(fio.FioSession):
             doc = self.run_job(job, "the small-file phase", small)
             files = sum(1 for _ in os.scandir(directory))
         finally:
-            shutil.rmtree(directory, ignore_errors=True)
+            scratch.remove_tree(directory)
         return self.small_run(doc, job.name, {socket.gethostname(): files})
 
     def write_files(self, nodes: list[list[FileToWrite]], path: str, run: int) -> tuple[float, int]:
@@ -137,7 +136,7 @@ class LocalSession(fio.FioSession):
         except OSError as exc:
             raise oserror_message(exc, "the replay") from None
         finally:
-            shutil.rmtree(root, ignore_errors=True)
+            scratch.remove_tree(root)
         return seconds, sum(f.bytes for f in nodes[0])
 
     def save_files(self, files: list[FileToWrite], framework: str, runs: int) -> list[float]:
@@ -148,7 +147,7 @@ class LocalSession(fio.FioSession):
             "the plan's files written by the framework's saver, not fio; `ckplan validate` times the same saves",
         )
         root = self.root / "replay"
-        shutil.rmtree(root, ignore_errors=True)
+        scratch.remove_tree(root)
         # the last save stays for the read replay to load (the scratch area goes, with it, when the probe ends)
         walls, _ = run_saves(root, files_by_rank(files), framework, runs, "sync", what="the replay", keep_last=True)
         self.saved = root / f"save-{runs - 1}"
@@ -161,7 +160,7 @@ class LocalSession(fio.FioSession):
         try:
             return load_saved(loads, self.saved, runs, "the read replay")
         finally:
-            shutil.rmtree(self.saved.parent, ignore_errors=True)
+            scratch.remove_tree(self.saved.parent)
 
     def others(self) -> list[str]:
         return self.others_in(self.root.parent, lambda path: path == self.root)
