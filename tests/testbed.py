@@ -45,6 +45,7 @@ SERVER_ADDR = f"{SUBNET}.1"
 HOST_ADDR = f"{SUBNET}.254"
 VOLUME = "ckpt"
 ROOT = Path("/tmp/ckplan-testbed")
+SHARED = ROOT / "vol"  # the one path every node and this host see the volume at (see _agent)
 STOCK_VOL = Path("/etc/glusterfs/glusterd.vol")
 MAX_NODES = 16
 AGENT_PORT = 8765
@@ -75,6 +76,7 @@ class Testbed:
     server_addr: str = SERVER_ADDR
     volume: str = VOLUME
     root: Path = ROOT
+    path: Path = SHARED  # the volume, as every node's agent and this host see it
 
     @property
     def agents(self) -> list[str]:
@@ -84,6 +86,7 @@ class Testbed:
         return {
             "server": self.server_addr,
             "volume": self.volume,
+            "path": str(self.path),
             "server_rate": self.server_rate,
             "client_rate": self.client_rate,
             "nodes": [{"netns": n.name, "addr": n.addr, "mount": str(n.mount), "fuse_pid": n.pid} for n in self.nodes],
@@ -152,6 +155,8 @@ def leftover_processes() -> list[int]:
             or "agent" in argv
             and f"{SUBNET}." in text
             and "--bind" in text
+            or comm == "fio"
+            and f"--server=ip:{SUBNET}." in text
         ):
             mine.append(pid)
     return mine
@@ -328,8 +333,29 @@ def _client(n: int, client_rate: str) -> Node:
 
 
 def _agent(node: Node, ckplan: list[str]) -> None:
+    # fio names one directory for every host, as nodes mount one filesystem at one path: each agent runs in a
+    # mount namespace of its own where its node's FUSE mount lies over SHARED, so its writes travel through its
+    # node's client and link (the namespace goes with the agent)
+    script = 'mount --bind "$1" "$2" && shift 2 && exec "$@"'
     node.agent = subprocess.Popen(
-        node.cmd(*ckplan, "agent", "--bind", node.addr, "--port", str(AGENT_PORT)),
+        node.cmd(
+            "unshare",
+            "--mount",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            script,
+            "sh",
+            str(node.mount),
+            str(SHARED),
+            *ckplan,
+            "agent",
+            "--bind",
+            node.addr,
+            "--port",
+            str(AGENT_PORT),
+        ),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         cwd=str(ROOT),
@@ -367,6 +393,8 @@ def up(
         _shape("eth0", server_rate, SERVER_NS)  # from the server: every node's reads
         for n in range(1, nodes + 1):
             bed.nodes.append(_client(n, client_rate))
+        SHARED.mkdir()
+        _sh("mount", "--bind", str(bed.nodes[0].mount), str(SHARED))  # this host sees it through node 1's client
         if agents:
             exe = ckplan_exe()
             for node in bed.nodes:

@@ -67,11 +67,14 @@ class HostsBackend:
             "here, so --max-bytes and the runtime caps bound what the hosts write, and other probes of it cannot "
             "be seen"
         )
+        # where the driver mounts it as well, its mount names the filesystem the hosts share (NFS, Lustre, glusterfs)
+        mount = filesystem.mount_of(self.path, filesystem.parse_mounts(Path("/proc/self/mounts").read_text()))
+        named = visible and mount.storage_class in filesystem.SHARED_CLASSES
         return Facts(
             target=str(self.path),
             name=f"{len(self.hosts)} hosts:{self.path}",
-            fs_type="shared (multi-host)",
-            storage_class="multi-host",
+            fs_type=f"{mount.fs_type} (multi-host)" if named else "shared (multi-host)",
+            storage_class=mount.storage_class if named else "multi-host",
             shared=True,
             tool=f"{fio.fio_version()} client/server",
             hosts=len(self.hosts),
