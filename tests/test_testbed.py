@@ -1,4 +1,4 @@
-"""The one-machine GlusterFS testbed (tests/testbed.py): shaped links bind at their set rate, ckplan sees a
+"""The one-machine GlusterFS testbed (scripts/_testbed.py): shaped links bind at their set rate, ckplan sees a
 shared network filesystem, and teardown leaves nothing, also after a failure."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import time
 import pytest
 
 from ckplan import filesystem
-from tests import testbed as tb
+from scripts import _testbed as tb
 
 pytestmark = pytest.mark.testbed
 

@@ -1,5 +1,5 @@
 """ckplan against a real network filesystem: probes from one node and from 2 and 4 nodes' agents, a replay of a
-plan, and `validate`, on tests/testbed.py's GlusterFS volume (4 nodes, 100 Mbit/s links, a 400 Mbit/s server
+plan, and `validate`, on scripts/_testbed.py's GlusterFS volume (4 nodes, 100 Mbit/s links, a 400 Mbit/s server
 port), each figure pinned to the rates the links are shaped to."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests import testbed as tb
+from scripts import _testbed as tb
 from tests.conftest import ckplan_exe, run_cli, run_json
 
 pytestmark = pytest.mark.testbed

@@ -14,8 +14,8 @@ the client's side, reads on the bridge's side).
 Used as a context manager (`with testbed(nodes=4) as bed:`), as the pytest fixture in tests/test_testbed.py,
 or from a shell:
 
-    python -m tests.testbed up --nodes 4 --server-rate 400mbit --client-rate 100mbit [--agents]
-    python -m tests.testbed down      # removes this testbed's leftovers by name, whatever made them
+    python scripts/_testbed.py up --nodes 4 --server-rate 400mbit --client-rate 100mbit [--agents]
+    python scripts/_testbed.py down      # removes this testbed's leftovers by name, whatever made them
 
 Needs root, network namespaces and FUSE; only one glusterd runs on a machine (its sockets are fixed paths
 under /var/run), so the testbed refuses to start beside one.
@@ -227,7 +227,7 @@ def check_available() -> None:
     if others:
         raise Unavailable(
             f"a glusterd is already running (pid {', '.join(map(str, others))}): only one can run on a machine "
-            "(its sockets are fixed paths under /var/run); stop it, or run `python -m tests.testbed down` if it is a "
+            "(its sockets are fixed paths under /var/run); stop it, or run `python scripts/_testbed.py down` if it is a "
             "testbed's leftover"
         )
 
@@ -381,7 +381,7 @@ def up(
         raise ValueError(f"nodes must be 1 to {MAX_NODES}, not {nodes}")
     check_available()
     if any(leftovers().values()):
-        raise Unavailable(f"a testbed is already up or left over: {leftovers()}; run `python -m tests.testbed down`")
+        raise Unavailable(f"a testbed is already up or left over: {leftovers()}; run `python scripts/_testbed.py down`")
     bed = Testbed(server_rate, client_rate)
     try:
         ROOT.mkdir(parents=True)
@@ -429,7 +429,7 @@ def fuse_rss_kib(pid: int) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.testbed", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python scripts/_testbed.py", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     p_up = sub.add_parser("up", help="bring a testbed up and leave it running (print its description as JSON)")
     p_up.add_argument("--nodes", type=int, default=4)
@@ -447,7 +447,7 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps({**bed.describe(), "up_s": round(time.monotonic() - start, 2)}, indent=2))
             if args.agents:
                 # the agents are this process's children: they are started in sessions of their own and outlive it
-                print("agents run on; `python -m tests.testbed down` stops them", file=sys.stderr)
+                print("agents run on; `python scripts/_testbed.py down` stops them", file=sys.stderr)
         elif args.command == "down":
             down()
         else:
