@@ -331,10 +331,29 @@ class StorageProfile(Model):
         return self.buffered_bandwidth, "buffered"
 
     def bandwidth_at(self, writers: int, path: WritePath = "buffered") -> float:
-        """Per-host bandwidth at this many writers: interpolated on the measured curve, flat beyond it."""
-        points = self.curve(path)[0]
-        inside = interpolate([(p.writers, p.bytes_per_s) for p in points], writers)
-        return inside if inside is not None else max(p.bytes_per_s for p in points)
+        """One node's bandwidth alone at this many writers: the measured curve interpolated, flat beyond it, times
+        `alone_factor`."""
+        return at_writers(self.curve(path)[0], writers) * self.alone_factor()
+
+    def alone_factor(self, reads: bool = False) -> float:
+        """How much faster one host writes (reads) alone than while every probed host does at once. A multi-host
+        probe measures its per-host curves with all its hosts at once and keeps the slowest host's figure, so that
+        a straggler shows; but a node's share of a shared system is the aggregate model's to give (fewer nodes
+        than were probed share it among fewer, and a work-conserving system gives a slow node more once the
+        others are done), so the per-node term needs the node alone: the host-scaling run at one host measured
+        it. The ratio of that point to the per-host curve at its writers, never below 1; 1 for one host."""
+        per_host = self.read_bandwidth if reads else self.buffered_bandwidth
+        scaling = self.aggregate_read_bandwidth if reads else self.aggregate_bandwidth
+        alone = next((p for p in scaling if p.hosts == 1), None)
+        if self.hosts == 1 or alone is None or not per_host:
+            return 1.0
+        return max(1.0, alone.bytes_per_s / at_writers(per_host, alone.writers))
+
+
+def at_writers(points: list[BandwidthPoint], writers: float) -> float:
+    """A per-host curve at this many writers: interpolated, flat beyond its last point."""
+    inside = interpolate([(p.writers, p.bytes_per_s) for p in points], writers)
+    return inside if inside is not None else max(p.bytes_per_s for p in points)
 
 
 def interpolate(points: list[tuple[float, float]], x: float) -> float | None:

@@ -380,3 +380,41 @@ def test_a_probe_below_the_knee_gives_the_save_time_as_a_range(tmp_path):
 )
 def test_aggregate_limit_bad_input(args, fragment):
     assert_one_line_error(run_cli(*args), fragment)
+
+
+def test_a_curve_flat_at_its_top_is_held_flat_not_bent_down():
+    """The testbed's knee-at-4 probe from 8 hosts: 12.0, 23.2, 47.9 and 48.2 MB/s at 1, 2, 4 and 8 hosts. The last
+    step gains (48.2 − 47.9) ÷ 4 = 0.075 MB/s per host, far below half of 47.9 ÷ 4: saturated. Its last two points
+    lie within PLATEAU (10%) of each other, so 16 nodes get 48.2 MB/s, the level measured, where the fitted law's
+    coherency term bent the curve down to about 36 MB/s, and the real 16-node save ran at 46 MB/s."""
+    curve = {1: 12.0e6, 2: 23.2e6, 4: 47.9e6, 8: 48.2e6}
+    est = aggregate_estimate(shared(curve, per_node=12.0e6), 12.0e6, 16)
+    assert (est.bytes_per_s, est.model, est.usl, est.unsaturated_bytes_per_s) == (48.2e6, "flat", None, None)
+    assert fit_usl(list(curve.items())).at(16) < 40e6  # what the fit alone would have said
+    # a measured fall, 48.2 → 40 MB/s (17%), is a turn the law may follow past the last point
+    falling = aggregate_estimate(shared({**curve, 8: 40e6}, per_node=12.0e6), 12.0e6, 16)
+    assert falling.model == "usl" and falling.bytes_per_s < 40e6
+
+
+def test_a_multi_host_profiles_per_node_term_is_the_node_alone():
+    """A multi-host probe's per-host curve is each host's share with all 8 probed hosts writing at once (3.33 and 4.27
+    MB/s at 1 and 2 writers on the testbed's server-bound regime), while its host-scaling run at one host measured the
+    node alone (48.1 MB/s at 2 writers): the factor is 48.1 ÷ 4.27 = 11.26, and one writer alone gets 3.33 × 11.26 =
+    37.5 MB/s. A 4-node plan of one 180 MB file per node: per node 180 MB ÷ 37.5 MB/s = 4.8 s, so the aggregate
+    binds, 720 MB ÷ 48.1 MB/s = 14.97 s, + 1 file ÷ 100 files/s; the share alone gave 180 MB ÷ 3.33 MB/s = 54 s,
+    where the real save took 15.2 s."""
+    profile = hand_profile(
+        {1: 3.33e6, 2: 4.27e6}, shared=True, hosts_curve={1: 48.1e6, 2: 48.1e6, 4: 48.1e6, 8: 48.8e6}
+    )
+    profile = profile.model_copy(
+        update={"aggregate_bandwidth": [p.model_copy(update={"writers": 2}) for p in profile.aggregate_bandwidth]}
+    )
+    assert profile.alone_factor() == pytest.approx(48.1 / 4.27)
+    assert profile.bandwidth_at(2) == pytest.approx(48.1e6)
+    assert profile.bandwidth_at(1) == pytest.approx(3.33e6 * 48.1 / 4.27)
+    plan = hand_plan([(f"n{i}.bin", 180 * 10**6, i, i) for i in range(4)])
+    t = predict_save(plan, profile, framework_costs=False)
+    assert t.limited_by == "aggregate bandwidth"
+    assert t.seconds == pytest.approx(720e6 / 48.1e6 + 1 / 100, rel=1e-6)
+    # one host: its curve is the node alone already
+    assert hand_profile({2: 4.27e6}, shared=True).alone_factor() == 1.0

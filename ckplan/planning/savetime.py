@@ -45,7 +45,7 @@ from ckplan.errors import InputError
 from ckplan.planning.defaults import DEFAULT_DESERIALIZE_BYTES_PER_S
 from ckplan.planning.policy import DEFAULT_DCP_FIXED_S, DEFAULT_SERIALIZE_BYTES_PER_S
 from ckplan.planning.scaling import AggregateEstimate, aggregate_estimate
-from ckplan.profile import BandwidthPoint, Calibration, StorageProfile, interpolate
+from ckplan.profile import BandwidthPoint, Calibration, StorageProfile, at_writers
 from ckplan.schema import Model
 from ckplan.sizing.layouts.base import WritePath
 from ckplan.sizing.plan import CheckpointPlan
@@ -257,7 +257,11 @@ def _predict_save(
     rates = machine.rates() if framework_costs else {}
     loads = [(b * scale, ser * scale) for b, ser in writer_loads(plan, busiest.node, rates).values()]
     one_stream = profile.bandwidth_at(1, path)
-    copy = profile.page_cache_write.bytes_per_s if path == "buffered" and profile.page_cache_write else None
+    copy = (
+        profile.page_cache_write.bytes_per_s * profile.alone_factor()
+        if path == "buffered" and profile.page_cache_write
+        else None
+    )
     if copy is not None:  # the flush overlaps the writers' CPU work
         t_single, ser_single = (
             max(max(ser + b / copy, b / one_stream) for b, ser in loads),
@@ -451,11 +455,8 @@ def predict_load(plan: CheckpointPlan, profile: StorageProfile, aggregate_limit:
     )
     streams = min(float(restore.readers_per_node), max(1.0, restore.node_bytes / max(restore.rank_distinct_bytes, 1)))
 
-    def at(points: list[BandwidthPoint], x: float) -> float:
-        inside = interpolate([(p.writers, p.bytes_per_s) for p in points], x)
-        return inside if inside is not None else max(p.bytes_per_s for p in points)
-
-    node_bw, one_stream = at(per_host, streams), at(per_host, 1)
+    alone = profile.alone_factor(reads=which == "read")
+    node_bw, one_stream = at_writers(per_host, streams) * alone, at_writers(per_host, 1) * alone
     aggregate = aggregate_estimate(profile, node_bw, restore.nodes, aggregate_limit, aggregate_points)
     deserializers = deserializer_figures(profile.calibration)
     deserialize = deserialize_seconds(restore, deserializers)

@@ -11,7 +11,10 @@ Rules, in order:
   - a known limit of the whole system (given by the caller, else the profile's `aggregate_limit_bytes_per_s`):
     min(per-node × nodes, limit);
   - otherwise, where the curve had stopped growing (`reached_saturation`) at three or more distinct host counts,
-    the Universal Scalability Law fitted to them (`fit_usl`), never above λN;
+    the Universal Scalability Law fitted to them (`fit_usl`), never above λN, unless it ends on a plateau
+    (`on_plateau`: its last two host counts within PLATEAU of each other): a curve flat at its top shows no turn,
+    and the coherency term a fit draws from the scatter of such points bends it down where nothing was measured
+    to fall;
   - else the best measured aggregate, held flat. A shared target that saturates at one host (one
     NFS server, one disk behind every host) goes no faster with more nodes, and two points cannot tell a
     curve that keeps rising from one that has turned over, so the figure that was seen is all that is claimed.
@@ -40,6 +43,10 @@ USL_MIN_HOST_COUNTS = 3  # a three-parameter fit needs three distinct host count
 # gave before them: a curve still rising by more is below its knee, wherever that is
 SATURATION_GAIN = 0.5
 NOT_SATURATED = "the probe did not reach saturation: probe with more hosts, or give --aggregate-limit"
+# the scatter of one aggregate point between runs of a stationary system: on the testbed's 400 Mbit/s server port
+# (docs/testbed.md), the 8-host points of six probes, one run each, lay between 45.6 and 49.6 MB/s (±4% of their
+# middle); two points closer than twice that are one level, not a slope
+PLATEAU = 0.10
 
 
 class UslFit(Model):
@@ -121,6 +128,18 @@ def reached_saturation(points: list[tuple[int, float]]) -> bool:
         return False
     (h0, x0), (h1, x1) = sorted(best.items())[-2:]
     return (x1 - x0) / (h1 - h0) < SATURATION_GAIN * x0 / h0
+
+
+def on_plateau(points: list[tuple[int, float]]) -> bool:
+    """Whether a curve's last two host counts measured the same level: their best figures within PLATEAU of the
+    larger."""
+    best: dict[int, float] = {}
+    for h, x in points:
+        best[h] = max(x, best.get(h, 0.0))
+    if len(best) < 2:
+        return False
+    (_, x0), (_, x1) = sorted(best.items())[-2:]
+    return abs(x1 - x0) <= PLATEAU * max(x0, x1)
 
 
 def fit_usl(points: list[tuple[int, float]]) -> UslFit:
@@ -228,7 +247,7 @@ def aggregate_estimate(
         )
     model: AggregateModel
     saturated = reached_saturation(measured)
-    if saturated and len(hosts) >= USL_MIN_HOST_COUNTS:
+    if saturated and len(hosts) >= USL_MIN_HOST_COUNTS and not on_plateau(measured):
         fit = fit_usl(measured)
         figure, model = fit.at(nodes), "usl"
         label = f"extrapolated (Universal Scalability Law fitted to {_counts(hosts)}; {where})"
@@ -259,7 +278,8 @@ def describe_rule() -> str:
         "aggregate over nodes (planning/scaling.py): node-local targets per node × nodes; shared targets interpolated "
         "between measured host counts, and beyond the largest: min(per node × nodes, the system limit) where one is "
         "known (--aggregate-limit, or the profile's), else the Universal Scalability Law fitted to three or more "
-        "measured host counts where the curve had stopped growing, else the best measured aggregate held flat; where "
+        "measured host counts where the curve had stopped growing and not ended on a plateau, else the best measured "
+        "aggregate held flat; where "
         "the probe's aggregate was still growing at its largest host count, per node × nodes is the short end of a "
         "range"
     )
