@@ -49,6 +49,7 @@ SHARED = ROOT / "vol"  # the one path every node and this host see the volume at
 STOCK_VOL = Path("/etc/glusterfs/glusterd.vol")
 MAX_NODES = 16
 AGENT_PORT = 8765
+MOUNT_ATTEMPTS = 3
 
 
 class Unavailable(RuntimeError):
@@ -312,24 +313,32 @@ def _client(n: int, client_rate: str) -> Node:
     _shape("eth0", client_rate, node.name)  # the node's writes
     _shape(f"{PREFIX}v{n}", client_rate)  # its reads
     node.mount.mkdir(parents=True)
-    pidfile = ROOT / f"fuse-n{n}.pid"
-    _sh(
-        *node.cmd(
-            "glusterfs",
-            f"--volfile-server={SERVER_ADDR}",
-            f"--volfile-id={VOLUME}",
-            f"--log-file={ROOT / 'log' / f'fuse-n{n}.log'}",
-            f"--pid-file={pidfile}",
-            str(node.mount),
+    pidfile, log = ROOT / f"fuse-n{n}.pid", ROOT / "log" / f"fuse-n{n}.log"
+    for _ in range(MOUNT_ATTEMPTS):
+        _sh(
+            *node.cmd(
+                "glusterfs",
+                f"--volfile-server={SERVER_ADDR}",
+                f"--volfile-id={VOLUME}",
+                f"--log-file={log}",
+                f"--pid-file={pidfile}",
+                str(node.mount),
+            )
         )
-    )
-    deadline = time.monotonic() + 20
-    while str(node.mount) not in leftover_mounts() or not os.path.ismount(node.mount):
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"{node.mount} did not mount; see {ROOT / 'log'}")
-        time.sleep(0.1)
-    node.pid = int(pidfile.read_text().strip())
-    return node
+        deadline = time.monotonic() + 20
+        while str(node.mount) not in leftover_mounts() or not os.path.ismount(node.mount):
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        else:
+            node.pid = int(pidfile.read_text().strip())
+            return node
+        # seen here once, in a bring-up right after a teardown: a client that never mounts; start a fresh one
+        with contextlib.suppress(OSError, ValueError):
+            os.kill(int(pidfile.read_text().strip()), signal.SIGKILL)
+        _sh("umount", "-l", str(node.mount), check=False)
+    tail = log.read_text(errors="replace").splitlines()[-5:] if log.exists() else []
+    raise RuntimeError(f"{node.mount} did not mount in {MOUNT_ATTEMPTS} attempts; its client's log ends: {tail}")
 
 
 def _agent(node: Node, ckplan: list[str]) -> None:
