@@ -12,15 +12,20 @@ before the plan's probe on every other layout, so drift over the run hits both p
 
 Targets: |error| ≤ 15% for the model-only and ≤ 10% for the replay-informed prediction in every row whose
 measured saves spread (max − min) by less than 30% of their median; noisier rows are shown with their spread
-and excluded by that rule only. In every row, both predictions must lie within the measured min…max range
-of the median (|prediction − median| ≤ max − min). Prints a Markdown table.
+and judged by the range rule instead: both predictions within the measured min…max range of the median
+(|prediction − median| ≤ max − min). Prints a Markdown table.
 
-Usage: scripts/bench_accuracy.py [--targets /var/tmp /dev/shm] [--params 2e8] [--repeats 5]
+`--testbed RATE`: the target is a 1-node testbed instead (scripts/_testbed.py: a GlusterFS volume through the
+node's FUSE client, its link and the server's port both shaped to RATE, e.g. 400mbit), every ckplan command run
+inside the node's namespace: a stationary target, where the disk's rate depends on the minutes before.
+
+Usage: scripts/bench_accuracy.py [--targets /var/tmp /dev/shm] [--params 2e8] [--repeats 5] [--testbed 400mbit]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import json
 import os
@@ -29,6 +34,8 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+import _testbed as tb  # beside this script
 
 from ckplan.profile import StorageProfile
 from ckplan.sizing.plan import CheckpointPlan
@@ -44,9 +51,12 @@ NOISY = 0.30  # rows whose saves spread more than this are shown but not judged
 MODEL_TARGET, REPLAY_TARGET = 15.0, 10.0
 
 
+IN_NODE: list[str] = []  # the testbed node's namespace, where every command runs with --testbed
+
+
 def ckplan(*args: str) -> str:
     exe = shutil.which("ckplan", path=os.path.dirname(sys.executable)) or "ckplan"
-    proc = subprocess.run([exe, *args], capture_output=True, text=True)
+    proc = subprocess.run([*IN_NODE, exe, *args], capture_output=True, text=True)
     if proc.returncode:
         sys.exit(f"ckplan {' '.join(args)} failed: {proc.stderr.strip()}")
     return proc.stdout
@@ -57,7 +67,18 @@ def main() -> None:
     ap.add_argument("--targets", nargs="+", default=["/var/tmp", "/dev/shm"])
     ap.add_argument("--params", default="2e8")
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--testbed", metavar="RATE", help="a 1-node testbed with this link and server port, e.g. 400mbit")
     args = ap.parse_args()
+    with contextlib.ExitStack() as stack:
+        if args.testbed:
+            bed = stack.enter_context(tb.testbed(nodes=1, server_rate=args.testbed, client_rate=args.testbed))
+            IN_NODE[:] = bed.nodes[0].cmd()
+            args.targets = [str(bed.nodes[0].mount)]
+            print(f"testbed: 1 node, GlusterFS through FUSE, link and server port {args.testbed}")
+        run(args)
+
+
+def run(args: argparse.Namespace) -> None:
     work = Path(tempfile.mkdtemp(prefix="ckplan-accuracy-"))
     print(
         f"{dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC, {args.params} params, 2 ranks, {args.repeats} saves per row\n"
@@ -120,7 +141,9 @@ def main() -> None:
             e_model, e_replay = (model_s - med) / med * 100, (replay_pred.seconds - med) / med * 100
             in_range = all(abs(p - med) <= m["max"] - m["min"] for p in (model_s, replay_pred.seconds))
             quiet = spread < NOISY
-            ok = in_range and (not quiet or (abs(e_model) <= MODEL_TARGET and abs(e_replay) <= REPLAY_TARGET))
+            # a quiet row is judged on its errors; a range as narrow as a stationary target's (0.01 s on the
+            # testbed) would demand an exact figure, so the range rule judges the noisy rows alone
+            ok = (abs(e_model) <= MODEL_TARGET and abs(e_replay) <= REPLAY_TARGET) if quiet else in_range
             judged += quiet
             misses += not ok
             verdict = ("ok" if ok else "MISSED") + (
@@ -135,7 +158,7 @@ def main() -> None:
     print("\nProbe durations (calibration and replay included):\n" + "\n".join(f"- {d}" for d in durations))
     print(
         f"\n{judged} row(s) judged on error (spread < {NOISY:.0%}); {misses} row(s) missed a target "
-        f"(model-only ±{MODEL_TARGET:.0f}%, replay-informed ±{REPLAY_TARGET:.0f}%, both inside the measured range)"
+        f"(model-only ±{MODEL_TARGET:.0f}%, replay-informed ±{REPLAY_TARGET:.0f}%; noisy rows: both inside the measured range)"
     )
 
 
