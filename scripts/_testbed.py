@@ -36,6 +36,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from xml.etree import ElementTree
 
 PREFIX = "ckpt-"
 BRIDGE = "ckpt-br"
@@ -304,6 +305,24 @@ def _server(brick_size: str) -> None:
         "force",
     )
     _gluster("volume", "start", VOLUME)
+    _wait_bricks()
+
+
+def _wait_bricks(timeout: float = 60) -> None:
+    """Until every brick is online and takes connections: a client mounted before that can stay unconnected
+    (its every lookup "Transport endpoint is not connected"), as one did in CI right after a teardown."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        doc = ElementTree.fromstring(_gluster("volume", "status", VOLUME, "--xml"))
+        bricks = [n for n in doc.iter("node") if (n.findtext("path") or "").startswith(str(ROOT))]
+        ports = [int(n.findtext("port") or 0) for n in bricks if n.findtext("status") == "1"]
+        if len(bricks) == 2 and len(ports) == 2 and all(ports):
+            with contextlib.suppress(RuntimeError):
+                for port in ports:
+                    _wait_port(SERVER_NS, SERVER_ADDR, port, timeout=2)
+                return
+        time.sleep(0.2)
+    raise RuntimeError(f"the volume's bricks are not all online after {timeout:.0f} s; see {ROOT / 'log'}")
 
 
 def _client(n: int, client_rate: str) -> Node:
