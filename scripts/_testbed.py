@@ -210,6 +210,14 @@ def down() -> None:
         _sh("ip", "link", "del", link, check=False)
     for point in sorted(leftover_mounts(), key=len, reverse=True):
         _sh("umount", "-l", point, check=False)
+    # a killed brick leaves its socket, named by a hash of the brick's path, so the next testbed's brick of the
+    # same path finds it: remove those no live socket is bound to
+    with open("/proc/net/unix") as f:
+        bound = {line.split()[-1] for line in f if line.rstrip().endswith(".socket")}
+    for sock in Path("/var/run/gluster").glob("*.socket"):
+        if str(sock) not in bound:
+            with contextlib.suppress(OSError):
+                sock.unlink()
     if ROOT.exists() and not leftover_mounts():
         shutil.rmtree(ROOT, ignore_errors=True)
     remaining = {k: v for k, v in leftovers().items() if v}
