@@ -205,18 +205,30 @@ def server_processes(addresses, port: int, workdir: str) -> list[int]:
     them, and a job whose server died can hang on: one was found still running 1.5 h after a suite."""
     args = {f"--server=ip:{addr},{port}" for addr in addresses}
     found = []
+    for pid, _, argv in processes():
+        if len(argv) == 2 and os.path.basename(argv[0]) == "fio" and argv[1] in args:
+            with contextlib.suppress(OSError):  # gone meanwhile
+                if os.readlink(f"/proc/{pid}/cwd") == workdir:
+                    found.append(pid)
+    return found
+
+
+def processes() -> list[tuple[int, str, list[str]]]:
+    """(pid, comm, argv) of every live process. A zombie has no command line (it is dead, waiting to be reaped),
+    so it is left out, as is a process that ends while it is read."""
+    found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
             with open(f"/proc/{entry}/cmdline", "rb") as f:
                 argv = [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
-            cwd = os.readlink(f"/proc/{entry}/cwd")
+            with open(f"/proc/{entry}/comm") as f:
+                comm = f.read().strip()
         except OSError:
             continue
-        # a zombie has no command line: it is dead, waiting for init to reap it
-        if len(argv) == 2 and os.path.basename(argv[0]) == "fio" and argv[1] in args and cwd == workdir:
-            found.append(int(entry))
+        if argv:
+            found.append((int(entry), comm, argv))
     return found
 
 

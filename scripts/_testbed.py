@@ -38,6 +38,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from xml.etree import ElementTree
 
+try:  # beside it, as the benchmarks and `python scripts/_testbed.py` run it
+    from _harness import processes
+except ModuleNotFoundError:  # as scripts._testbed, as the tests import it
+    from scripts._harness import processes
+
 PREFIX = "ckpt-"
 BRIDGE = "ckpt-br"
 SERVER_NS = "ckpt-srv"
@@ -121,33 +126,16 @@ def _shape(dev: str, rate: str, netns: str | None = None) -> None:
     _sh("tc", *ns, "qdisc", "replace", "dev", dev, "root", "tbf", "rate", rate, "burst", str(burst), "latency", "100ms")
 
 
-def _processes() -> list[tuple[int, str, list[str]]]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                argv = [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
-            with open(f"/proc/{entry}/comm") as f:
-                comm = f.read().strip()
-        except OSError:
-            continue
-        if argv:
-            found.append((int(entry), comm, argv))
-    return found
-
-
 def glusterds() -> list[int]:
     """Every glusterd running on this machine, ours or not."""
-    return [pid for pid, comm, _ in _processes() if comm == "glusterd"]
+    return [pid for pid, comm, _ in processes() if comm == "glusterd"]
 
 
-def leftover_processes() -> list[int]:
+def leftoverprocesses() -> list[int]:
     """Processes this testbed starts: glusterd with our volfile, bricks and FUSE clients naming our
     volume or paths, agents bound to our subnet."""
     mine = []
-    for pid, comm, argv in _processes():
+    for pid, comm, argv in processes():
         text = " ".join(argv)
         if pid == os.getpid():
             continue
@@ -184,7 +172,7 @@ def leftover_links() -> list[str]:
 def leftovers() -> dict[str, list]:
     """What down() removes; every list empty after a clean teardown."""
     return {
-        "processes": leftover_processes(),
+        "processes": leftoverprocesses(),
         "mounts": leftover_mounts(),
         "namespaces": leftover_namespaces(),
         "links": leftover_links(),
@@ -199,7 +187,7 @@ def down() -> None:
         if _sh("umount", point, check=False).returncode != 0:
             _sh("umount", "-l", point, check=False)
     deadline = time.monotonic() + 10
-    while (left := leftover_processes()) and time.monotonic() < deadline:
+    while (left := leftoverprocesses()) and time.monotonic() < deadline:
         for pid in left:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)

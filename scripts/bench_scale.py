@@ -45,6 +45,7 @@ import _testbed as tb  # beside this script
 from _harness import fio_hosts
 
 from ckplan.savers.raw import FileToWrite, write_files
+from ckplan.scratch import remove_tree
 
 NODE_COUNTS = (4, 8, 16)
 GPUS_PER_NODE = 2
@@ -229,8 +230,6 @@ class Ranks:
             proc.stdin.write(json.dumps({"dir": str(where), "start": start}) + "\n")
             proc.stdin.flush()
         ends = [float(proc.stdout.readline()) for proc in self.procs.values()]
-        from ckplan.scratch import remove_tree
-
         remove_tree(self.bed.path / name)
         return max(ends) - start
 

@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 
 from ckplan.planning.savetime import predict_save
 from ckplan.planning.scaling import UslFit, aggregate_estimate, fit_usl
-from ckplan.profile import Replay
+from ckplan.profile import BandwidthPoint, Replay
 from ckplan.units import fmt_duration
 from tests.conftest import assert_one_line_error, run_cli, run_json
 from tests.handmade import hand_plan, hand_profile
@@ -416,5 +416,13 @@ def test_a_multi_host_profiles_per_node_term_is_the_node_alone():
     t = predict_save(plan, profile, framework_costs=False)
     assert t.limited_by == "aggregate bandwidth"
     assert t.seconds == pytest.approx(720e6 / 48.1e6 + 1 / 100, rel=1e-6)
+    # reads the same, from the read curves: 6 MB/s per host at 2 readers with all hosts reading, 24 MB/s alone
+    reading = profile.model_copy(
+        update={
+            "read_bandwidth": [BandwidthPoint(writers=2, bytes_per_s=6e6)],
+            "aggregate_read_bandwidth": [BandwidthPoint(writers=2, hosts=1, bytes_per_s=24e6)],
+        }
+    )
+    assert reading.alone_factor(reads=True) == pytest.approx(4.0)
     # one host: its curve is the node alone already
     assert hand_profile({2: 4.27e6}, shared=True).alone_factor() == 1.0

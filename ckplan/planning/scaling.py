@@ -117,28 +117,33 @@ def _solve(rows: list[list[float]], ys: list[float]) -> list[float] | None:
     return [x[j] / scale[j] for j in range(k)]
 
 
-def reached_saturation(points: list[tuple[int, float]]) -> bool:
-    """Whether a measured aggregate curve (hosts, bytes/s) had stopped growing at its largest host count: the last
-    step's gain per added host is below SATURATION_GAIN × the per-host aggregate of the point before it. One host
-    count alone shows no curve, so it has not."""
+def _last_two(points: list[tuple[int, float]]) -> tuple[tuple[int, float], tuple[int, float]] | None:
+    """The last two host counts of a curve with each one's best figure, or None where it has fewer than two."""
     best: dict[int, float] = {}
     for h, x in points:
         best[h] = max(x, best.get(h, 0.0))
     if len(best) < 2:
+        return None
+    before, last = sorted(best.items())[-2:]
+    return before, last
+
+
+def reached_saturation(points: list[tuple[int, float]]) -> bool:
+    """Whether a measured aggregate curve (hosts, bytes/s) had stopped growing at its largest host count: the last
+    step's gain per added host is below SATURATION_GAIN × the per-host aggregate of the point before it. One host
+    count alone shows no curve, so it has not."""
+    if (pair := _last_two(points)) is None:
         return False
-    (h0, x0), (h1, x1) = sorted(best.items())[-2:]
+    (h0, x0), (h1, x1) = pair
     return (x1 - x0) / (h1 - h0) < SATURATION_GAIN * x0 / h0
 
 
 def on_plateau(points: list[tuple[int, float]]) -> bool:
     """Whether a curve's last two host counts measured the same level: their best figures within PLATEAU of the
     larger."""
-    best: dict[int, float] = {}
-    for h, x in points:
-        best[h] = max(x, best.get(h, 0.0))
-    if len(best) < 2:
+    if (pair := _last_two(points)) is None:
         return False
-    (_, x0), (_, x1) = sorted(best.items())[-2:]
+    (_, x0), (_, x1) = pair
     return abs(x1 - x0) <= PLATEAU * max(x0, x1)
 
 
