@@ -14,7 +14,7 @@ import errno
 import os
 import stat
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, BinaryIO, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -54,11 +54,11 @@ def check_regular_file(path: Path, what: str, follow: bool = True) -> os.stat_re
     return st
 
 
-def read_regular(path: Path, what: str, max_bytes: int, follow: bool = True) -> tuple[bytes, os.stat_result]:
-    """The bytes of a regular file of at most max_bytes, and its stat as opened. The stat before the open refuses
-    a device or FIFO before opening it; the open is non-blocking (and, with follow=False, refuses a symbolic link),
-    and the opened file is checked again, so a FIFO or link swapped in between the two still cannot block or
-    redirect the read."""
+def open_regular(path: Path, what: str, follow: bool = True) -> tuple[int, os.stat_result]:
+    """A read-only descriptor on a regular file, and its stat as opened. The stat before the open refuses a device
+    or FIFO before opening it; the open is non-blocking (and, with follow=False, refuses a symbolic link), and the
+    opened file is checked again, so a FIFO or link swapped in between the two still cannot block or redirect the
+    read."""
     check_regular_file(path, what, follow)
     flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
     try:
@@ -69,8 +69,25 @@ def read_regular(path: Path, what: str, max_bytes: int, follow: bool = True) -> 
         raise InputError(f"cannot read {what} {path}: {exc.strerror}") from None
     try:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise InputError(f"{what} {path} is not a regular file")
+    except OSError as exc:
+        os.close(fd)
+        raise InputError(f"cannot read {what} {path}: {exc.strerror}") from None
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise InputError(f"{what} {path} is not a regular file")
+    return fd, st
+
+
+def open_stream(path: Path, what: str, buffering: int = -1) -> BinaryIO:
+    """A regular file opened as open_regular does, for reading in a stream (a log, a record file: any size)."""
+    fd, _ = open_regular(path, what)
+    return os.fdopen(fd, "rb", buffering=buffering)
+
+
+def read_regular(path: Path, what: str, max_bytes: int, follow: bool = True) -> tuple[bytes, os.stat_result]:
+    """The bytes of a regular file of at most max_bytes (opened by open_regular), and its stat as opened."""
+    fd, st = open_regular(path, what, follow)
+    try:
         if st.st_size > max_bytes:
             raise InputError(f"{what} {path} is too large: {st.st_size:,} bytes (at most {max_bytes:,})")
         chunks, got, want = [], 0, st.st_size + 1
@@ -138,7 +155,8 @@ def validation_message(exc: ValidationError, parameters: bool = False) -> str:
     loc = [str(p) for p in first["loc"]]
     if parameters and loc:
         loc[0] = f"‹{loc[0]}›"
-    return f"{'.'.join(loc) or '(top level)'}: {first['msg'].removeprefix('Value error, ')}"
+    what = first["msg"].removeprefix("Value error, ")
+    return f"{'.'.join(loc)}: {what}" if loc else what
 
 
 def validate_model(data: Any, model_cls: type[Model], described: str) -> Model:

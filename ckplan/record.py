@@ -79,9 +79,9 @@ def _drop(reason: str) -> None:
 def _reason(exc: Exception) -> str:
     """One line saying why a record was dropped: a model's first refusal, else the exception's first line."""
     if isinstance(exc, ValidationError):
-        err = exc.errors()[0]
-        where = ".".join(str(p) for p in err["loc"])
-        text = f"{where}: {err['msg']}" if where else err["msg"]
+        from ckplan.readers import validation_message
+
+        text = validation_message(exc)
     else:
         text = f"{type(exc).__name__}: {exc}"
     return (text.splitlines() or [type(exc).__name__])[0][:300]

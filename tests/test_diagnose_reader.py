@@ -1,4 +1,4 @@
-"""`ckplan diagnose` reads logs in binary blocks (issue 17): the same saves as feeding every line, whatever the block size.
+"""`ckplan diagnose` reads logs in binary blocks: the same saves as feeding every line, whatever the block size.
 
 The reference is the reader it replaced: the file in text mode (universal newlines, UTF-8 with
 undecodable bytes replaced), every line fed to every extractor. Every file here is a real file,
@@ -25,7 +25,7 @@ SMALL_BLOCKS = [*range(1, 34), 61, 256, 4096]  # every offset of a short line ac
 
 
 def line_by_line(paths: list[Path], pattern: str | None = None):
-    """The saves and bytes as the reader before issue 17 found them, or the error it raised."""
+    """The saves and bytes as the line-by-line reader found them, or the error it raised."""
     try:
         extractors = [Custom(pattern)] if pattern else [cls() for cls in LOG_EXTRACTORS]
         saves = []
@@ -43,7 +43,8 @@ def line_by_line(paths: list[Path], pattern: str | None = None):
 
 def blocks(paths: list[Path], pattern: str | None = None, block: int = BLOCK):
     try:
-        return extract(paths, pattern, block)
+        saves, read, _ = extract(paths, pattern, block)
+        return saves, read
     except InputError as exc:
         return "error", str(exc)
 
@@ -292,3 +293,47 @@ def test_block_memory_is_one_block(monkeypatch, tmp_path):
     path.write_bytes((LOGS / "torchtitan.log").read_bytes() * 50)
     extract([path], block=256)
     assert sizes == [256]
+
+
+@pytest.mark.parametrize("end", [b"\n", b"\r\n", b"\r"])
+def test_a_line_longer_than_max_line_is_skipped_at_every_block_size(tmp_path, end):
+    """A 900-byte line full of save messages between the fixtures' lines: with max_line 500 it is read past and
+    counted, and every save before and after it is found as if it were not there, wherever the blocks cut. A block
+    larger than max_line reads whole the lines it holds."""
+    lf = (LOGS / "torchtitan.log").read_bytes()
+    long = b"x" * 10 + b" Finished saving the checkpoint in 9.99 seconds." * 18
+    assert 500 < len(long) < 1000
+    path, without = tmp_path / "long.log", tmp_path / "without.log"
+    path.write_bytes(lf + long + end + lf)
+    without.write_bytes(lf + lf)
+    expected, _ = line_by_line([without])
+    assert len(expected) == 2 * len(line_by_line([LOGS / "torchtitan.log"])[0]) > 0
+    for block in [*range(1, 34), 256, 499, 500]:
+        saves, read, long_lines = extract([path], block=block, max_line=500)
+        assert (saves, read, long_lines) == (expected, path.stat().st_size, 1), block
+    saves, _, long_lines = extract([path], block=4096, max_line=500)
+    assert long_lines == 0 and len(saves) == len(expected) + 1
+
+
+def test_a_huge_line_is_not_held(tmp_path):
+    """A 64 MiB line with no end among real log lines: the reader's peak allocation stays near two blocks
+    (the block, and at most MAX_LINE carried), not the line's size, and the note counts it."""
+    import tracemalloc
+
+    lf = (LOGS / "torchtitan.log").read_bytes()
+    path = tmp_path / "huge.log"
+    with open(path, "wb") as f:
+        f.write(lf)
+        for _ in range(64):
+            f.write(b"Finished saving " * (2**16))
+        f.write(b"\n" + lf)
+    tracemalloc.start()
+    try:
+        saves, _, long_lines = extract([path])
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert long_lines == 1 and len(saves) == 2 * len(line_by_line([LOGS / "torchtitan.log"])[0])
+    assert peak < 2.2 * BLOCK, peak
+    d = run_json("diagnose", str(path))
+    assert d["notes"] == [f"1 line(s) longer than {BLOCK:,} bytes skipped unread"]

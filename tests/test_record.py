@@ -5,6 +5,7 @@ warning and the refusals are pinned to hand-computed figures."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import multiprocessing
 import os
@@ -17,7 +18,8 @@ import pytest
 
 from ckplan.diagnose.records import by_step
 from ckplan.record import SaveRecord, count, record_save
-from tests.conftest import assert_one_line_error, run_cli, run_json
+from tests.conftest import assert_one_line_error, ckplan_exe, run_cli, run_json
+from tests.mounts import needs_root
 
 FRAMEWORKS = ("torch", "transformers", "lightning", "deepspeed", "accelerate")
 
@@ -216,6 +218,50 @@ def test_diagnose_compares_each_save_with_the_prediction(tmp_path):
     )
 
 
+def _plan(tmp_path: Path, total_bytes: int | None = None) -> Path:
+    """A 3-GPU plan's file."""
+    plan_json = run_json("size", "--params", "1e9", "--gpus", "3", "--gpus-per-node", "3")
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(json.dumps(plan_json))
+    return plan_file
+
+
+def test_a_save_given_twice_is_counted_once(tmp_path):
+    """A line repeated (7 lines, 6 saves) and the same file given twice (14 lines): the figures are one copy's,
+    the note counts what was dropped. Two runs that saved the same step (a job restarted from an earlier one) are
+    two saves, each its own."""
+    records = [line(s, r, 1.0 + r, 100 * (r + 1)) for s in (1, 2) for r in range(3)]
+    rec = write_records(tmp_path / "r.jsonl", records + records[4:5])
+    once = run_json("diagnose", str(rec))
+    assert (once["lines"], [s["bytes"] for s in once["steps"]], [s["ranks"] for s in once["steps"]]) == (
+        6,
+        [300, 300],
+        [3, 3],
+    )
+    assert [s["seconds"] for s in once["steps"]] == [3.0, 3.0]
+    assert "1 duplicate record(s) dropped" in " ".join(once["notes"])
+    twice = run_json("diagnose", str(rec), str(rec))
+    assert (twice["lines"], twice["steps"]) == (6, once["steps"])
+    assert "8 duplicate record(s) dropped" in " ".join(twice["notes"])
+    v = run_json(
+        "validate",
+        "--record",
+        str(rec),
+        "--record",
+        str(rec),
+        "--plan",
+        str(_plan(tmp_path)),
+        "--storage",
+        "local-nvme",
+    )
+    assert (v["measured"]["median"], v["recorded_bytes"]) == (3.0, 300)
+    rerun = write_records(tmp_path / "rerun.jsonl", [line(1, 0, 2.0, 10, run="a"), line(1, 0, 3.0, 10, run="b")])
+    d = run_json("diagnose", str(rerun))
+    assert [(s["step"], s["run"], s["seconds"]) for s in d["steps"]] == [(1, "a", 2.0), (1, "b", 3.0)]
+    assert d["lines"] == 2 and not any("duplicate" in n for n in d["notes"])
+    assert "1 (a)" in run_cli("diagnose", str(rerun), check=True).stdout
+
+
 def test_validate_record_names_the_term_off(tmp_path):
     plan_json = run_json("size", "--params", "1e9", "--gpus", "3", "--gpus-per-node", "3")
     plan_file = tmp_path / "plan.json"
@@ -239,16 +285,47 @@ def test_validate_record_names_the_term_off(tmp_path):
     assert v["off"] == "scale" and "16 ranks" in v["diagnosis"]
 
 
-def test_bad_records_are_refused_in_one_line(tmp_path):
-    good = line(1, 0, 1.0, 1).model_dump_json()
-    bad = json.loads(good) | {"rank": 7}
+def test_damaged_lines_are_skipped_and_named(tmp_path):
+    """Between good lines: a line of another rank count, one not JSON, one with a field too many, one of 2 MiB, and
+    a half line at the end (a writer killed mid-write). The three steps add up as if they were not there; each is
+    named by file and line, and a file with seven damaged lines names five and counts the rest."""
+    good = [line(s, r, 1.0 + s, 100) for s in (1, 2, 3) for r in range(3)]
+    text = [r.model_dump_json() for r in good]
+    damaged = [
+        json.dumps(json.loads(text[0]) | {"rank": 7}),
+        "{not json",
+        json.dumps(json.loads(text[0]) | {"extra": 1}),
+        "x" * (2 * 2**20),
+    ]
     rec = tmp_path / "r.jsonl"
-    rec.write_text(good + "\n" + json.dumps(bad) + "\n")
-    assert_one_line_error(run_cli("diagnose", str(rec)), f"{rec}:2: not a ckplan.save-record version 1 line")
-    rec.write_text(good + "\n{not json\n")
-    assert_one_line_error(run_cli("diagnose", str(rec)), f"{rec}:2:")
-    rec.write_text(good + "\n" + json.dumps(json.loads(good) | {"extra": 1}) + "\n")
-    assert_one_line_error(run_cli("diagnose", str(rec)), "extra")
+    rec.write_text("\n".join(text[:3] + damaged[:2] + text[3:6] + damaged[2:] + text[6:]) + "\n" + text[0][:40])
+    d = run_json("diagnose", str(rec))
+    assert (d["lines"], [s["seconds"] for s in d["steps"]]) == (9, [2.0, 3.0, 4.0])
+    skipped = [n for n in d["notes"] if n.startswith("skipped ")]
+    assert [n.split(": ")[0] for n in skipped] == [f"skipped {rec}:{n}" for n in (4, 5, 9, 10, 14)], skipped
+    assert "rank 7 is not below world_size 3" in skipped[0] and "extra" in skipped[2]
+    assert "longer than 1,048,576 bytes" in skipped[3]
+    v = run_json("validate", "--record", str(rec), "--plan", str(_plan(tmp_path, 300)), "--storage", "local-nvme")
+    assert v["steps"] == 3 and [n.split(": ")[0] for n in v["notes"][:5]] == [n.split(": ")[0] for n in skipped]
+    many = tmp_path / "many.jsonl"
+    many.write_text("\n".join([text[0]] + ["{"] * 7) + "\n")
+    notes = run_json("diagnose", str(many))["notes"]
+    assert [n.split(": ")[0] for n in notes[:5]] == [f"skipped {many}:{n}" for n in range(2, 7)]
+    assert notes[5] == "and 2 more damaged lines skipped"
+
+
+def test_a_file_with_no_record_is_refused_in_one_line(tmp_path):
+    good = line(1, 0, 1.0, 1).model_dump_json()
+    rec = tmp_path / "r.jsonl"
+    rec.write_text(json.dumps(json.loads(good) | {"rank": 7}) + "\n{\n")
+    assert_one_line_error(
+        run_cli("diagnose", str(rec)),
+        f"no save records in {rec}: {rec}:1: not a ckplan.save-record version 1 line: rank 7 is not below "
+        "world_size 3 (and 1 more damaged lines)",
+    )
+    rec.write_text(json.dumps(json.loads(good) | {"version": 2}) + "\n")
+    assert_one_line_error(run_cli("diagnose", str(rec)), f"no save records in {rec}: {rec}:1: not a")
+    rec.write_text(good + "\n")
     log = tmp_path / "train.log"
     log.write_text("step 1 loss 2.0\n")
     assert_one_line_error(run_cli("diagnose", str(rec), str(log)), "not both")
@@ -258,3 +335,51 @@ def test_bad_records_are_refused_in_one_line(tmp_path):
         run_cli("validate", "somewhere", "--record", str(rec), "--plan", str(rec), "--storage", "local-nvme"),
         "not both",
     )
+
+
+def _many_records(path: Path, ranks: int, steps: int) -> Path:
+    """steps × ranks lines of a shared-directory save: more than the records' in-memory cache holds."""
+    template = line(1, 0, 1.0, 1000, world_size=ranks).model_dump_json()
+    with open(path, "w") as f:
+        for step in range(1, steps + 1):
+            f.write(
+                "".join(
+                    template.replace('"step":1,', f'"step":{step},').replace('"rank":0,', f'"rank":{r},') + "\n"
+                    for r in range(ranks)
+                )
+            )
+    return path
+
+
+@needs_root
+def test_the_records_temporary_database_leaves_nothing(tmp_path):
+    """The records spill from memory into a temporary file in $TMPDIR, unlinked as it is opened: killed with
+    SIGKILL mid-read, diagnose leaves nothing there; with $TMPDIR full, it says so in one line and exits 3."""
+    import signal
+
+    from tests.mounts import mounted
+
+    rec = _many_records(tmp_path / "many.jsonl", 1000, 300)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    env = {**os.environ, "TMPDIR": str(scratch), "SQLITE_TMPDIR": str(scratch)}
+    proc = subprocess.Popen([*ckplan_exe(), "diagnose", str(rec), "--json"], env=env, stdout=subprocess.DEVNULL)
+    try:
+        seen = False
+        deadline = time.monotonic() + 60
+        while not seen and proc.poll() is None and time.monotonic() < deadline:
+            with contextlib.suppress(OSError):
+                fds = [os.readlink(f"/proc/{proc.pid}/fd/{fd}") for fd in os.listdir(f"/proc/{proc.pid}/fd")]
+                seen = any(link.startswith(str(scratch)) and link.endswith("(deleted)") for link in fds)
+            time.sleep(0.01)
+        assert seen, "diagnose never opened its temporary database in $TMPDIR"
+        assert os.listdir(scratch) == []
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert os.listdir(scratch) == []
+    with mounted(tmp_path / "full", "tmpfs", "size=1m") as full:
+        proc = run_cli("diagnose", str(rec), env={"TMPDIR": str(full), "SQLITE_TMPDIR": str(full)})
+    assert_one_line_error(proc, "reading the records needs temporary space", code=3)
+    assert "full" in proc.stderr

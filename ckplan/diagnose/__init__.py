@@ -23,7 +23,7 @@ def diagnose_logs(
     """Saves from the logs, their trend and a verdict; with a plan and its storage profile, beside ckplan's prediction
     (the sync save time under the default policy). The longest save is warned about where it nears the process
     group's timeout (COLLECTIVE_TIMEOUT_S unless given)."""
-    from ckplan.diagnose.logs import extract
+    from ckplan.diagnose.logs import MAX_LINE, extract
     from ckplan.diagnose.trend import diagnose
 
     predicted = None
@@ -35,8 +35,9 @@ def diagnose_logs(
     from ckplan.planning.defaults import COLLECTIVE_TIMEOUT_S
     from ckplan.planning.scenario import collective_timeout_warning
 
-    saves, read = extract(logs, pattern)
+    saves, read, long_lines = extract(logs, pattern)
     result = diagnose(saves, [str(p) for p in logs], read, by, interval_s, predicted)
     timeout = COLLECTIVE_TIMEOUT_S if collective_timeout_s is None else collective_timeout_s
     warning = collective_timeout_warning(result.max_s, timeout, "the longest save in the logs")
-    return result.model_copy(update={"timeout_warning": warning})
+    notes = [f"{long_lines:,} line(s) longer than {MAX_LINE:,} bytes skipped unread"] if long_lines else []
+    return result.model_copy(update={"timeout_warning": warning, "notes": notes})

@@ -6,35 +6,49 @@ waits for it); a rank's time in a step is the sum of its lines there (Lightning 
 file at one step). A step's bytes: per path written, the largest "directory" count among its lines (the directory
 only grows, and the rank that finished last saw it whole) or the sum of the "own files" counts; then summed over
 paths.
+
+Reading (read_records): a line at a time, each record stored in a temporary database keyed by the save it names
+(step, rank, run, path), then folded a step at a time; memory holds one step's ranks and the steps' figures, not
+the lines. A damaged line is skipped and named, a save seen twice counted once, each in a note.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
+import math
+import sqlite3
 import statistics
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import BinaryIO, Literal
 
 from pydantic import ValidationError
 
 from ckplan import __version__
 from ckplan.diagnose.trend import Diagnosis
-from ckplan.errors import InputError
+from ckplan.errors import EnvironmentProblem, InputError
 from ckplan.planning.defaults import COLLECTIVE_TIMEOUT_S
 from ckplan.planning.savetime import SaveTime
 from ckplan.planning.scenario import collective_timeout_warning
 from ckplan.profile import Spread, StorageProfile
-from ckplan.readers import check_regular_file
+from ckplan.readers import open_stream, validation_message
 from ckplan.record import FORMAT, SaveRecord
 from ckplan.schema import Model
 from ckplan.sizing.plan import CheckpointPlan
 
 SNIFF_BYTES = 64 * 2**10  # a record line is ~500 bytes: the first line is inside this if the file is a record file
+MAX_LINE = 2**20  # a longer line is no record: it is skipped, read past in pieces of this size, never held whole
+NAMED = 5  # damaged lines named one by one in the notes; the rest are counted
+BATCH = 10_000  # records stored at a time
+CACHE_KIB = 8 * 2**10  # the most of the records' temporary database held in memory
 BYTES_OFF = 0.05  # recorded bytes this far from the plan's: the plan describes another save, and its bytes are off
 
 
 class StepSaves(Model):
     step: int
+    run: str | None = None  # the job that saved it: a job restarted from an earlier step saves a step again
     ranks: int  # ranks that recorded this step
     world_size: int
     mode: Literal["sync", "async"]
@@ -100,9 +114,8 @@ class RecordValidation(Model):
 
 def is_record_file(path: Path) -> bool:
     """The file's first line is a save record's (its format field), whatever the file is called."""
-    check_regular_file(path, "log")
     try:
-        with open(path, "rb") as f:
+        with open_stream(path, "log") as f:
             head = f.read(SNIFF_BYTES)
     except OSError as exc:
         raise InputError(f"cannot read {path}: {exc.strerror}") from None
@@ -114,87 +127,197 @@ def is_record_file(path: Path) -> bool:
     return isinstance(line, dict) and line.get("format") == FORMAT
 
 
-def read_records(paths: list[Path]) -> tuple[list[SaveRecord], int]:
-    """Every record in the files, streamed, and the bytes read; a line that is not a record is refused, naming it."""
-    records: list[SaveRecord] = []
-    read = 0
-    for path in paths:
-        check_regular_file(path, "record file")
-        try:
-            with open(path, "rb") as f:
-                for number, raw in enumerate(f, 1):
-                    read += len(raw)
-                    if not raw.strip():
-                        continue
-                    try:
-                        records.append(SaveRecord.model_validate_json(raw))
-                    except ValidationError as exc:
-                        err = exc.errors()[0]
-                        where = ".".join(str(p) for p in err["loc"])
-                        raise InputError(
-                            f"{path}:{number}: not a {FORMAT} version 1 line: "
-                            + (f"{where}: " if where else "")
-                            + err["msg"]
-                        ) from None
-        except OSError as exc:
-            raise InputError(f"cannot read record file {path}: {exc.strerror}") from None
-    if not records:
-        raise InputError(f"no save records in {', '.join(map(str, paths))}")
-    return records, read
+class _Store:
+    """The records read so far, in a private temporary SQLite database: on disk, with at most CACHE_KIB of its
+    pages in memory, so memory stays bounded however many lines are read (SQLite unlinks the file as it opens it,
+    so nothing is left behind whatever ends ckplan). A save is one (step, run, rank, path), the table's key: a
+    record of a save already stored is ignored, the first one kept."""
 
-
-def by_step(records: list[SaveRecord]) -> list[StepSaves]:
-    """Each step's saves across ranks (the module's docstring says how lines add up)."""
-    steps: dict[int, list[SaveRecord]] = {}
-    for r in records:
-        steps.setdefault(r.step, []).append(r)
-    out = []
-    for step, lines in sorted(steps.items()):
-        per_rank: dict[int, list[SaveRecord]] = {}
-        for r in lines:
-            per_rank.setdefault(r.rank, []).append(r)
-        seconds = {rank: sum(r.seconds for r in rs) for rank, rs in per_rank.items()}
-        blocking = {rank: sum(r.blocking_seconds for r in rs) for rank, rs in per_rank.items()}
-        slowest = min(per_rank, key=lambda rank: (-seconds[rank], rank))
-        by_path: dict[str, list[SaveRecord]] = {}
-        for r in lines:
-            by_path.setdefault(r.path, []).append(r)
-        nbytes = files = 0
-        for rs in by_path.values():
-            if rs[0].counted == "directory":
-                top = max(rs, key=lambda r: (r.bytes, r.files))
-                nbytes, files = nbytes + top.bytes, files + top.files
-            else:
-                nbytes, files = nbytes + sum(r.bytes for r in rs), files + sum(r.files for r in rs)
-        asynchronous = any(r.mode == "async" for r in lines)
-        out.append(
-            StepSaves(
-                step=step,
-                ranks=len(per_rank),
-                world_size=max(r.world_size for r in lines),
-                mode="async" if asynchronous else "sync",
-                start=min(r.start for r in lines),
-                end=max(r.end for r in lines),
-                seconds=seconds[slowest],
-                fastest_s=min(seconds.values()),
-                median_s=statistics.median(seconds.values()),
-                spread_s=seconds[slowest] - min(seconds.values()),
-                slowest_rank=slowest,
-                blocking_s=max(blocking.values()),
-                persist_s=sum(r.persist_seconds or 0.0 for r in per_rank[slowest]) if asynchronous else None,
-                bytes=nbytes,
-                files=files,
-            )
+    def __init__(self) -> None:
+        self.db = sqlite3.connect("")
+        for pragma in (f"cache_size = -{CACHE_KIB}", "journal_mode = OFF", "synchronous = OFF"):
+            self.db.execute(f"PRAGMA {pragma}")
+        self.db.execute(
+            "CREATE TABLE saves (step INTEGER NOT NULL, run TEXT NOT NULL, rank INTEGER NOT NULL, path TEXT NOT NULL,"
+            " world_size INTEGER, asynchronous INTEGER, start REAL, end_ REAL, seconds REAL, blocking REAL,"
+            " persist REAL, directory INTEGER, bytes INTEGER, files INTEGER, PRIMARY KEY (step, run, rank, path))"
+            " WITHOUT ROWID"
         )
-    return out
+        self.pending: list[tuple] = []
+        self.added = self.stored = 0
+        self.frameworks: set[str] = set()
+
+    def add(self, r: SaveRecord) -> None:
+        self.pending.append(
+            (r.step, r.run or "", r.rank, r.path, r.world_size, r.mode == "async", r.start, r.end, r.seconds,
+             r.blocking_seconds, r.persist_seconds or 0.0, r.counted == "directory", r.bytes, r.files)
+        )  # fmt: skip
+        self.frameworks.add(r.framework)
+        if len(self.pending) >= BATCH:
+            self.flush()
+
+    def flush(self) -> None:
+        cursor = self.db.executemany(f"INSERT OR IGNORE INTO saves VALUES ({', '.join('?' * 14)})", self.pending)
+        self.stored += cursor.rowcount
+        self.added += len(self.pending)
+        self.pending.clear()
+
+    def steps(self) -> tuple[list[StepSaves], list[int]]:
+        """Each step's saves across ranks (each run's apart), in step order, folded a step at a time from the table
+        in its key's order; and the steps recorded by fewer ranks than their world size (partly_recorded)."""
+        self.flush()
+        rows = self.db.execute(
+            "SELECT step, run, rank, path, world_size, asynchronous, start, end_, seconds, blocking, persist,"
+            " directory, bytes, files FROM saves ORDER BY step, run, rank"
+        )
+        out: list[StepSaves] = []
+        partial: list[int] = []
+        for (step, run), lines in itertools.groupby(rows, key=lambda row: row[:2]):
+            saves, shared = _fold(step, run or None, lines)
+            out.append(saves)
+            if shared and saves.ranks < saves.world_size:
+                partial.append(step)
+        return out, partial
 
 
-def partly_recorded(records: list[SaveRecord], steps: list[StepSaves]) -> list[int]:
-    """Steps saved into a shared directory that fewer ranks recorded than the world size. Every rank calls such a
-    save (HF Trainer, DCP, DeepSpeed), so a rank is missing; a rank that writes no file of its own (Lightning's
-    ranks but 0) has no line by design."""
-    shared = {r.step for r in records if r.counted == "directory"}
-    return [s.step for s in steps if s.step in shared and s.ranks < s.world_size]
+def _fold(step: int, run: str | None, rows: Iterable[tuple]) -> tuple[StepSaves, bool]:
+    """One step's saves by one run (the module's docstring says how lines add up), and whether any line counted a
+    shared directory."""
+    ranks: dict[int, list[float]] = {}  # rank → [seconds, blocking, persist], summed over its lines
+    paths: dict[str, list[int]] = {}  # path → [counted "directory" (its first line's), bytes, files]
+    world = 0
+    asynchronous = shared = False
+    start, end = math.inf, -math.inf
+    for row in rows:
+        rank, path, world_size, is_async, begun, ended, seconds, blocking, persist, directory, nbytes, files = row[2:]
+        times = ranks.setdefault(rank, [0.0, 0.0, 0.0])
+        times[0] += seconds
+        times[1] += blocking
+        times[2] += persist
+        counts = paths.get(path)
+        if counts is None:
+            paths[path] = [directory, nbytes, files]
+        elif counts[0]:  # the directory only grows: the largest count saw it whole
+            counts[1:] = max(counts[1:], [nbytes, files])
+        else:
+            counts[1] += nbytes
+            counts[2] += files
+        world = max(world, world_size)
+        asynchronous = asynchronous or bool(is_async)
+        shared = shared or bool(directory)
+        start, end = min(start, begun), max(end, ended)
+    seconds_by_rank = {rank: t[0] for rank, t in ranks.items()}
+    slowest = min(seconds_by_rank, key=lambda rank: (-seconds_by_rank[rank], rank))
+    fastest = min(seconds_by_rank.values())
+    saves = StepSaves(
+        step=step,
+        run=run,
+        ranks=len(ranks),
+        world_size=world,
+        mode="async" if asynchronous else "sync",
+        start=start,
+        end=end,
+        seconds=seconds_by_rank[slowest],
+        fastest_s=fastest,
+        median_s=statistics.median(seconds_by_rank.values()),
+        spread_s=seconds_by_rank[slowest] - fastest,
+        slowest_rank=slowest,
+        blocking_s=max(t[1] for t in ranks.values()),
+        persist_s=ranks[slowest][2] if asynchronous else None,
+        bytes=sum(c[1] for c in paths.values()),
+        files=sum(c[2] for c in paths.values()),
+    )
+    return saves, shared
+
+
+@dataclass
+class Records:
+    """What a set of record files holds, folded into steps."""
+
+    steps: list[StepSaves]
+    lines: int  # records counted (a save seen again is not)
+    frameworks: list[str]
+    partly_recorded: list[int]  # steps saved into a shared directory that fewer ranks recorded than the world size
+    read: int  # bytes read
+    notes: list[str]
+
+
+def _lines(f: BinaryIO) -> Iterator[tuple[int, bytes | None]]:
+    """(bytes, the line) for each line of the file, the line None where it is longer than MAX_LINE: the rest of
+    such a line is read past in pieces of MAX_LINE, never held whole."""
+    while raw := f.readline(MAX_LINE + 1):
+        if len(raw) <= MAX_LINE or raw.endswith(b"\n"):
+            yield len(raw), raw
+            continue
+        size = len(raw)
+        while (rest := f.readline(MAX_LINE)) and not rest.endswith(b"\n"):
+            size += len(rest)
+        yield size + len(rest), None
+
+
+def by_step(records: Iterable[SaveRecord]) -> list[StepSaves]:
+    """Each step's saves across ranks, a save seen twice counted once."""
+    store = _Store()
+    try:
+        for r in records:
+            store.add(r)
+        return store.steps()[0]
+    finally:
+        store.db.close()
+
+
+def read_records(paths: list[Path]) -> Records:
+    """The records in the files, streamed. A damaged line (not JSON, not a record, longer than MAX_LINE: the half
+    line a full disk leaves, garbage) is skipped, and the first NAMED of them named in a note, the rest counted; a
+    save seen again (a line duplicated, a file given twice) is counted once, and the duplicates counted in a note.
+    Files with no record at all are refused, naming their first damaged line."""
+    store = _Store()
+    read = skipped = 0
+    named: list[str] = []  # the first NAMED damaged lines, each as where and why
+    try:
+        for path in paths:
+            try:
+                with open_stream(path, "record file") as f:
+                    for number, (size, raw) in enumerate(_lines(f), 1):
+                        read += size
+                        if raw is None:
+                            why = f"longer than {MAX_LINE:,} bytes"
+                        elif not raw.strip():
+                            continue
+                        else:
+                            try:
+                                store.add(SaveRecord.model_validate_json(raw))
+                                continue
+                            except ValidationError as exc:
+                                why = validation_message(exc)
+                        skipped += 1
+                        if len(named) < NAMED:
+                            named.append(f"{path}:{number}: not a {FORMAT} version 1 line: {why}")
+            except OSError as exc:
+                raise InputError(f"cannot read record file {path}: {exc.strerror}") from None
+        steps, partial = store.steps()
+    except sqlite3.Error as exc:
+        raise EnvironmentProblem(
+            f"reading the records needs temporary space ($SQLITE_TMPDIR, else $TMPDIR, else /var/tmp or /tmp), "
+            f"and SQLite failed there: {exc}"
+        ) from None
+    finally:
+        store.db.close()
+    if not store.stored:
+        files = ", ".join(map(str, paths))
+        if not named:
+            raise InputError(f"no save records in {files}")
+        others = f" (and {skipped - 1} more damaged lines)" if skipped > 1 else ""
+        raise InputError(f"no save records in {files}: {named[0]}{others}")
+    notes = [f"skipped {line}" for line in named]
+    if skipped > NAMED:
+        notes.append(f"and {skipped - NAMED:,} more damaged lines skipped")
+    if duplicates := store.added - store.stored:
+        notes.append(
+            f"{duplicates:,} duplicate record(s) dropped: the same run, rank, step and path seen again (a line "
+            "repeated, or a file given twice)"
+        )
+    return Records(steps, store.stored, sorted(store.frameworks), partial, read, notes)
 
 
 def predictions(
@@ -220,8 +343,8 @@ def diagnose_records(
     from ckplan.diagnose.extractors import Save
     from ckplan.diagnose.trend import diagnose
 
-    records, read = read_records(paths)
-    steps = by_step(records)
+    records = read_records(paths)
+    steps = records.steps
     mode: Literal["sync", "async"] = "async" if any(s.mode == "async" for s in steps) else "sync"
     predicted = stall = None
     if plan is not None and profile is not None:
@@ -233,14 +356,17 @@ def diagnose_records(
             for s in steps
         ]
     trend = None
-    notes = []
+    notes = records.notes
     if len(steps) >= 2:
-        saves = [Save(seconds=s.seconds, at=s.end, label=f"step {s.step}", source="record") for s in steps]
-        trend = diagnose(saves, [str(p) for p in paths], read, by, interval_s, predicted)
+        several = len({s.run for s in steps}) > 1
+        saves = [
+            Save(seconds=s.seconds, at=s.end, label=f"step {s.step}" + (f" ({s.run})" * several), source="record")
+            for s in steps
+        ]
+        trend = diagnose(saves, [str(p) for p in paths], records.read, by, interval_s, predicted)
     else:
         notes.append("one step recorded: no trend (it needs two)")
-    partial = partly_recorded(records, steps)
-    if partial:
+    if partial := records.partly_recorded:
         notes.append(
             f"{len(partial)} step(s) recorded by fewer ranks than the world size (first: step {partial[0]}): the "
             "others' lines are missing (another record file, or ranks without the recorder)"
@@ -257,8 +383,8 @@ def diagnose_records(
     )
     return RecordDiagnosis(
         records=[str(p) for p in paths],
-        lines=len(records),
-        frameworks=sorted({r.framework for r in records}),
+        lines=records.lines,
+        frameworks=records.frameworks,
         steps=steps,
         slowest_rank=slowest,
         slowest_rank_steps=slowest_counts[slowest],
@@ -277,8 +403,8 @@ def validate_records(paths: list[Path], plan: CheckpointPlan, profile: StoragePr
     the save model's terms (ckplan.validate.model.diagnose, with the job's own noise)."""
     from ckplan.validate.model import LARGE_ERROR_PERCENT, diagnose
 
-    records, _ = read_records(paths)
-    steps = by_step(records)
+    records = read_records(paths)
+    steps = records.steps
     timed = [s for s in steps if s.seconds > 0]
     if not timed:
         raise InputError("every recorded save took 0 s: nothing to compare a prediction with")
@@ -320,15 +446,15 @@ def validate_records(paths: list[Path], plan: CheckpointPlan, profile: StoragePr
         node_bytes = int(recorded_bytes * busiest.bytes / plan.total_bytes) if plan.total_bytes else recorded_bytes
         text = diagnose(model, measured, node_bytes, busiest.files)
         off = "none" if measured.contains(predicted) or abs(error) <= LARGE_ERROR_PERCENT else "model"
-    notes = []
-    if partial := partly_recorded(records, steps):
+    notes = records.notes
+    if partial := records.partly_recorded:
         notes.append(f"{len(partial)} step(s) recorded by fewer ranks than the world size (first: step {partial[0]})")
     if len(timed) < len(steps):
         notes.append(f"{len(steps) - len(timed)} step(s) took 0 s and are left out of the errors")
     return RecordValidation(
         records=[str(p) for p in paths],
         storage=profile.name,
-        framework=",".join(sorted({r.framework for r in records})),
+        framework=",".join(records.frameworks),
         mode=mode,
         steps=len(steps),
         world_size=world,

@@ -56,6 +56,7 @@ class Diagnosis(Model):
     saves_until_interval: float | None
     predicted_s: float | None = None
     timeout_warning: str | None = None  # a save near the process group's timeout (diagnose/records.py)
+    notes: list[str] = []  # what reading left out (lines too long to be log lines)
     verdict: Literal["stable", "growing", "noisy"]
     verdict_text: str
     series: list[SavePoint]

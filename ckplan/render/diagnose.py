@@ -42,6 +42,8 @@ def render_diagnosis(d: Diagnosis) -> None:
     out.print(table)
     if d.timeout_warning:
         out.print(f"[bold red]warning:[/bold red] {shown(d.timeout_warning)}")
+    for note in d.notes:
+        out.print(f"[yellow]note:[/yellow] {shown(note)}")
     render_chart(d)
 
 
@@ -72,9 +74,10 @@ def render_record_diagnosis(d: RecordDiagnosis) -> None:
     predicted = d.predicted_s is not None
     if predicted:
         table.add_column("error", justify="right")
+    several = len({s.run for s in d.steps}) > 1  # a job restarted saved some steps again: each run's apart
     for s in d.steps:
         row = [
-            str(s.step),
+            f"{s.step} ({shown(s.run)})" if several else str(s.step),
             f"{s.ranks}/{s.world_size}",
             shown(s.slowest_rank),
             fmt_duration(s.seconds),
