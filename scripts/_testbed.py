@@ -53,13 +53,15 @@ VOLUME = "ckpt"
 ROOT = Path("/tmp/ckplan-testbed")
 SHARED = ROOT / "vol"  # the one path every node and this host see the volume at (see _agent)
 STOCK_VOL = Path("/etc/glusterfs/glusterd.vol")
+RUN_DIR = Path("/var/run/gluster")  # glusterd's run directory: fixed, whatever its working directory
+START_ATTEMPTS = 3
 MAX_NODES = 16
 AGENT_PORT = 8765
 MOUNT_ATTEMPTS = 3
 
 
 class Unavailable(RuntimeError):
-    """The testbed cannot run on this machine (not root, no glusterd, no FUSE, another glusterd running)."""
+    """The testbed cannot run on this machine (not root, a filesystem not installed, no FUSE, another glusterd)."""
 
 
 @dataclass
@@ -80,8 +82,8 @@ class Testbed:
     server_rate: str
     client_rate: str
     nodes: list[Node] = field(default_factory=list)
+    fs: str = "glusterfs"
     server_addr: str = SERVER_ADDR
-    volume: str = VOLUME
     root: Path = ROOT
     path: Path = SHARED  # the volume, as every node's agent and this host see it
 
@@ -91,8 +93,8 @@ class Testbed:
 
     def describe(self) -> dict:
         return {
+            "fs": self.fs,
             "server": self.server_addr,
-            "volume": self.volume,
             "path": str(self.path),
             "server_rate": self.server_rate,
             "client_rate": self.client_rate,
@@ -126,22 +128,16 @@ def _shape(dev: str, rate: str, netns: str | None = None) -> None:
     _sh("tc", *ns, "qdisc", "replace", "dev", dev, "root", "tbf", "rate", rate, "burst", str(burst), "latency", "100ms")
 
 
-def glusterds() -> list[int]:
-    """Every glusterd running on this machine, ours or not."""
-    return [pid for pid, comm, _ in processes() if comm == "glusterd"]
-
-
 def leftoverprocesses() -> list[int]:
-    """Processes this testbed starts: glusterd with our volfile, bricks and FUSE clients naming our
-    volume or paths, agents bound to our subnet."""
+    """Processes this testbed starts: the filesystems' daemons and FUSE clients naming our paths or server, agents
+    bound to our subnet, fio servers on it."""
     mine = []
     for pid, comm, argv in processes():
         text = " ".join(argv)
         if pid == os.getpid():
             continue
         if (
-            comm.startswith("gluster")
-            and (str(ROOT) in text or f"{SERVER_ADDR}" in text)
+            any(fs.owns(comm, text) for fs in FILESYSTEMS.values())
             or "agent" in argv
             and f"{SUBNET}." in text
             and "--bind" in text
@@ -198,14 +194,8 @@ def down() -> None:
         _sh("ip", "link", "del", link, check=False)
     for point in sorted(leftover_mounts(), key=len, reverse=True):
         _sh("umount", "-l", point, check=False)
-    # a killed brick leaves its socket, named by a hash of the brick's path, so the next testbed's brick of the
-    # same path finds it: remove those no live socket is bound to
-    with open("/proc/net/unix") as f:
-        bound = {line.split()[-1] for line in f if line.rstrip().endswith(".socket")}
-    for sock in Path("/var/run/gluster").glob("*.socket"):
-        if str(sock) not in bound:
-            with contextlib.suppress(OSError):
-                sock.unlink()
+    for fs in FILESYSTEMS.values():
+        fs.clean()
     if ROOT.exists() and not leftover_mounts():
         shutil.rmtree(ROOT, ignore_errors=True)
     remaining = {k: v for k, v in leftovers().items() if v}
@@ -213,21 +203,17 @@ def down() -> None:
         raise RuntimeError(f"testbed teardown left {remaining}")
 
 
-def check_available() -> None:
+def check_available(fs: str = "glusterfs") -> None:
     if os.geteuid() != 0:
         raise Unavailable("the testbed needs root (namespaces, tc, mounts)")
-    for exe in ("glusterd", "gluster", "glusterfs", "nsenter", "tc", "ip"):
+    if fs not in FILESYSTEMS:
+        raise ValueError(f"fs must be one of {', '.join(FILESYSTEMS)}, not {fs!r}")
+    for exe in ("nsenter", "tc", "ip", *FILESYSTEMS[fs].executables):
         if shutil.which(exe) is None:
-            raise Unavailable(f"{exe} is not installed (scripts/setup --test-tools installs GlusterFS)")
+            raise Unavailable(f"{exe} is not installed (scripts/setup --test-tools installs it)")
     if not os.path.exists("/dev/fuse"):
         raise Unavailable("no /dev/fuse")
-    others = glusterds()
-    if others:
-        raise Unavailable(
-            f"a glusterd is already running (pid {', '.join(map(str, others))}): only one can run on a machine "
-            "(its sockets are fixed paths under /var/run); stop it, or run `python scripts/_testbed.py down` if it is a "
-            "testbed's leftover"
-        )
+    FILESYSTEMS[fs].check()
 
 
 def _veth(host_side: str, netns: str, addr: str) -> None:
@@ -250,78 +236,231 @@ def _wait_port(netns: str, addr: str, port: int, timeout: float = 20) -> None:
     raise RuntimeError(f"nothing listens on {addr}:{port} ({netns}) after {timeout:.0f} s")
 
 
-def _gluster(*args: str) -> str:
-    # the CLI talks to glusterd over its unix socket (/var/run/glusterd.socket); --mode=script: no prompts
-    return _sh("nsenter", f"--net=/run/netns/{SERVER_NS}", "gluster", "--mode=script", *args, timeout=120).stdout
+def _in_server(*argv: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess:
+    return _sh("nsenter", f"--net=/run/netns/{SERVER_NS}", *argv, check=check, timeout=timeout)
 
 
-def _server(brick_size: str) -> None:
-    _sh("ip", "netns", "add", SERVER_NS)
-    _veth(f"{PREFIX}vs", SERVER_NS, SERVER_ADDR)
-    workdir, bricks = ROOT / "glusterd", ROOT / "bricks"
-    for d in (workdir, bricks, ROOT / "log"):
-        d.mkdir(parents=True)
-    _sh("mount", "-t", "tmpfs", "-o", f"size={brick_size}", "ckpt-bricks", str(bricks))
-    vol = STOCK_VOL.read_text().replace("/var/lib/glusterd", str(workdir))
-    assert str(workdir) in vol, f"{STOCK_VOL} has no working-directory /var/lib/glusterd to replace"
-    (ROOT / "glusterd.vol").write_text(vol)
-    # glusterd daemonises; its bricks (glusterfsd) name ROOT in their command lines, which is how down() finds them
-    _sh(
-        "nsenter",
-        f"--net=/run/netns/{SERVER_NS}",
-        "glusterd",
-        "-f",
-        str(ROOT / "glusterd.vol"),
-        "-p",
-        str(ROOT / "glusterd.pid"),
-        "-l",
-        str(ROOT / "log" / "glusterd.log"),
-    )
-    _wait_port(SERVER_NS, SERVER_ADDR, 24007)
-    deadline = time.monotonic() + 20
-    while True:  # the CLI's socket appears a moment after the port
-        if (
-            _sh(
-                "nsenter", f"--net=/run/netns/{SERVER_NS}", "gluster", "--mode=script", "volume", "list", check=False
-            ).returncode
-            == 0
-        ):
-            break
-        if time.monotonic() > deadline:
-            raise RuntimeError("glusterd does not answer its CLI")
-        time.sleep(0.2)
-    _gluster(
-        "volume",
-        "create",
-        VOLUME,
-        "transport",
-        "tcp",
-        f"{SERVER_ADDR}:{bricks}/b1",
-        f"{SERVER_ADDR}:{bricks}/b2",
-        "force",
-    )
-    _gluster("volume", "start", VOLUME)
-    _wait_bricks()
+class Filesystem:
+    """One shared filesystem the testbed can serve: its daemons in the server's namespace, a node's FUSE client."""
+
+    name: str
+    mount_type: str  # as /proc/mounts names it
+    executables: tuple[str, ...]
+
+    def check(self) -> None:
+        """Refuse (Unavailable) what would stop it running here."""
+
+    def owns(self, comm: str, text: str) -> bool:
+        """Whether a process (its comm, its argv joined) is one this filesystem's testbed started."""
+        raise NotImplementedError
+
+    def serve(self, size: str) -> None:
+        """Its daemons, up in the server's namespace on SERVER_ADDR, their data on at most `size` of memory."""
+        raise NotImplementedError
+
+    def start_client(self, node: Node, log: Path, pidfile: Path) -> None:
+        """Start the node's FUSE client on node.mount, from the node's namespace; it writes its pid to pidfile."""
+        raise NotImplementedError
+
+    def clean(self) -> None:
+        """Remove what its killed processes leave outside ROOT."""
 
 
-def _wait_bricks(timeout: float = 60) -> None:
-    """Until every brick is online and takes connections: a client mounted before that can stay unconnected
-    (its every lookup "Transport endpoint is not connected"), as one did in CI right after a teardown."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        doc = ElementTree.fromstring(_gluster("volume", "status", VOLUME, "--xml"))
-        bricks = [n for n in doc.iter("node") if (n.findtext("path") or "").startswith(str(ROOT))]
-        ports = [int(n.findtext("port") or 0) for n in bricks if n.findtext("status") == "1"]
-        if len(bricks) == 2 and len(ports) == 2 and all(ports):
-            with contextlib.suppress(RuntimeError):
-                for port in ports:
-                    _wait_port(SERVER_NS, SERVER_ADDR, port, timeout=2)
-                return
-        time.sleep(0.2)
-    raise RuntimeError(f"the volume's bricks are not all online after {timeout:.0f} s; see {ROOT / 'log'}")
+class GlusterFS(Filesystem):
+    """glusterd and a distributed volume over 2 bricks on a tmpfs; only one glusterd runs on a machine."""
+
+    name, mount_type = "glusterfs", "fuse.glusterfs"
+    executables = ("glusterd", "gluster", "glusterfs")
+
+    def check(self) -> None:
+        others = [pid for pid, comm, _ in processes() if comm == "glusterd"]
+        if others:
+            raise Unavailable(
+                f"a glusterd is already running (pid {', '.join(map(str, others))}): only one can run on a machine "
+                "(its sockets are fixed paths under /var/run); stop it, or run `python scripts/_testbed.py down` if "
+                "it is a testbed's leftover"
+            )
+
+    def owns(self, comm: str, text: str) -> bool:
+        return comm.startswith("gluster") and (str(ROOT) in text or SERVER_ADDR in text)
+
+    @staticmethod
+    def cli(*args: str) -> str:
+        # the CLI talks to glusterd over its unix socket (/var/run/glusterd.socket); --mode=script: no prompts
+        return _in_server("gluster", "--mode=script", *args).stdout
+
+    def serve(self, size: str) -> None:
+        workdir, bricks = ROOT / "glusterd", ROOT / "bricks"
+        for d in (workdir, bricks):
+            d.mkdir(parents=True)
+        _sh("mount", "-t", "tmpfs", "-o", f"size={size}", "ckpt-bricks", str(bricks))
+        vol = STOCK_VOL.read_text().replace("/var/lib/glusterd", str(workdir))
+        assert str(workdir) in vol, f"{STOCK_VOL} has no working-directory /var/lib/glusterd to replace"
+        (ROOT / "glusterd.vol").write_text(vol)
+        # glusterd daemonises; its bricks (glusterfsd) name ROOT in their command lines, which is how down() finds
+        # them
+        _in_server("glusterd", "-f", str(ROOT / "glusterd.vol"), "-p", str(ROOT / "glusterd.pid"), "-l",
+                   str(ROOT / "log" / "glusterd.log"))  # fmt: skip
+        _wait_port(SERVER_NS, SERVER_ADDR, 24007)
+        deadline = time.monotonic() + 20
+        while _in_server("gluster", "--mode=script", "volume", "list", check=False).returncode != 0:
+            if time.monotonic() > deadline:  # the CLI's socket appears a moment after the port
+                raise RuntimeError("glusterd does not answer its CLI")
+            time.sleep(0.2)
+        self.cli("volume", "create", VOLUME, "transport", "tcp", f"{SERVER_ADDR}:{bricks}/b1",
+                 f"{SERVER_ADDR}:{bricks}/b2", "force")  # fmt: skip
+        for attempt in range(1, START_ATTEMPTS + 1):
+            try:
+                # force: start the bricks that did not start, where an attempt before started some
+                self.cli("volume", "start", VOLUME, *(["force"] if attempt > 1 else []))
+                break
+            except RuntimeError as exc:
+                if attempt == START_ATTEMPTS:
+                    raise RuntimeError(f"{exc}; {_log_tails()}") from None
+                time.sleep(1)
+        self._wait_bricks()
+
+    def _wait_bricks(self, timeout: float = 60) -> None:
+        """Until every brick is online and takes connections: a client mounted before that can stay unconnected
+        (its every lookup "Transport endpoint is not connected"), as one did in CI right after a teardown."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            doc = ElementTree.fromstring(self.cli("volume", "status", VOLUME, "--xml"))
+            bricks = [n for n in doc.iter("node") if (n.findtext("path") or "").startswith(str(ROOT))]
+            ports = [int(n.findtext("port") or 0) for n in bricks if n.findtext("status") == "1"]
+            if len(bricks) == 2 and len(ports) == 2 and all(ports):
+                with contextlib.suppress(RuntimeError):
+                    for port in ports:
+                        _wait_port(SERVER_NS, SERVER_ADDR, port, timeout=2)
+                    return
+            time.sleep(0.2)
+        raise RuntimeError(f"the volume's bricks are not all online after {timeout:.0f} s; {_log_tails()}")
+
+    def start_client(self, node: Node, log: Path, pidfile: Path) -> None:
+        _sh(*node.cmd("glusterfs", f"--volfile-server={SERVER_ADDR}", f"--volfile-id={VOLUME}", f"--log-file={log}",
+                      f"--pid-file={pidfile}", str(node.mount)))  # fmt: skip
+
+    def clean(self) -> None:
+        # a killed brick leaves its socket, named by a hash of the brick's path, so the next testbed's brick of
+        # the same path finds it: remove those no live socket is bound to
+        with open("/proc/net/unix") as f:
+            bound = {line.split()[-1] for line in f if line.rstrip().endswith(".socket")}
+        for sock in RUN_DIR.glob("*.socket"):
+            if str(sock) not in bound:
+                with contextlib.suppress(OSError):
+                    sock.unlink()
+        # and its pid file, whose pid another process may have by the next bring-up: glusterd would take that
+        # brick for running and fail the volume's start
+        for pidfile in (RUN_DIR / "vols" / VOLUME).glob("*.pid"):
+            with contextlib.suppress(OSError):
+                pidfile.unlink()
 
 
-def _client(n: int, client_rate: str) -> Node:
+class CephFS(Filesystem):
+    """A one-host Ceph cluster (a monitor, one OSD on memstore: its data in memory, a metadata server) and
+    ceph-fuse clients; authentication off. Its separate metadata server, like Lustre's MDS, serves every
+    create and open."""
+
+    name, mount_type = "cephfs", "fuse.ceph-fuse"
+    executables = ("ceph", "ceph-mon", "ceph-osd", "ceph-mds", "ceph-fuse", "monmaptool")
+    MON_PORT = 6789
+
+    @property
+    def conf(self) -> Path:
+        return ROOT / "ceph" / "ceph.conf"
+
+    def owns(self, comm: str, text: str) -> bool:
+        return comm.startswith("ceph") and str(ROOT) in text
+
+    def cli(self, *args: str) -> str:
+        return _in_server("ceph", "-c", str(self.conf), *args).stdout
+
+    def serve(self, size: str) -> None:
+        try:
+            self._serve(size)
+        except RuntimeError as exc:
+            raise RuntimeError(f"{exc}; {_log_tails()}") from None
+
+    def _serve(self, size: str) -> None:
+        import uuid
+
+        top = ROOT / "ceph"
+        for d in ("mon/a", "osd/0", "mds/a", "run"):
+            (top / d).mkdir(parents=True)
+        fsid = uuid.uuid4()
+        # messenger v1 only, on one address; pools of one replica on one OSD (crush on OSDs, not hosts); every
+        # daemon's and client's socket, pid file and log under ROOT, so that down() finds them by path
+        self.conf.write_text(
+            "[global]\n"
+            f"fsid = {fsid}\nmon host = {SERVER_ADDR}:{self.MON_PORT}\npublic addr = {SERVER_ADDR}\n"
+            "auth cluster required = none\nauth service required = none\nauth client required = none\n"
+            "ms bind msgr2 = false\nms mon client mode = crc secure\n"
+            f"osd objectstore = memstore\nmemstore device bytes = {_size_bytes(size)}\n"
+            "osd pool default size = 1\nosd pool default min size = 1\nmon allow pool size one = true\n"
+            "osd crush chooseleaf type = 0\nmon warn on pool no redundancy = false\n"
+            f"run dir = {top / 'run'}\nadmin socket = {top / 'run'}/$name.asok\npid file = {top / 'run'}/$name.pid\n"
+            f"log file = {ROOT / 'log'}/$name.log\n"
+            f"mon data = {top}/mon/$id\nosd data = {top}/osd/$id\nmds data = {top}/mds/$id\n"
+            "client oc size = 67108864\n"  # the client's object cache: 64 MiB, not 200, for 16 clients' memory
+        )
+        conf = ["-c", str(self.conf)]
+        _sh("monmaptool", "--create", "--add", "a", f"{SERVER_ADDR}:{self.MON_PORT}", "--fsid", str(fsid),
+            str(top / "monmap"))  # fmt: skip
+        _in_server("ceph-mon", *conf, "--mkfs", "-i", "a", "--monmap", str(top / "monmap"))
+        _in_server("ceph-mon", *conf, "-i", "a")
+        _wait_port(SERVER_NS, SERVER_ADDR, self.MON_PORT)
+        osd_uuid = str(uuid.uuid4())  # the OSD's own, given to both, so that the monitor knows the OSD that starts
+        osd = self.cli("osd", "create", osd_uuid).strip()
+        _in_server("ceph-osd", *conf, "-i", osd, "--mkfs", "--osd-uuid", osd_uuid)
+        for attempt in range(1, START_ATTEMPTS + 1):
+            # seen here in 1 of 4 bring-ups: the OSD sends its first command before it has the monitor's map, with
+            # a zero fsid, is refused ('wrong fsid') and exits; started again, it has it
+            started = _in_server("ceph-osd", *conf, "-i", osd, check=attempt == START_ATTEMPTS)
+            if started.returncode == 0:
+                break
+            time.sleep(0.5)
+        _in_server("ceph-mds", *conf, "-i", "a")
+        for pool in ("cephfs_data", "cephfs_metadata"):
+            self.cli("osd", "pool", "create", pool, "16")
+        self.cli("fs", "new", "cephfs", "cephfs_metadata", "cephfs_data")
+        deadline = time.monotonic() + 60
+        while not self._active():
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"CephFS has no active metadata server or OSD after 60 s; {_log_tails()}")
+            time.sleep(0.3)
+
+    def _active(self) -> bool:
+        fs = json.loads(self.cli("fs", "dump", "--format=json"))["filesystems"]
+        osds = json.loads(self.cli("osd", "dump", "--format=json"))["osds"]
+        mds = [i["state"] for f in fs for i in f["mdsmap"]["info"].values()]
+        return "up:active" in mds and any(o["up"] and o["in"] for o in osds)
+
+    def start_client(self, node: Node, log: Path, pidfile: Path) -> None:
+        _sh(*node.cmd("ceph-fuse", "-c", str(self.conf), "--id", node.name, f"--log-file={log}",
+                      f"--pid-file={pidfile}", str(node.mount)))  # fmt: skip
+
+
+def _size_bytes(size: str) -> int:
+    """'4g', '512m' (tmpfs's units, powers of 2) → bytes."""
+    units = {"k": 2**10, "m": 2**20, "g": 2**30}
+    text = size.strip().lower()
+    return int(float(text[:-1]) * units[text[-1]]) if text[-1] in units else int(text)
+
+
+FILESYSTEMS: dict[str, Filesystem] = {fs.name: fs for fs in (GlusterFS(), CephFS())}
+
+
+def _log_tails(lines: int = 8) -> str:
+    """The last lines of glusterd's and the bricks' logs, for an error that says only 'see the log'."""
+    tails = []
+    for log in sorted((ROOT / "log").rglob("*.log")):
+        with contextlib.suppress(OSError):
+            tail = log.read_text(errors="replace").splitlines()[-lines:]
+            tails.append(f"{log.name}: " + " | ".join(tail))
+    return "; ".join(tails) or f"no logs under {ROOT / 'log'}"
+
+
+def _client(n: int, client_rate: str, fs: Filesystem) -> Node:
     node = Node(f"{PREFIX}n{n}", f"{SUBNET}.{10 + n}", ROOT / "mnt" / f"n{n}")
     _sh("ip", "netns", "add", node.name)
     _veth(f"{PREFIX}v{n}", node.name, node.addr)
@@ -330,16 +469,7 @@ def _client(n: int, client_rate: str) -> Node:
     node.mount.mkdir(parents=True)
     pidfile, log = ROOT / f"fuse-n{n}.pid", ROOT / "log" / f"fuse-n{n}.log"
     for _ in range(MOUNT_ATTEMPTS):
-        _sh(
-            *node.cmd(
-                "glusterfs",
-                f"--volfile-server={SERVER_ADDR}",
-                f"--volfile-id={VOLUME}",
-                f"--log-file={log}",
-                f"--pid-file={pidfile}",
-                str(node.mount),
-            )
-        )
+        fs.start_client(node, log, pidfile)
         deadline = time.monotonic() + 20
         while str(node.mount) not in leftover_mounts() or not os.path.ismount(node.mount):
             if time.monotonic() > deadline:
@@ -399,24 +529,28 @@ def up(
     client_rate: str = "100mbit",
     agents: bool = False,
     brick_size: str = "4g",
+    fs: str = "glusterfs",
 ) -> Testbed:
     """Bring the testbed up (see the module's docstring); on any failure, tear down what was made and raise."""
     if not 1 <= nodes <= MAX_NODES:
         raise ValueError(f"nodes must be 1 to {MAX_NODES}, not {nodes}")
-    check_available()
+    check_available(fs)
     if any(leftovers().values()):
         raise Unavailable(f"a testbed is already up or left over: {leftovers()}; run `python scripts/_testbed.py down`")
-    bed = Testbed(server_rate, client_rate)
+    served = FILESYSTEMS[fs]
+    bed = Testbed(server_rate, client_rate, fs=fs)
     try:
-        ROOT.mkdir(parents=True)
+        (ROOT / "log").mkdir(parents=True)
         _sh("ip", "link", "add", BRIDGE, "type", "bridge")
         _sh("ip", "addr", "add", f"{HOST_ADDR}/24", "dev", BRIDGE)
         _sh("ip", "link", "set", BRIDGE, "up")
-        _server(brick_size)
+        _sh("ip", "netns", "add", SERVER_NS)
+        _veth(f"{PREFIX}vs", SERVER_NS, SERVER_ADDR)
+        served.serve(brick_size)
         _shape(f"{PREFIX}vs", server_rate)  # towards the server: every node's writes, together
         _shape("eth0", server_rate, SERVER_NS)  # from the server: every node's reads
         for n in range(1, nodes + 1):
-            bed.nodes.append(_client(n, client_rate))
+            bed.nodes.append(_client(n, client_rate, served))
         SHARED.mkdir()
         _sh("mount", "--bind", str(bed.nodes[0].mount), str(SHARED))  # this host sees it through node 1's client
         if agents:
@@ -460,14 +594,15 @@ def main(argv: list[str] | None = None) -> int:
     p_up.add_argument("--server-rate", default="400mbit")
     p_up.add_argument("--client-rate", default="100mbit")
     p_up.add_argument("--agents", action="store_true", help="a `ckplan agent` on each node, port 8765")
-    p_up.add_argument("--brick-size", default="4g", help="the bricks' tmpfs size")
+    p_up.add_argument("--brick-size", default="4g", help="the bricks' tmpfs size (cephfs: the OSD's memstore)")
+    p_up.add_argument("--fs", choices=sorted(FILESYSTEMS), default="glusterfs")
     sub.add_parser("down", help="remove a testbed's namespaces, mounts, processes and scratch dir")
     sub.add_parser("status", help="print what of a testbed is up (JSON)")
     args = parser.parse_args(argv)
     try:
         if args.command == "up":
             start = time.monotonic()
-            bed = up(args.nodes, args.server_rate, args.client_rate, args.agents, args.brick_size)
+            bed = up(args.nodes, args.server_rate, args.client_rate, args.agents, args.brick_size, args.fs)
             print(json.dumps({**bed.describe(), "up_s": round(time.monotonic() - start, 2)}, indent=2))
             if args.agents:
                 # the agents are this process's children: they are started in sessions of their own and outlive it

@@ -12,10 +12,14 @@ did not reach saturation), against the real save: every node at once, one proces
 namespace writing its files with torch.save of real tensors into its node's FUSE mount, fsync per file, timed
 from a common start to the last rank's end; one unrecorded warm-up, then --repeats measured saves.
 
+A third regime, small-files (server-bound's rates): one 8-node plan of many small files, DeepSpeed's pipeline
+engine writing one file per layer per tensor-parallel rank (2,089 files, 0.27 GB), probed the same way, its
+replay of that plan.
+
 Judged: server-bound, every prediction within ±20% of the measured median; knee at 4, every prediction from a 4-
 or 8-host probe within ±20%, every 2-host row a range that contains the measured median and says the probe did
-not reach saturation. A row whose measured saves spread over 20% is judged by the range rule (the prediction
-inside min…max).
+not reach saturation; small-files, every prediction within ±25%. A row whose measured saves spread over 20% is
+judged by the range rule (the prediction inside min…max).
 
 `--disk /var/tmp,/dev/shm`: the second table, on this VM's own filesystems: K fio agents in network namespaces
 (the test suite's fixture) share one directory; the real save is ckplan's replay writer (4 MiB writes, fsync
@@ -23,7 +27,8 @@ per file), one process per node, serialisation switched off in the prediction; j
 from the 4-host probe within ±25% of the 8- and 16-node saves on the disk, from the 2-host probe within
 0.67-1.5×, a row spread over 30% by the range rule.
 
-Needs root (ip netns; the testbed: glusterfs, FUSE). Usage: scripts/bench_scale.py [--regimes server-bound,knee-4]
+Needs root (ip netns; the testbed: glusterfs, FUSE). Usage: scripts/bench_scale.py
+[--regimes server-bound,knee-4,small-files] [--fs glusterfs|cephfs]
 [--params 6e7] [--repeats 3] | --disk /var/tmp,/dev/shm [--params 2.5e8] [--quick]
 """
 
@@ -50,7 +55,17 @@ from ckplan.scratch import remove_tree
 NODE_COUNTS = (4, 8, 16)
 GPUS_PER_NODE = 2
 NO_SERIALISER = ["--serialize-bandwidth", "torch.save=1000GB/s"]
-REGIMES = {"server-bound": ("400mbit", "1gbit"), "knee-4": ("400mbit", "100mbit")}  # server port, each node
+# server port, each node
+REGIMES = {"server-bound": ("400mbit", "1gbit"), "knee-4": ("400mbit", "100mbit"), "small-files": ("400mbit", "1gbit")}
+# The small-file plan: DeepSpeed's pipeline engine writes one file per layer per tensor-parallel rank, so a model of
+# 1,024 narrow layers under tp 2 × pp 8 on 8 nodes saves 2,089 files of ~48 kB (and 16 optimizer files of ~11 MB,
+# SGD's fp32 master copy): 0.27 GB, about 5 s of bytes on the server's port against ~130 file creations per rank.
+SMALL_FILES_CONFIG = {
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
+    "num_hidden_layers": 1024, "num_attention_heads": 4, "num_key_value_heads": 4, "vocab_size": 1000,
+    "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+}  # fmt: skip
+SMALL_FILES_NODES = 8
 PROBE_HOSTS = (2, 4, 8)
 NOT_SATURATED = "did not reach saturation"
 
@@ -187,6 +202,16 @@ def size_plans(work: Path, params: str) -> dict[int, Path]:
     return plans
 
 
+def size_small_files_plan(work: Path) -> dict[int, Path]:
+    config, plan = work / "small-files-config.json", work / f"plan-small-files-{SMALL_FILES_NODES}.json"
+    config.write_text(json.dumps(SMALL_FILES_CONFIG))
+    doc = ckplan("size", "--config", str(config), "--optimizer", "sgd", "--framework", "deepspeed", "--zero", "1",
+                 "--tp", "2", "--pp", "8", "--gpus", str(SMALL_FILES_NODES * GPUS_PER_NODE), "--gpus-per-node",
+                 str(GPUS_PER_NODE), "--full-manifest")  # fmt: skip
+    plan.write_text(json.dumps(doc))
+    return {SMALL_FILES_NODES: plan}
+
+
 def rank_worker() -> None:
     """One rank of a testbed save, run in its node's namespace: builds its tensors once, then for each
     {"dir", "start"} line on stdin waits for the common start (CLOCK_MONOTONIC is one clock for every network
@@ -243,6 +268,10 @@ def testbed_verdict(regime: str, hosts: int, pred: float, shortest: float | None
                     times: list[float]) -> str:  # fmt: skip
     lo, hi, med = min(times), max(times), statistics.median(times)
     spread = (hi - lo) / med
+    if regime == "small-files":
+        if spread > 0.20:
+            return f"range rule (spread {spread:.0%}): {'inside' if lo <= pred <= hi else 'OUTSIDE'} min…max"
+        return f"±25%: {'pass' if abs(pred / med - 1) <= 0.25 else 'FAIL'}"
     if regime == "knee-4" and hosts == 2:
         inside = (shortest or pred) <= med <= pred
         labelled = NOT_SATURATED in label
@@ -257,33 +286,35 @@ def measure_testbed(args: argparse.Namespace, work: Path) -> None:
     """The probes' profiles, the plans and the measured saves, kept in `work` (measurements.json lists them), so
     that the predictions can be made again from the same measurements (--judge)."""
     params = args.params or "6e7"
-    plans = size_plans(work, params)
+    regimes = args.regimes.split(",")
+    plans = size_plans(work, params) if set(regimes) - {"small-files"} else {}
     done: dict = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "params": params,
-                  "repeats": args.repeats, "plans": {n: str(p) for n, p in plans.items()}, "regimes": {}}  # fmt: skip
-    for regime in args.regimes.split(","):
+                  "repeats": args.repeats, "fs": args.fs, "regimes": {}}  # fmt: skip
+    for regime in regimes:
         server_rate, client_rate = REGIMES[regime]
+        these = size_small_files_plan(work) if regime == "small-files" else plans
         probes: dict[str, list] = {}
         saves: dict[int, list[float]] = {}
-        with tb.testbed(nodes=max(NODE_COUNTS), server_rate=server_rate, client_rate=client_rate,
-                        agents=True) as bed:  # fmt: skip
+        with tb.testbed(nodes=max(these), server_rate=server_rate, client_rate=client_rate, agents=True,
+                        fs=args.fs) as bed:  # fmt: skip
             for hosts in PROBE_HOSTS:
                 for replay in (False, True):
                     label = f"{hosts} hosts" + (" + replay" if replay else "")
                     out = work / f"{regime}-{label.replace(' ', '_')}.json"
-                    extra = ["--plan", str(plans[16])] if replay else []
+                    extra = ["--plan", str(these[max(these)])] if replay else []
                     ckplan("probe", str(bed.path), "--hosts", ",".join(bed.agents[:hosts]), "--writers",
                            str(GPUS_PER_NODE), "--quick", "--no-calibrate", "--out", str(out), *extra)  # fmt: skip
                     probes[label] = [hosts, str(out)]
                     print(f"{regime}: probed with {label}", file=sys.stderr)
-            for n in NODE_COUNTS:
-                ranks = Ranks(bed, json.loads(plans[n].read_text()))
+            for n in these:
+                ranks = Ranks(bed, json.loads(these[n].read_text()))
                 try:
                     ranks.save("warm-up")
                     saves[n] = [ranks.save(f"save{i}") for i in range(args.repeats)]
                 finally:
                     ranks.close()
                 print(f"{regime}: {n} nodes {[round(t, 2) for t in saves[n]]}", file=sys.stderr)
-        done["regimes"][regime] = {"probes": probes, "saves": saves}
+        done["regimes"][regime] = {"plans": {n: str(p) for n, p in these.items()}, "probes": probes, "saves": saves}
         (work / "measurements.json").write_text(json.dumps(done, indent=1))
 
 
@@ -293,7 +324,7 @@ def judge_testbed(works: list[Path]) -> None:
     done = runs[0]
     rows, curves = [], []
     for regime, got, plans in (
-        (regime, got, {int(n): Path(p) for n, p in run["plans"].items()})
+        (regime, got, {int(n): Path(p) for n, p in got["plans"].items()})
         for run in runs
         for regime, got in run["regimes"].items()
     ):
@@ -305,8 +336,8 @@ def judge_testbed(works: list[Path]) -> None:
             n = int(n_text)
             plan = json.loads(plans[n].read_text())
             for label, (hosts, prof) in got["probes"].items():
-                if label.endswith("replay") and n != 16:
-                    continue  # its replay is of the 16-node plan
+                if label.endswith("replay") and n != max(plans):
+                    continue  # its replay is of the largest plan
                 rec = ckplan("recommend", "--plan", str(plans[n]), "--storage", prof)
                 model = rec["save_model"]
                 pred, shortest = float(rec["save_seconds"]), model.get("shortest_seconds")
@@ -314,16 +345,19 @@ def judge_testbed(works: list[Path]) -> None:
                 if model.get("replay_seconds"):
                     how += f"; replay of {model.get('replay_nodes')} nodes"
                 judged = testbed_verdict(regime, hosts, pred, shortest, model["aggregate"]["label"], times)
-                rows.append((regime, label, n, plan["total_bytes"], pred, shortest, how, times, judged))
-    print(f"\n{done['date']}; the testbed (GlusterFS, 16 nodes, server port 400 Mbit/s; nodes 1 Gbit/s "
-          f"server-bound, 100 Mbit/s knee-4); DeepSpeed ZeRO-3, {done['params']} params, adam, {GPUS_PER_NODE} ranks "
-          f"per node, torch.save per rank; quick probes; warm-up + {done['repeats']} concurrent saves per row\n")  # fmt: skip
-    print("| regime | probe | nodes | GB per save | predicted | aggregate, bound | measured median (min … max) | "
-          "predicted ÷ measured | judged |\n|---|---|---|---|---|---|---|---|---|")  # fmt: skip
-    for regime, label, n, total, pred, shortest, how, times, judged in rows:
+                rows.append((regime, label, n, plan["total_bytes"], plan["file_count"], pred, shortest, how, times,
+                             judged))  # fmt: skip
+    print(f"\n{done['date']}; the testbed ({done.get('fs', 'glusterfs')}, server port 400 Mbit/s; nodes 1 Gbit/s "
+          "server-bound and small-files, 100 Mbit/s knee-4); server-bound and knee-4: 16 nodes, DeepSpeed ZeRO-3, "
+          f"{done['params']} params, adam; small-files: {SMALL_FILES_NODES} nodes, DeepSpeed ZeRO-1 tp 2 × pp 8 of a "
+          f"1,024-layer model, SGD; {GPUS_PER_NODE} ranks per node, torch.save per rank; quick probes; warm-up + "
+          f"{done['repeats']} concurrent saves per row\n")  # fmt: skip
+    print("| regime | probe | nodes | GB per save | files | predicted | aggregate, bound | measured median (min … max) "
+          "| predicted ÷ measured | judged |\n|---|---|---|---|---|---|---|---|---|---|")  # fmt: skip
+    for regime, label, n, total, files, pred, shortest, how, times, judged in rows:
         med = statistics.median(times)
         shown = f"{shortest:.2f} … {pred:.2f} s" if shortest else f"{pred:.2f} s"
-        print(f"| {regime} | {label} | {n} | {total / 1e9:.3f} | {shown} | {how} | {med:.2f} s "
+        print(f"| {regime} | {label} | {n} | {total / 1e9:.3f} | {files:,} | {shown} | {how} | {med:.2f} s "
               f"({min(times):.2f} … {max(times):.2f}) | {pred / med:.2f}× | {judged} |")  # fmt: skip
     print("\nThe profiles' measured aggregates:\n")
     for line in curves:
@@ -336,6 +370,7 @@ def main() -> None:
         return
     ap = argparse.ArgumentParser()
     ap.add_argument("--regimes", default=",".join(REGIMES), help="the testbed's regimes to run")
+    ap.add_argument("--fs", choices=sorted(tb.FILESYSTEMS), default="glusterfs", help="the testbed's filesystem")
     ap.add_argument("--disk", help="instead of the testbed, these directories (the second table): /var/tmp,/dev/shm")
     ap.add_argument("--params", help="the model's parameters (default 6e7 on the testbed, 2.5e8 on the disk)")
     ap.add_argument("--repeats", type=int, default=3)
