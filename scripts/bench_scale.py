@@ -324,7 +324,8 @@ def judge_testbed(works: list[Path]) -> None:
     done = runs[0]
     rows, curves = [], []
     for regime, got, plans in (
-        (regime, got, {int(n): Path(p) for n, p in got["plans"].items()})
+        (regime, got, {int(n): Path(p) for n, p in got.get("plans", run.get("plans", {})).items()})  # kept runs
+        # from before the small-files regime name their plans once, for every regime
         for run in runs
         for regime, got in run["regimes"].items()
     ):
