@@ -1,6 +1,7 @@
 """fio output quirks and mount-line parsing, on captured fio 3.33 outputs."""
 
 import errno
+import os
 
 import pytest
 
@@ -171,3 +172,36 @@ def test_run_fio_returns_the_final_status_interval_document(tmp_path):
     assert write["runtime"] >= 2000  # 6 MiB at 2 MiB/s: the first MiB at once, then one every 0.5 s
     # the live figures came from the earlier documents: at least one, and never more than the final count
     assert seen and all(b <= on_disk for b, _ in seen)
+
+
+def test_file_jobs_write_every_file_exactly_and_group_a_writers_small_files(tmp_path):
+    """Run by fio itself: every file comes out at its size; a writer's run of small files of one size is one job
+    (split where the filename list would pass fio's 4,096-character limit), a file of 1 MiB or more a job per part,
+    and a writer's jobs are chained in order while the writers run at once."""
+    import json
+    import subprocess
+
+    files = [(str(tmp_path / "a" / f"big{w}.pt"), 3 * fio.MiB + 123, w) for w in range(2)]
+    files += [(str(tmp_path / "b" / f"layer_{i:04d}-model_00-model_states.pt"), 47_884, i % 2) for i in range(300)]
+    files += [(str(tmp_path / "c:x" / f"small{i}.pt"), 4000 + i % 2, 0) for i in range(4)]
+    files += [(str(tmp_path / "d:e" / f"exact{w}.pt"), fio.MiB, w) for w in range(2)]
+    jobs = fio.file_jobs(files, "file")
+    per_path = len(files[2][0]) + 1
+    chunks = -(-150 * per_path // fio.MAX_OPTION_CHARS)  # each writer's 150 layer files, in lists under the limit
+    assert len(jobs) == 2 * 2 + 2 * chunks + 4 + 2, [j.name for j in jobs]
+    for job in jobs:
+        assert len(str(job.options["filename"])) < fio.MAX_OPTION_CHARS
+    writer0 = [j for j in jobs if j.name.startswith("file0-")]
+    assert "wait_for" not in writer0[0].options
+    assert [j.options["wait_for"] for j in writer0[1:]] == [j.name for j in writer0[:-1]]
+    assert all(j.options["fsync_on_close"] == 1 for j in writer0[1:]) and "fsync_on_close" not in writer0[0].options
+
+    job_file = tmp_path / "files.fio"
+    job_file.write_text("\n".join(j.render() for j in jobs))
+    doc = json.loads(
+        subprocess.run(
+            ["fio", "--output-format=json", str(job_file)], capture_output=True, text=True, check=True
+        ).stdout
+    )
+    assert sum(j["write"]["io_bytes"] for j in doc["jobs"]) == sum(size for _, size, _ in files)
+    assert {path: os.path.getsize(path) for path, _, _ in files} == {path: size for path, size, _ in files}

@@ -40,6 +40,7 @@ MiB = 2**20
 PAGE_CACHE = "page-cache"  # the bandwidth path of one writer's copy into the page cache
 DEFAULT_PORT = 8765  # fio --server's
 RUN_TIMEOUT_S = 3600  # a single-host fio run that takes longer has hung
+MAX_OPTION_CHARS = 4096  # fio refuses an option's value longer than this ("value exceeds max length")
 MAX_JOBS = 4096  # fio refuses more jobs than this in one run ("maximum number of jobs reached", FIO_MAX_JOBS)
 
 
@@ -273,22 +274,45 @@ def file_parts(size: int) -> list[tuple[int, int, str]]:
 
 def file_jobs(files: list[tuple[str, int, int]], prefix: str) -> list[FioJob]:
     """Write exactly these files, (path, bytes, writer): each writer's one after another (`wait_for` chains them),
-    the writers at once. A file is its whole MiB blocks in 1 MiB writes, then the rest in one write (fio takes only
-    whole blocks of `bs`), and is fsynced once written, as a durable save does."""
+    the writers at once, each file created as it is opened and fsynced once written, as a durable save does, so
+    that its create, fsync and close fall inside the job's runtime as they fall inside a saver's time. A file is its
+    whole MiB blocks in 1 MiB writes, then the rest in one write (fio takes only whole blocks of `bs`). A writer's
+    run of files under 1 MiB of one size is one job over a list of filenames, opened one at a time in order: one job
+    a file would add fio's start and its wait between chained jobs to every file, where a saver has neither."""
     jobs: list[FioJob] = []
     last: dict[int, str] = {}
-    for i, (path, size, writer) in enumerate(files):
-        parts = file_parts(size)
+    runs: dict[int, tuple[int, list[str]]] = {}  # writer → the size and escaped paths of its open run of small files
+
+    def add(writer: int, options: dict[str, str | int], fsync: bool) -> None:
+        name = f"{prefix}{writer}-{len(jobs)}"  # the writer first: a run's figures are summed per writer
+        options.update(rw="write", ioengine="psync", fallocate="none", create_on_open=1)
+        if fsync:
+            options["fsync_on_close"] = 1
+        if writer in last:
+            options["wait_for"] = last[writer]
+        last[writer] = name
+        jobs.append(FioJob(name, options))
+
+    def close_run(writer: int) -> None:
+        if (run := runs.pop(writer, None)) is not None:
+            size, paths = run
+            one_at_a_time: dict[str, str | int] = {"openfiles": 1, "file_service_type": "sequential"}
+            add(writer, {"filename": ":".join(paths), "bs": size, "filesize": size, **one_at_a_time}, fsync=True)
+
+    for path, size, writer in files:
+        parts, escaped = file_parts(size), escape_path(path)
+        if size < MiB:
+            run_size, paths = runs.get(writer, (size, []))
+            if run_size != size or len(":".join([*paths, escaped])) >= MAX_OPTION_CHARS:
+                close_run(writer)
+                paths = []
+            runs[writer] = (size, [*paths, escaped])
+            continue
+        close_run(writer)
         for k, (offset, length, bs) in enumerate(parts):
-            name = f"{prefix}{i}-{k}"
-            options: dict[str, str | int] = {"filename": escape_path(path), "rw": "write", "bs": bs, "size": length}
-            options.update(offset=offset, ioengine="psync", fallocate="none")
-            if k == len(parts) - 1:
-                options["fsync_on_close"] = 1
-            if writer in last:
-                options["wait_for"] = last[writer]
-            last[writer] = name
-            jobs.append(FioJob(name, options))
+            add(writer, {"filename": escaped, "bs": bs, "size": length, "offset": offset}, fsync=k == len(parts) - 1)
+    for writer in list(runs):
+        close_run(writer)
     return jobs
 
 

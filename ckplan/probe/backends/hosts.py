@@ -14,7 +14,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -49,14 +49,15 @@ class HostsBackend:
             raise InputError(f"give the target as an absolute path, as the hosts see it: {self.path}")
         fio.check_ready(self.path, spec.emit_jobs)
         if spec.plan is not None:  # refused now, not after every other phase has run
-            per_node: Counter[int] = Counter()
+            per_node: dict[int, list[tuple[str, int, int]]] = defaultdict(list)
             for f, scaled in zip(spec.plan.manifest, engine.scaled_files(spec.plan.manifest, spec.scale), strict=True):
-                per_node[f.node] += len(fio.file_parts(scaled.bytes))
-            busiest = max(per_node.values())
+                per_node[f.node].append((f.path, scaled.bytes, f.rank))
+            busiest = max(len(fio.file_jobs(files, "file")) for files in per_node.values())
             if busiest + 2 > fio.MAX_JOBS:  # beside the marker's job and the clean-up's
                 raise InputError(
-                    f"the multi-host replay writes a node's files as {busiest:,} fio jobs (one per file, two where "
-                    f"it ends in a partial MiB), and fio runs at most {fio.MAX_JOBS:,} at once: probe without --plan"
+                    f"the multi-host replay writes a node's files as {busiest:,} fio jobs (one per file of 1 MiB or "
+                    f"more, two where it ends in a partial MiB), and fio runs at most {fio.MAX_JOBS:,} at once: "
+                    "probe without --plan"
                 )
         if spec.agent_wait_s is not None:
             wait_for_agents(self.hosts, spec.agent_wait_s)
@@ -168,9 +169,8 @@ class HostsSession(fio.FioSession):
 
     def write_files(self, nodes: list[list[FileToWrite]], path: str, run: int) -> tuple[float, int]:
         """Host k writes node k's files exactly (`fio.file_jobs`), each rank's one after another, the ranks at once."""
-        jobs_by_host, rank_of = {}, {}
+        jobs_by_host = {}
         for host, files in zip(self.all, nodes, strict=False):
-            rank_of.update({(host.name, f"file{i}"): f.rank for i, f in enumerate(files)})
             root = f"{self.scratch(host)}/replay-{run}/"
             jobs = fio.file_jobs([(confined_key(root, f.path), f.bytes, f.rank) for f in files], "file")
             if path == "direct":  # whole blocks with O_DIRECT; the partial last block of a file cannot take it
@@ -178,15 +178,18 @@ class HostsSession(fio.FioSession):
                     j.options["direct"] = int(j.options["bs"] == "1M")
             jobs_by_host[host] = jobs
         note = RunNote("replay", "replay.seconds (the slowest host's), replay.bytes (the sum of write.io_bytes)")
-        read = "seconds = the longest client_stats[jobname fileN-K].write.runtime (ms) per host, summed over a rank's files"
+        read = (
+            "seconds = the longest sum over a rank's jobs (client_stats[jobname fileRANK-K].write.runtime, ms) per host"
+        )
         doc = self.clients(
             jobs_by_host, "the replay", self.note(note, "each host writes its node's files", read, name="replay")
         )
         parts = [c for c in doc["client_stats"] if str(c.get("jobname", "")).startswith("file")]
-        runtimes: dict[tuple[str, int], float] = defaultdict(float)  # (host, rank) → its files' write time, in turn
+        runtimes: dict[tuple[str, str], float] = defaultdict(float)  # (host, rank) → its files' write time, in turn
         for c in parts:
-            rank = rank_of[c["hostname"], c["jobname"].rsplit("-", 1)[0]]
-            runtimes[c["hostname"], rank] += int(c["write"]["runtime"]) / 1000
+            runtimes[c["hostname"], c["jobname"].removeprefix("file").split("-")[0]] += (
+                int(c["write"]["runtime"]) / 1000
+            )
         return max(max(runtimes.values()), 1e-3), sum(int(c["write"]["io_bytes"]) for c in parts)
 
     def save_files(self, files: list[FileToWrite], framework: str, runs: int) -> None:
