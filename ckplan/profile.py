@@ -11,10 +11,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
-from ckplan import __version__
 from ckplan.schema import Bytes, Finite, Hosts, Int, Model, PerSecond, PositiveSeconds, Rate, Seconds, Writers
 from ckplan.sizing.layouts.base import WritePath
 from ckplan.units import MAX_BYTES
+from ckplan.version import __version__
 
 SCHEMA_VERSION = 2  # 2: a curve per write path (buffered, direct), the replay's method, this machine's calibration
 # what kind of target produced a profile: a directory (fio), an object store, many hosts at once, or a built-in class

@@ -485,8 +485,21 @@ def test_every_public_function_checks_its_arguments():
         for name, member in vars(api).items()
         if inspect.isfunction(member) and member.__module__ == api.__name__ and not name.startswith("_")
     }
-    assert public >= set(ckplan.__all__) - {"__version__"}
+    assert public >= set(ckplan.__all__) - {"__version__", "api"}
     assert {name for name in public if not hasattr(getattr(api, name), "__wrapped__")} == set()
     rows = [function for function, _, _ in WRONG_ARGUMENTS]
     assert {name for name in public if rows.count(name) < 2} == set()
     assert set(rows) <= public
+
+
+def test_the_api_is_reachable_from_the_bare_package_and_loads_only_on_use():
+    code = (
+        "import sys, ckplan\n"
+        "assert 'ckplan.api' not in sys.modules, 'import ckplan loaded the API'\n"
+        "print(ckplan.api.size(params='7B').total_bytes == ckplan.size(params='7B').total_bytes, ckplan.__version__)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    from ckplan.version import __version__
+
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["True", __version__]

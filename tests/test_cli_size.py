@@ -133,7 +133,7 @@ def test_wheel_ships_profiles_and_runs_from_elsewhere(tmp_path):
 
 
 def test_size_without_interval_shows_demand_at_typical_intervals():
-    """Issue 15: the headline command shows C/T. 7e9 params × 14 B (bf16 weights 2 + fp32 master 4 + Adam 8)
+    """The headline command shows C/T. 7e9 params × 14 B (bf16 weights 2 + fp32 master 4 + Adam 8)
     = 98 GB per save (+ a few KB of small files); at 5 min: 98e9 / 300 = 326.7 MB/s on average, and
     98e9 / (300 × 5%) = 6.53 GB/s of burst within the stall budget."""
     plan = run_json("size", "--params", "7e9", "--optimizer", "adam")
@@ -169,7 +169,7 @@ def test_model_file_is_a_users_own_catalog_entry(tmp_path):
 
 def test_version_and_shell_completion():
     """`ckplan --version` prints the package's version; `--show-completion bash` prints a bash completion function."""
-    from ckplan import __version__
+    from ckplan.version import __version__
 
     proc = run_cli("--version")
     assert proc.returncode == 0 and proc.stdout.strip() == f"ckplan {__version__}" and not proc.stderr

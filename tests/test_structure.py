@@ -1,4 +1,4 @@
-"""Structural facts of the code, read from its imports (issue 16): no import cycle; the pure core (sizing/,
+"""Structural facts of the code, read from its imports: no import cycle; the pure core (sizing/,
 planning/) imports no I/O edge and reads no file; the CLI holds no arithmetic."""
 
 from __future__ import annotations
@@ -54,11 +54,12 @@ def _imports(name: str, tree: ast.Module, known: set[str]) -> set[str]:
         if isinstance(node, ast.Import):
             targets = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            targets = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            # `from ckplan import scratch` imports the submodule; `from ckplan import __version__` the package itself
+            targets = [f"{node.module}.{a.name}" for a in node.names]
         for t in targets:
             while t and t not in known:
                 t = t.rpartition(".")[0]
-            if t.startswith("ckplan") and t != name and t != "ckplan":
+            if t.startswith("ckplan") and t != name:
                 out.add(t)
     return out
 
@@ -92,6 +93,18 @@ def test_the_graph_is_read():
     assert "ckplan.planning.scenario" in GRAPH["ckplan.planning.recommend"]
     assert "ckplan.planning.savetime" in GRAPH["ckplan.planning.scenario"]
     assert len(MODULES) > 50
+
+
+def test_the_bare_package_is_seen_as_a_module():
+    """An import of a name from the package itself is an edge to `ckplan`, whose `__init__` reaches the API."""
+    tree = ast.parse("from ckplan import __version__, scratch\nfrom ckplan.version import __version__")
+    assert _imports("ckplan.x", tree, set(MODULES)) == {"ckplan", "ckplan.scratch", "ckplan.version"}
+    assert "ckplan.api" in GRAPH["ckplan"]
+
+
+def test_no_module_imports_the_package_above_it():
+    importers = sorted(name for name, edges in GRAPH.items() if "ckplan" in edges)
+    assert not importers, f"{importers} import from the package `ckplan`, which reaches the API: a circle"
 
 
 def test_no_import_cycle():
@@ -192,7 +205,7 @@ def test_scripts_import_nothing_from_tests():
     assert not offenders
 
 
-# Framework knowledge (issue 16): a framework's layout module (sizing/layouts/), its log extractors
+# Framework knowledge: a framework's layout module (sizing/layouts/), its log extractors
 # (diagnose/extractors.py) and the registry that joins them (ckplan/frameworks.py). Everywhere else asks the record.
 FRAMEWORK_MODULES = ("ckplan.frameworks", "ckplan.sizing.layouts", "ckplan.diagnose.extractors")
 

@@ -3,7 +3,7 @@
 Each command lives in a module under `ckplan.cli.commands`, parses its flags, calls one library function and
 renders. A command's module is imported, and its click command built, only when that command runs, is completed
 or is listed by `--help`: building all fourteen, with their option groups, cost a third of `ckplan size`'s
-start-up (issue 17, scripts/bench_size.py). Library imports happen inside the commands for the same reason.
+start-up (scripts/bench_size.py). Library imports happen inside the commands for the same reason.
 """
 
 from __future__ import annotations
@@ -100,7 +100,7 @@ _debug = False  # set by --debug or CKPLAN_DEBUG=1: an internal error re-raises 
 
 def _print_version(value: bool) -> None:
     if value:
-        from ckplan import __version__
+        from ckplan.version import __version__
 
         print(f"ckplan {__version__}")
         raise typer.Exit()

@@ -19,9 +19,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
-from ckplan import __version__
 from ckplan.errors import InputError
 from ckplan.schema import Model
+from ckplan.version import __version__
 
 UTIL_SATURATED = 90.0  # %util at which a device counts as saturated (iostat's rule of thumb)
 AWAIT_SLOW_MS = 300.0  # write await that signals a queue building up behind the device

@@ -26,7 +26,6 @@ from typing import BinaryIO, Literal
 
 from pydantic import ValidationError
 
-from ckplan import __version__
 from ckplan.diagnose.trend import Diagnosis
 from ckplan.errors import EnvironmentProblem, InputError
 from ckplan.planning.defaults import COLLECTIVE_TIMEOUT_S
@@ -37,6 +36,7 @@ from ckplan.readers import open_stream, validation_message
 from ckplan.record import FORMAT, SaveRecord
 from ckplan.schema import Model
 from ckplan.sizing.plan import CheckpointPlan
+from ckplan.version import __version__
 
 SNIFF_BYTES = 64 * 2**10  # a record line is ~500 bytes: the first line is inside this if the file is a record file
 MAX_LINE = 2**20  # a longer line is no record: it is skipped, read past in pieces of this size, never held whole

@@ -6,9 +6,9 @@ import math
 import statistics
 from typing import Literal
 
-from ckplan import __version__
 from ckplan.diagnose.extractors import Save
 from ckplan.schema import Model
+from ckplan.version import __version__
 
 # Two-sided 95% Student t quantiles for small samples; 1.96 beyond the table.
 T95 = {

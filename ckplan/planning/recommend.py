@@ -8,7 +8,6 @@ from typing import Literal
 
 from pydantic import Field
 
-from ckplan import __version__
 from ckplan.errors import InputError
 from ckplan.planning import mitigations
 from ckplan.planning.data import PlanningData
@@ -40,6 +39,7 @@ from ckplan.profile import StorageProfile
 from ckplan.schema import Model
 from ckplan.sizing.plan import CheckpointPlan
 from ckplan.units import fmt_bytes, fmt_duration, fmt_percent, fmt_rate
+from ckplan.version import __version__
 
 
 class MachineDefaults(Model):

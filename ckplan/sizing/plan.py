@@ -16,7 +16,6 @@ from pydantic import (
     model_validator,
 )
 
-from ckplan import __version__
 from ckplan.errors import InputError, did_you_mean
 from ckplan.schema import Finite, Fraction, Int, Model, PositiveSeconds
 from ckplan.sizing.architecture import Architecture, Tensor, parameter_count
@@ -35,6 +34,7 @@ from ckplan.sizing.layouts.base import (
 from ckplan.sizing.restore import RestoreManifest, plan_restore, restore_error
 from ckplan.sizing.states import OPTIMIZERS, PRECISIONS, StateBytes, state_breakdown
 from ckplan.units import MAX_BYTES, MAX_GPUS, MAX_PARAMETERS, check_range, fmt_bytes
+from ckplan.version import __version__
 
 WRITE_CALL_BYTES = 2**20  # ops are counted at one write() per MiB, the probe's block size
 PLAN_SCHEMA_VERSION = 1

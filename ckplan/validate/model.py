@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import Literal
 
-from ckplan import __version__
 from ckplan.planning.savetime import LoadTime, SaveTime, predict_load, predict_save
 from ckplan.profile import Spread, StorageProfile
 from ckplan.schema import Model
 from ckplan.sizing.layouts.base import Parallelism, Read
 from ckplan.sizing.plan import CheckpointPlan, scaled_file_bytes
 from ckplan.sizing.restore import restore_manifest
+from ckplan.version import __version__
 
 LARGE_ERROR_PERCENT = 15.0
 
@@ -101,7 +101,9 @@ def diagnose(prediction: SaveTime, measured: Spread, nbytes: int, files: int) ->
 
 # --- restores: the busiest node's loads against predict_load ---------------------------------------------------------
 
-LOAD_TARGET_PERCENT = 20.0  # a load prediction holds within this of the measured median (issue 25's target)
+LOAD_TARGET_PERCENT = (
+    20.0  # a load prediction holds within this of the measured median (the restore benchmark's target)
+)
 NOISY_SPREAD = 0.30  # loads (or saves) spreading this much of their median are judged on their range alone
 
 
