@@ -33,7 +33,13 @@ from ckplan.planning.policy import (
     Policy,
     provenance,
 )
-from ckplan.planning.savetime import machine_figures, required_bandwidth, required_read_bandwidth, writer_loads
+from ckplan.planning.savetime import (
+    coordination_seconds,
+    machine_figures,
+    required_bandwidth,
+    required_read_bandwidth,
+    writer_loads,
+)
 from ckplan.planning.scaling import AggregateEstimate, aggregate_estimate, describe_rule
 from ckplan.planning.scenario import (
     OVERHEAD,
@@ -183,7 +189,7 @@ def provision_one(
     machine = machine_figures(storage.calibration if storage else None, policy.serialize_bytes_per_s)
     # the busiest writer's serialiser and a collective save's fixed cost: time no storage can shorten
     serialize = max(s for _, s in writer_loads(plan, busiest.node, machine.rates()).values())
-    coordination = machine.coordination_seconds.value if plan.coordinated_save else 0.0
+    coordination = coordination_seconds(plan, machine)
     blocking, notes = _blocking(plan, policy, mode, data, storage)
     capacity = (keep + 1) * plan.total_bytes  # the newest save is written before the oldest is deleted
     staging = busiest.bytes if mode in ("async", "staged") else 0
@@ -378,7 +384,7 @@ def provision_sweep(
     if mode == "async" and goodput is None:
         # an async save's stall is the snapshot alone, so the overhead budget cannot bound its persist: only the
         # loss window does, and the largest persist it allows (half the window) adds that much rework per failure,
-        # which made async look worse than sync (issue 15: ETTR 64.9% against sync's 83.8% at 16k GPUs)
+        # which made async look worse than sync (ETTR 64.9% against sync's 83.8% at 16k GPUs)
         raise InputError(
             "async provision needs ‹goodput›: without it only the loss window bounds the background "
             "persist, and a persist of half the window costs more rework than a sync save"

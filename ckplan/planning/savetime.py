@@ -12,7 +12,7 @@ Predicted save time (one synchronous save, all writers at once):
            dirty pages while the writers still serialise (it starts at 10% of memory dirty), so the
            device's part overlaps the CPU's instead of following it: on the development VM's disk, a
            DCP save of 2.4 GB took 1.66 s where the serialise-then-write sum gave 2.86 s
-           (docs/benchmarks.md, issue 13). On tmpfs the "flush" is the copy itself, and C ≈ B(1).
+           (docs/benchmarks.md). On tmpfs the "flush" is the copy itself, and C ≈ B(1).
            B is the profile's curve for the plan's write path: buffered (page cache, fsync at the end:
            torch.save, DCP, safetensors) or direct (O_DIRECT: DeepSpeed FastPersist). B_node(w): per-host
            bandwidth at w writers per node, w the busiest node's writer count; B(1) the one-writer figure;
@@ -99,6 +99,11 @@ def machine_figures(calibration: Calibration | None, given: dict[str, float] | N
             coord = MachineFigure(value=calibration.dcp_fixed_seconds, source="measured here")
     rates.update({fmt: MachineFigure(value=v, source="given") for fmt, v in (given or {}).items()})
     return MachineFigures(serialize_bytes_per_s=rates, coordination_seconds=coord)
+
+
+def coordination_seconds(plan: CheckpointPlan, machine: MachineFigures) -> float:
+    """T_coord: the fixed cost of a collective save (DCP plans, gathers and scatters); its loads pay the same."""
+    return machine.coordination_seconds.value if plan.coordinated_save else 0.0
 
 
 class SaveTime(Model):
@@ -297,7 +302,7 @@ def _predict_save(
         else "aggregate bandwidth"
     )
     serialize = ser_single if limited_by == "single writer" else ser_heaviest if limited_by == "node bandwidth" else 0.0
-    t_coord = machine.coordination_seconds.value if plan.coordinated_save and framework_costs else 0.0
+    t_coord = coordination_seconds(plan, machine) if framework_costs else 0.0
     t_meta = node_files / profile.small_files.files_per_s
     if profile.shared and profile.aggregate_files_per_s:
         t_meta = max(t_meta, total_files / profile.aggregate_files_per_s)
@@ -481,7 +486,7 @@ def predict_load(plan: CheckpointPlan, profile: StorageProfile, aggregate_limit:
     t_agg = restore.storage_bytes / aggregate.bytes_per_s
     t_read = max(t_single, t_node, t_agg)
     # a collective load (DCP) plans, gathers and scatters like its save: the same fixed cost, calibrated on saves
-    t_coord = machine_figures(profile.calibration).coordination_seconds.value if plan.coordinated_save else 0.0
+    t_coord = coordination_seconds(plan, machine_figures(profile.calibration))
     seconds = t_coord + max(deserialize, t_read)
     limited_by: Literal["deserialiser", "single reader", "node bandwidth", "aggregate bandwidth"] = (
         "deserialiser"

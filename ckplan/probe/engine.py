@@ -622,7 +622,7 @@ def _replay(job: Job, session: Session, calibration: Calibration | None, progres
     the next 1.46-1.65 s), then the repeats. Buffered writers go through the framework's own saver where the backend
     can run it, as on a fast target the serialiser is most of the save; else raw bytes through the plan's write path,
     plus the busiest writer's serialisation from the calibration (or the named defaults)."""
-    from ckplan.planning.savetime import machine_figures, writer_loads
+    from ckplan.planning.savetime import coordination_seconds, machine_figures, writer_loads
     from ckplan.savers.calibrate import torch_available
     from ckplan.savers.saver import max_save_processes
 
@@ -634,7 +634,7 @@ def _replay(job: Job, session: Session, calibration: Calibration | None, progres
     writers = max(len({f.rank for f in fs}) for fs in job.replay)
     path = plan.write_path if plan.write_path in session.write_paths else "buffered"
     machine = machine_figures(calibration)
-    fixed = machine.coordination_seconds.value if plan.coordinated_save else 0.0
+    fixed = coordination_seconds(plan, machine)
     saver = path == "buffered" and torch_available() and writers <= max_save_processes()
     where = f"{len(files)} files, {writers} writers" + (f" per host on {len(nodes)} hosts" if len(nodes) > 1 else "")
     progress.phase(f"replay ({path}): {where}, scale {scale:g}, warm-up + {repeats} runs", 0)
