@@ -2,7 +2,7 @@
 
 A model's schema is built on first use, not at import: building a validator costs a few ms per model; ckplan
 defines some forty, and most commands use a handful, so deferring the build keeps `ckplan size` near the
-start-up of typer, rich and pydantic themselves (issue 17, scripts/bench_size.py).
+start-up of typer, rich and pydantic themselves (scripts/bench_size.py).
 
 The bounds are the README's input limits, so that a hand-edited plan or profile is refused where it is read,
 naming the field, instead of dividing by zero or overflowing later. Every float is finite and, unless zero, a

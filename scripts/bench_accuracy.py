@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Accuracy of ckplan's save-time predictions against real PyTorch saves on this machine (issue 13).
+"""Accuracy of ckplan's save-time predictions against real PyTorch saves on this machine.
 
 For each target (the disk and /dev/shm), in one invocation:
   - a fresh default `ckplan probe TARGET` without a plan: the model-only prediction of every layout;

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Accuracy of ckplan's load-time predictions against real cold restores on this machine (issue 25).
+"""Accuracy of ckplan's load-time predictions against real cold restores on this machine.
 
 For each target (the disk and /dev/shm), in one invocation:
   - a fresh default `ckplan probe TARGET` without a plan: its cold read curve gives the model-only prediction;

@@ -2,10 +2,10 @@
 """Benchmark `ckplan size`: CLI start-up and the cost of a full 1,024-GPU manifest.
 
 Targets: `ckplan size --params 7e9 --optimizer adam` at most 1.6× the time of
-`python -c "import typer, rich, pydantic"` (issue 17), measured as a ratio in alternating runs on
+`python -c "import typer, rich, pydantic"`, measured as a ratio in alternating runs on
 this noisy VM (each round runs the three programs, the order reversed every other round), median and
 min…max of the per-round ratios; and sizing a 1T-parameter model on 1,024 GPUs with its full manifest
-under 1 s (issue 2). Prints one line per figure; exits 1 if a target is missed.
+under 1 s. Prints one line per figure; exits 1 if a target is missed.
 
 Beside them it times two floors, programs that do a sliver of `size`'s work with the same libraries:
 - the CLI floor, a typer app with as many options as `ckplan size` that prints one rich table and does

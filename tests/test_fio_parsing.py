@@ -131,7 +131,7 @@ def test_latency_percentiles_in_seconds():
     Independently, 1,023 fsyncs of that mean take 0.2017 s, which must fit in the job's own runtime (205 ms, fio's clock
     for the whole job, writes included).
 
-    Deliberate break (issue 16) this catches: latency read 1000× too large (÷ 1e6 instead of ÷ 1e9)."""
+    Deliberate break this catches: latency read 1000× too large (÷ 1e6 instead of ÷ 1e9)."""
     import json
 
     doc = json.loads((FIO / "fsync-every-write.json").read_text())
@@ -150,7 +150,7 @@ def test_run_fio_returns_the_final_status_interval_document(tmp_path):
     (--status-interval=1). run_fio must return the last, whole-run one: its write figures equal what is on disk
     (6 MiB in one file, 6 writes of 1 MiB). The first document holds only the first second's ~2 MiB.
 
-    Deliberate break (issue 16) this catches: fio's first status-interval document used instead of the final one."""
+    Deliberate break this catches: fio's first status-interval document used instead of the final one."""
     seen: list[tuple[int, float]] = []
     job = fio.FioJob(
         "paced",

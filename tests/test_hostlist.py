@@ -1,4 +1,4 @@
-"""Slurm hostlist expressions (ckplan/slurm.py) in --hosts (ckplan/probe/hostlist.py) and `--hosts slurm` (issue 17)."""
+"""Slurm hostlist expressions (ckplan/slurm.py) in --hosts (ckplan/probe/hostlist.py) and `--hosts slurm`."""
 
 from __future__ import annotations
 

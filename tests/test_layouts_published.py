@@ -1,4 +1,4 @@
-"""Issue 15's layouts, each checked against a published or framework-derived figure named in the docstring:
+"""Layouts at published scale, each checked against a published or framework-derived figure named in the docstring:
 HF Trainer + DeepSpeed, MLPerf Storage / DLIO's checkpoint workloads, expert parallelism."""
 
 from __future__ import annotations
@@ -240,7 +240,7 @@ def test_dlio_llama3_70b_zero3_bytes_and_files():
 
 
 def test_dlio_llama3_405b_files():
-    """DLIO llama3-405b, 8×32×2, ZeRO 1 (issue 15: DLIO writes 1,544 files, DeepSpeed's layout 1,802): 512
+    """DLIO llama3-405b, 8×32×2, ZeRO 1 (DLIO writes 1,544 files, DeepSpeed's layout 1,802): 512
     optimizer files, one per rank, and data-parallel rank 0's layer files, (126 blocks + embedding, head and final
     norm) × 8 tensor ranks = 1,032. MLPerf Table 2's "5.29 TB" is GiB/1000 (5,292 GiB here)."""
     plan = _dlio("llama3-405b")
@@ -257,7 +257,7 @@ def test_dlio_llama3_405b_files():
 
 
 def test_dlio_llama3_1t_files_and_bytes():
-    """DLIO llama3-1t, 8×64×2, ZeRO 1: (128 blocks + 3) × 8 = 1,048 layer files (issue 15) + 1,024 optimizer
+    """DLIO llama3-1t, 8×64×2, ZeRO 1: (128 blocks + 3) × 8 = 1,048 layer files + 1,024 optimizer
     files. DLIO's arithmetic gives 15,427 GiB, the figure mlpstorage/config.py lists (LLM_SIZE_BY_RANK
     15,426 "GB"); Table 2's "18 TB" adds a 2,571 "GB" model estimate the config marks as to be updated."""
     plan = _dlio("llama3-1t")

@@ -1,4 +1,4 @@
-"""Faults during a filesystem probe (issue 14), with real fio, real mounts and real processes:
+"""Faults during a filesystem probe, with real fio, real mounts and real processes:
 the byte budget holds for every phase, children die with ckplan, a concurrent probe is named,
 and a failed measurement exits 4 leaving nothing behind."""
 

@@ -189,7 +189,7 @@ def test_figures_against_independent_measurements(tmp_path, monkeypatch):
     before the first file; its exit after the runtime takes ~0.02 s). Bounds 0.8-1.3: a loaded 2-core VM can stretch
     fio's exit, and polling every 10 ms blurs the first file's time.
 
-    Deliberate breaks (issue 16) this catches: the small-file rate × 1.5 (ratio 1.5), and fio's first status-interval
+    Deliberate breaks this catches: the small-file rate × 1.5 (ratio 1.5), and fio's first status-interval
     document used instead of the final one (the rate over the first second's runtime: the issue's 1,399 → 2,312 files/s).
     """
     from ckplan.probe import backends, engine, fio

@@ -1,4 +1,4 @@
-"""The probe-target interface (issue 16): ProbeTarget picks the target from the spec, every target has the
+"""The probe-target interface: ProbeTarget picks the target from the spec, every target has the
 same methods, and the profile records which kind of target measured it."""
 
 from __future__ import annotations

@@ -289,7 +289,7 @@ def test_stream_bandwidth_against_bytes_the_server_received(endpoint, tmp_path, 
     Bounds 0.8-1.25: Python threads on a loaded 2-core VM forward the bytes, and the probe's clock and the test's
     differ by the bookkeeping between them.
 
-    Deliberate break (issue 16) this catches: S3 stream bandwidth × 2."""
+    Deliberate break this catches: S3 stream bandwidth × 2."""
     from ckplan.probe import backends, engine
 
     for key, value in credentials_env(tmp_path).items():

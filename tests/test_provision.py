@@ -137,12 +137,12 @@ def test_provision_bad_input(args, fragment):
 
 
 def test_headroom_uses_the_measured_curve_over_hosts():
-    """Issue 16's example: measured 5 GB/s on 1 host and 100 GB/s on 256; a 70B plan on 128 nodes.
+    """A worked example: measured 5 GB/s on 1 host and 100 GB/s on 256; a 70B plan on 128 nodes.
 
     The storage gives 5 + (128 − 1)/(256 − 1) × 95 = 52.31 GB/s to 128 nodes at once (the save-time model's
     aggregate), not 5 GB/s × 128 = 640 GB/s.
 
-    Deliberate break (issue 16) this catches: the headroom without × nodes (aggregate over 1 node: 5 GB/s).
+    Deliberate break this catches: the headroom without × nodes (aggregate over 1 node: 5 GB/s).
     """
     from ckplan.profile_store import resolve
 
@@ -167,7 +167,7 @@ def test_headroom_uses_the_measured_curve_over_hosts():
 
 
 def test_async_provision_without_a_goodput_target_is_refused():
-    """Issue 15: async sized only to the loss window reported ETTR 64.9% against sync's 83.8% at 16k GPUs."""
+    """Async sized only to the loss window reported ETTR 64.9% against sync's 83.8% at 16k GPUs."""
     proc = run_cli("provision", "--model", "llama-3.1-70b", "--gpus", "16384", "--mode", "async")
     assert_one_line_error(proc, "async provision needs --target-goodput")
 
@@ -175,7 +175,7 @@ def test_async_provision_without_a_goodput_target_is_refused():
 def test_sustained_bandwidth_is_one_checkpoint_per_interval():
     """Sustained bandwidth = one checkpoint per interval, in two cases worked out by hand.
 
-    Deliberate break (issue 16) this catches: the sustained bandwidth changed (total ÷ persist: 20× too much in the sync
+    Deliberate break this catches: the sustained bandwidth changed (total ÷ persist: 20× too much in the sync
     case; ×2)."""
     p = plan(1024)
     assert p.total_bytes == 988_492_259_156

@@ -1,4 +1,4 @@
-"""The HTML report in a real browser (issue 17): one self-contained file, readable at 1280 px and at phone width
+"""The HTML report in a real browser: one self-contained file, readable at 1280 px and at phone width
 (390 px), the decision line on top and both charts drawn whole.
 
 Chromium is Debian's `chromium` package (scripts/setup --test-tools installs it). The report has no script, so the

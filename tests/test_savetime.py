@@ -5,7 +5,7 @@ Every expected value is worked out in the comment above it from the formula in p
   T_bw   = max(S_r + b_r ÷ B(1), S_r + node bytes ÷ B_node(w), total ÷ B_agg)      (no page-cache figure, or direct)
   T_bw   = max(S_r + b_r ÷ C, b_r ÷ B(1), node bytes ÷ B_node(w), total ÷ B_agg)   (buffered, page-cache copy rate C)
 
-Deliberate breaks (issue 16) each of these catches, made one at a time and reverted:
+Deliberate breaks each of these catches, made one at a time and reverted:
 - the node term made 2× faster (`node_bytes / (2 * node_bw)`): test_node_term_binds,
   test_required_bandwidth_inverts_the_model;
 - the aggregate term made 2× faster (`total_bytes / (2 * agg_bw)`): test_aggregate_term_binds_with_the_shared_limit,

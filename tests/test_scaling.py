@@ -151,7 +151,7 @@ def test_flat_hold_with_one_point():
 
 
 def test_flat_hold_with_two_points():
-    """Issue 22's disk: 0.96 GB/s at 1 host, 0.70 GB/s at 2 (already saturated at one host). 16 nodes: 0.96 GB/s,
+    """A disk measured here: 0.96 GB/s at 1 host, 0.70 GB/s at 2 (already saturated at one host). 16 nodes: 0.96 GB/s,
     the best measured, where the per-host share at 2 hosts times 16 gave 5.6 GB/s."""
     est = aggregate_estimate(shared({1: 0.96e9, 2: 0.70e9}, per_node=0.96e9), 0.96e9, 16)
     assert (est.bytes_per_s, est.model, est.extrapolated, est.unsaturated_bytes_per_s) == (0.96e9, "flat", True, None)
@@ -244,7 +244,7 @@ def test_replay_covers_only_the_nodes_it_wrote():
 
 
 def _files(tmp_path):
-    """A plan of 16 nodes (issue 22's: 1e9 parameters, ZeRO-3, 2 GPUs per node) and a profile measured up to 2 hosts."""
+    """A plan of 16 nodes (1e9 parameters, ZeRO-3, 2 GPUs per node) and a profile measured up to 2 hosts."""
     plan = tmp_path / "plan.json"
     plan.write_text(
         run_cli(

@@ -1,4 +1,4 @@
-"""`ckplan size --from DIR` (issue 15): plans measured from checkpoint directories on disk.
+"""`ckplan size --from DIR`: plans measured from checkpoint directories on disk.
 
 - DeepSpeed is not installed here, so its checkpoint is written as engine.save_checkpoint names and writes its
   files (deepspeed/runtime/engine.py: _get_ckpt_name → mp_rank_XX_model_states.pt, _get_zero_ckpt_name →

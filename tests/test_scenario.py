@@ -1,6 +1,6 @@
 """planning/scenario.py: each rule's bound and inverse, evaluate, R′, and the scenarios, against hand-computed values.
 
-Deliberate break (issue 16) caught here, made and reverted: the overhead-budget bound halved
+Deliberate break caught here, made and reverted: the overhead-budget bound halved
 (OVERHEAD.interval = stall ÷ budget ÷ 2) fails test_overhead_budget_bound_and_inverse,
 test_evaluate_where_the_overhead_budget_binds and test_evaluate_where_the_optimum_is_used_and_where_nothing_fits.
 """

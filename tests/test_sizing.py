@@ -157,7 +157,7 @@ def test_deepspeed_zero0_model_states_hold_the_optimizer():
     master (4) + Adam's two fp32 states (8) = 14 bytes per parameter, plus torch.save's 4,096-byte header and 300 bytes
     for each of the model's 291 tensors (32 layers × 9 + embedding, final norm, head).
 
-    Deliberate break (issue 16) this catches: ZeRO-0 model states without their optimizer bytes (2 B/param only)."""
+    Deliberate break this catches: ZeRO-0 model states without their optimizer bytes (2 B/param only)."""
     plan = build_plan(arch=L8, model_name="x", framework="deepspeed", zero=0, gpus=8)
     assert [(f.path, f.rank) for f in plan.manifest] == [
         ("latest", 0),

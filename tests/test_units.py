@@ -68,7 +68,7 @@ def test_fmt_bytes_shows_both_units():
 def test_decimal_and_binary_terabytes():
     """TB is 10^12 (storage vendors' and ckplan's decimal units), TiB is 2^40.
 
-    Deliberate break (issue 16) this catches: TB read as 2^40 (the CLI's default --local-disk 30.72TB would be
+    Deliberate break this catches: TB read as 2^40 (the CLI's default --local-disk 30.72TB would be
     33.78e12 bytes instead of 30.72e12)."""
     assert parse_bytes("30.72TB") == 30_720_000_000_000
     assert parse_bytes("1TB") == 1_000_000_000_000 and parse_bytes("1tb") == 10**12

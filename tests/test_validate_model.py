@@ -1,7 +1,7 @@
 """validate's prediction (validate/model.py, no PyTorch needed): the model's time for the busiest node's share of a plan
 at a scale, written by that node alone, against a hand-computed figure; and the diagnosis of an error.
 
-Deliberate break (issue 16) this catches: validate's prediction made on half the bytes
+Deliberate break this catches: validate's prediction made on half the bytes
 (scaled_prediction's node_bytes halved): test_scaled_prediction_of_the_busiest_node.
 """
 

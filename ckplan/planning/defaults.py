@@ -39,7 +39,7 @@ DEFAULT_CHANGED_FRACTION = 1.0  # dense LLM weights and optimizer states all cha
 # write itself is not counted twice (the bandwidth curve counts it), and DCP's fixed cost per save (a save of
 # a few KiB per rank, 2 ranks over gloo). Used only where the profile has no calibration of its own
 # (`ckplan calibrate`, run by `ckplan probe` where PyTorch is installed); every output that uses them says
-# "default". Measured on the 2-core development VM with `ckplan calibrate` (docs/benchmarks.md, issue 13).
+# "default". Measured on the 2-core development VM with `ckplan calibrate` (docs/benchmarks.md).
 DEFAULT_SERIALIZE_BYTES_PER_S = {"torch.save": 1.16e9, "safetensors": 1.36e9, "dcp": 1.0e9}
 DEFAULT_DCP_FIXED_S = 0.010
 # Deserialiser throughput per reader (one process, one core), by file format, from bytes already in memory, so the

@@ -2,7 +2,7 @@
 
 `emit(result, as_json)` prints any command's result: its pydantic JSON, or the renderer registered for its type.
 The registry names each renderer's module instead of importing it, because importing every renderer costs
-~70 ms (rich tables, the probe's progress display) and `ckplan size` must start fast (issue 17); a renderer
+~70 ms (rich tables, the probe's progress display) and `ckplan size` must start fast; a renderer
 module is imported only when its result is printed.
 """
 

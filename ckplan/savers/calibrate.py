@@ -1,7 +1,7 @@
 """`ckplan calibrate`: this machine's serialiser and deserialiser throughput per rank, and DCP's fixed cost per save.
 
 Why: a save's serialiser (pickling, CRC32, copies) runs on the CPU of the machine that saves, and on a fast
-target it is most of the save (docs/benchmarks.md, issue 13). A figure measured on one machine and applied
+target it is most of the save (docs/benchmarks.md). A figure measured on one machine and applied
 to every other is a guess, so the probe measures it here and stores it in the profile.
 
 - Serialisers, each in one process pinned to one thread, as one writer rank runs it, into /dev/null: the

@@ -21,7 +21,7 @@ DLIO emulates a Megatron-DeepSpeed save with torch.save of random tensors, one f
   each with a 5·hidden-value companion tensor, in the optimizer datatype.
 ckplan sizes the model files from the weights state and one group per master/optimizer state, so
 --optimizer adam with --precision fp16-mixed (DLIO's model_datatype fp16, optimizer_datatype fp32) reproduces
-MLPerf's workloads; tests/test_layouts15.py holds their configurations (mlcommons/storage
+MLPerf's workloads; tests/test_layouts_published.py holds their configurations (mlcommons/storage
 configs/dlio/workload/llama3_*.yaml) and checks the published sizes.
 """
 
