@@ -10,7 +10,8 @@ from pathlib import Path
 from ckplan.errors import InputError
 from ckplan.planning.recommend import Recommendation
 from ckplan.profile import StorageProfile
-from ckplan.render.document import Bullets, Decision, Document, Heading, Image, Para, TableBlock, to_html, to_markdown
+from ckplan.render.document import Bullets, Decision, Document, Heading, Image, Para, TableBlock
+from ckplan.render.formats import document_formats
 from ckplan.schema import Model
 from ckplan.sizing.plan import CheckpointPlan
 from ckplan.units import fmt_bytes, fmt_duration, fmt_named, fmt_percent, fmt_rate
@@ -165,7 +166,9 @@ def write_report(plan: CheckpointPlan, profile: StorageProfile, rec: Recommendat
         raise InputError(f"cannot create {out}: {exc.strerror}") from None
     charts = report_charts(rec, profile, out, plt)
     doc = build_document(plan, profile, rec, {path.name: data for path, data in charts.items()})
-    md, page = out / "report.md", out / "report.html"
-    md.write_text(to_markdown(doc), encoding="utf-8")
-    page.write_text(to_html(doc), encoding="utf-8")
-    return ReportFiles(markdown=str(md), html=str(page), charts=[str(c) for c in charts], recommendation=rec)
+    written = {}
+    for name, document_format in document_formats().items():
+        path = out / f"report{document_format.suffix}"
+        path.write_text(document_format.render(doc), encoding="utf-8")
+        written[name] = str(path)
+    return ReportFiles(**written, charts=[str(c) for c in charts], recommendation=rec)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import importlib
 import io
+import json
 import pkgutil
 import re
 import struct
@@ -32,6 +33,7 @@ from ckplan.probe.engine import CleanResult
 from ckplan.profile import BandwidthPoint, Replay, Spread
 from ckplan.profile_store import ProfileList, ProfileRow
 from ckplan.render import document
+from ckplan.render.formats import document_formats, html, markdown
 from ckplan.report import ReportFiles
 from ckplan.sizing.plan import build_plan, interval_demand
 from ckplan.validate.model import Validation, scaled_prediction
@@ -68,6 +70,7 @@ def test_every_render_module_is_covered():
         "console",
         "diagnose",
         "document",
+        "formats",
         "plan",
         "profile",
         "provision",
@@ -402,10 +405,10 @@ def test_document_markdown_and_html():
         document.TableBlock(["k", "v"], [["save", "12.0 s"]]),
         document.Image("w.png", "waste", PNG_3X2),
     )
-    md = document.to_markdown(doc)
+    md = markdown.render(doc)
     assert md.startswith("# Title <1>") and "## Head" in md and "- x" in md and "| save | 12.0 s |" in md
     assert "![waste](w.png)" in md
-    page = document.to_html(doc)
+    page = html.render(doc)
     assert "<title>Title &lt;1&gt;</title>" in page and "<td>12.0 s</td>" in page
     assert f'src="data:image/png;base64,{base64.b64encode(PNG_3X2).decode()}"' in page
     assert 'width="3" height="2" alt="waste"' in page  # the PNG's own size, read from its header
@@ -418,3 +421,23 @@ def test_charts_module_gives_pyplot_on_agg():
     import matplotlib
 
     assert matplotlib.get_backend().lower() == "agg" and hasattr(plt, "subplots")
+
+
+def test_the_formats_are_chosen_in_one_place_and_each_fills_its_own_field(capsys):
+    from ckplan.render import emit
+
+    plan = hand_plan([("a.pt", GB, 0, 0)])
+    emit(plan, as_json=True)
+    assert capsys.readouterr().out == plan.model_dump_json(indent=2) + "\n"
+    formats = document_formats()
+    assert list(formats) == ["markdown", "html"]
+    assert [f.suffix for f in formats.values()] == [".md", ".html"]
+    assert set(formats) <= set(ReportFiles.model_fields)  # write_report fills the field each format is named by
+
+
+def test_json_in_an_ascii_terminal_is_the_same_document_in_escapes():
+    from ckplan.render.formats.json import _ascii_json
+
+    text = '{"a": "10 s … 20 s", "b": "\U0001f600"}'
+    assert _ascii_json(text) == '{"a": "10 s \\u2026 20 s", "b": "\\ud83d\\ude00"}'
+    assert json.loads(_ascii_json(text)) == json.loads(text)

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from ckplan.render.document import VERDICT_COLOURS
+from ckplan.render.formats.html import VERDICT_COLOURS
 from tests.conftest import run_json
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

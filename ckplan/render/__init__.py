@@ -1,45 +1,17 @@
-"""Output formats: rich tables for people, JSON for tools, Markdown/HTML for reports.
+"""Output: rich tables for people, JSON for tools, Markdown/HTML for reports (the formats live in `formats/`).
 
-`emit(result, as_json)` prints any command's result: its pydantic JSON, or the renderer registered for its type.
-The registry names each renderer's module instead of importing it, because importing every renderer costs
-~70 ms (rich tables, the probe's progress display) and `ckplan size` must start fast; a renderer
-module is imported only when its result is printed.
+`emit(result, as_json)` prints any command's result in the format the command's `--json` flag chose.
 """
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 from pydantic import BaseModel
 
-# result type name → (module under ckplan.render, function)
-RENDERERS: dict[str, tuple[str, str]] = {
-    "CheckpointPlan": ("plan", "render_plan"),
-    "ModelCatalog": ("catalog", "render_models"),
-    "StorageProfile": ("profile", "render_profile"),
-    "Calibration": ("profile", "render_calibration"),
-    "ProfileList": ("profile", "render_profiles"),
-    "CleanResult": ("clean", "render_clean"),
-    "Recommendation": ("recommend", "render_recommendation"),
-    "Comparison": ("recommend", "render_comparison"),
-    "ReportFiles": ("recommend", "render_report_files"),
-    "Validation": ("validate", "render_validation"),
-    "ProvisionSweep": ("provision", "render_provision"),
-    "Diagnosis": ("diagnose", "render_diagnosis"),
-    "RecordDiagnosis": ("diagnose", "render_record_diagnosis"),
-    "RecordValidation": ("validate", "render_record_validation"),
-    "WatchResult": ("watch", "render_watch"),
-    "CompressReport": ("compress", "render_compress"),
-}
+from ckplan.render.formats import result_format
 
 
 def emit(result: BaseModel, as_json: bool, **options: Any) -> None:
-    """Print a result as JSON (the same model) or through its renderer; `options` go to the renderer."""
-    if as_json:
-        from ckplan.render.console import print_json
-
-        print_json(result)
-        return
-    module, function = RENDERERS[type(result).__name__]
-    getattr(importlib.import_module(f"ckplan.render.{module}"), function)(result, **options)
+    """Print a result as JSON (the same model) or through its table renderer; `options` go to the renderer."""
+    result_format(as_json).emit(result, **options)

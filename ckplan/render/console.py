@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.text import Text
 
-from ckplan.terminal import encodable, for_encoding, visible
+from ckplan.terminal import for_encoding, visible
 
 
 def shown(text: object) -> str:
@@ -39,27 +39,3 @@ def console() -> Console:
 @lru_cache(maxsize=1)
 def err_console() -> Console:
     return _Console(stderr=True, highlight=False, emoji=False)
-
-
-def print_json(model) -> None:
-    """The command's pydantic model, exactly as the table renders it. Where stdout's encoding cannot hold a
-    character, it is written as JSON's \\u escape: the same document in ASCII."""
-    text = model.model_dump_json(indent=2)
-    if not encodable(text, getattr(sys.stdout, "encoding", None) or "utf-8"):
-        text = _ascii_json(text)
-    sys.stdout.write(text + "\n")
-
-
-def _ascii_json(text: str) -> str:
-    # outside its strings a JSON document is ASCII, so every other character is inside one, where \uXXXX (a
-    # surrogate pair past the BMP) stands for it exactly
-    import re
-
-    def escaped(match: re.Match[str]) -> str:
-        code = ord(match[0])
-        if code < 0x10000:
-            return f"\\u{code:04x}"
-        code -= 0x10000
-        return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
-
-    return re.sub(r"[^\x00-\x7f]", escaped, text)

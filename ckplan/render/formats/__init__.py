@@ -1,0 +1,46 @@
+"""Output formats behind two small interfaces, each chosen in one place.
+
+A command's result is printed in one `ResultFormat` (a rich table for people, JSON for tools), picked by
+`result_format`. A report's `Document` is written in every `DocumentFormat` (Markdown, HTML), each named by the
+suffix of the file it fills. Adding a format is one module here and one line in its registry.
+
+Each format's module is imported only when it is used: `ckplan size` must start fast, and the table format pulls
+in rich and every renderer.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+    from ckplan.render.document import Document
+
+
+class ResultFormat(Protocol):
+    def emit(self, result: BaseModel, **options: Any) -> None:
+        """Print one command's result to stdout; `options` are the renderer's (a table's), others ignore them."""
+
+
+class DocumentFormat(Protocol):
+    suffix: str
+
+    def render(self, doc: Document) -> str:
+        """The whole document as the text of one file."""
+
+
+# name → module under ckplan.render.formats whose module-level `emit` / `render` implement the interface
+RESULT_FORMATS = {"table": "table", "json": "json"}
+DOCUMENT_FORMATS = ("markdown", "html")
+
+
+def result_format(as_json: bool) -> ResultFormat:
+    module: Any = importlib.import_module(f"ckplan.render.formats.{RESULT_FORMATS['json' if as_json else 'table']}")
+    return module
+
+
+def document_formats() -> dict[str, DocumentFormat]:
+    """Every document format by name (the name is also the field of `ReportFiles` that holds its file's path)."""
+    return {name: importlib.import_module(f"ckplan.render.formats.{name}") for name in DOCUMENT_FORMATS}  # type: ignore[misc]
