@@ -31,13 +31,14 @@ class DocumentFormat(Protocol):
         """The whole document as the text of one file."""
 
 
-# name → module under ckplan.render.formats whose module-level `emit` / `render` implement the interface
-RESULT_FORMATS = {"table": "table", "json": "json"}
+# each a module under ckplan.render.formats whose module-level `emit` / `suffix` and `render` are the interface
+RESULT_FORMATS = ("table", "json")
 DOCUMENT_FORMATS = ("markdown", "html")
 
 
 def result_format(as_json: bool) -> ResultFormat:
-    module: Any = importlib.import_module(f"ckplan.render.formats.{RESULT_FORMATS['json' if as_json else 'table']}")
+    """The format a command's `--json` flag chose."""
+    module: Any = importlib.import_module(f"ckplan.render.formats.{RESULT_FORMATS[as_json]}")
     return module
 
 
