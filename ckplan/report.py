@@ -41,13 +41,28 @@ def build_document(
             quiet=True,
         ),
     )
+    doc.add(*_save_blocks(plan))
+    doc.add(*_storage_blocks(profile), Image("bandwidth.png", "bandwidth against writers", charts["bandwidth.png"]))
     doc.add(
+        Heading("Constraints and intervals"),
+        TableBlock(["figure", "value"], _interval_rows(rec)),
+        Image("waste.png", "waste against interval", charts["waste.png"]),
+    )
+    if rec.what_if:
+        doc.add(Heading("What-ifs"), _what_if_table(rec))
+    if rec.warnings:
+        doc.add(Heading("Warnings"), Bullets(rec.warnings))
+    doc.add(Heading("Assumptions"), Bullets(plan.assumptions + rec.assumptions))
+    return doc
+
+
+def _save_blocks(plan: CheckpointPlan) -> list:
+    per_param = f"{plan.bytes_per_parameter:.2f}" if plan.bytes_per_parameter is not None else "unknown"
+    return [
         Heading("What one save writes"),
         Para(
             f"{fmt_bytes(plan.total_bytes)} in {plan.file_count:,} files from {plan.writers:,} writers on "
-            f"{plan.nodes_writing} node(s); "
-            f"{f'{plan.bytes_per_parameter:.2f}' if plan.bytes_per_parameter is not None else 'unknown'} bytes/parameter; "
-            "busiest node "
+            f"{plan.nodes_writing} node(s); {per_param} bytes/parameter; busiest node "
             f"{fmt_bytes(plan.bytes_per_node_max)}, busiest rank {fmt_bytes(plan.bytes_per_rank_max)}."
         ),
         TableBlock(
@@ -58,9 +73,12 @@ def build_document(
             ]
             + [["small files + overhead", "", "", fmt_bytes(plan.small_file_bytes)]],
         ),
-    )
+    ]
+
+
+def _storage_blocks(profile: StorageProfile) -> list:
     m = profile.measurement
-    doc.add(
+    return [
         Heading("Storage"),
         Para(
             f"{profile.name}: {profile.target}, {profile.fs_type} ({profile.storage_class}), "
@@ -91,8 +109,10 @@ def build_document(
             Para(f"Incomplete probe: the {f.phase} failed ({f.error}); the profile lacks {f.missing}.")
             for f in profile.failed_phases
         ),
-        Image("bandwidth.png", "bandwidth against writers", charts["bandwidth.png"]),
-    )
+    ]
+
+
+def _interval_rows(rec: Recommendation) -> list[list[str]]:
     rows = [["save (persist) time", rec.save_span()]]
     if rec.machine_defaults is not None:
         d = rec.machine_defaults
@@ -125,35 +145,25 @@ def build_document(
         ["recommended", _d(rec.recommended_interval_s)],
         ["expected waste / ETTR", f"{fmt_percent(rec.expected_waste_fraction)} / {fmt_percent(rec.ettr)}"],
     ]
-    rows += [[f"needed: {k}", fmt_named(k, v)] for k, v in rec.needed.items()]
-    doc.add(
-        Heading("Constraints and intervals"),
-        TableBlock(["figure", "value"], rows),
-        Image("waste.png", "waste against interval", charts["waste.png"]),
+    return rows + [[f"needed: {k}", fmt_named(k, v)] for k, v in rec.needed.items()]
+
+
+def _what_if_table(rec: Recommendation) -> TableBlock:
+    return TableBlock(
+        ["mitigation", "save", "stall", "shortest safe τ", "recommended τ", "verdict", "waste"],
+        [
+            [
+                w.mitigation,
+                _d(w.save_seconds),
+                _d(w.stall_seconds),
+                _d(w.shortest_safe_interval_s),
+                _d(w.recommended_interval_s),
+                w.verdict,
+                fmt_percent(w.expected_waste_fraction),
+            ]
+            for w in rec.what_if
+        ],
     )
-    if rec.what_if:
-        doc.add(
-            Heading("What-ifs"),
-            TableBlock(
-                ["mitigation", "save", "stall", "shortest safe τ", "recommended τ", "verdict", "waste"],
-                [
-                    [
-                        w.mitigation,
-                        _d(w.save_seconds),
-                        _d(w.stall_seconds),
-                        _d(w.shortest_safe_interval_s),
-                        _d(w.recommended_interval_s),
-                        w.verdict,
-                        fmt_percent(w.expected_waste_fraction),
-                    ]
-                    for w in rec.what_if
-                ],
-            ),
-        )
-    if rec.warnings:
-        doc.add(Heading("Warnings"), Bullets(rec.warnings))
-    doc.add(Heading("Assumptions"), Bullets(plan.assumptions + rec.assumptions))
-    return doc
 
 
 def write_report(plan: CheckpointPlan, profile: StorageProfile, rec: Recommendation, out: Path) -> ReportFiles:
