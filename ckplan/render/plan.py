@@ -20,31 +20,7 @@ def render_plan(plan: CheckpointPlan, full_manifest: bool = False) -> None:
         + (f"; {plan.bytes_per_parameter:.2f} bytes/param of state.\n" if plan.parameters else ".\n")
     )
 
-    def per_param(nbytes: int, digits: int = 3) -> str:  # a plan measured from disk may not know its parameters
-        return f"{nbytes / plan.parameters:.{digits}f}" if plan.parameters else "–"
-
-    states = Table(title="What one save holds", title_justify="left")
-    for col in ("state", "dtype", "bytes/param", "bytes"):
-        states.add_column(col, justify="right" if col != "state" else "left")
-    for s in plan.breakdown:
-        states.add_row(shown(s.name), shown(s.dtype), per_param(s.bytes), fmt_bytes(s.bytes))
-    for s in plan.not_saved:
-        states.add_row(
-            f"[dim]{shown(s.name)} (held, not saved)[/dim]",
-            f"[dim]{shown(s.dtype)}[/dim]",
-            "[dim]0[/dim]",
-            "[dim]–[/dim]",
-        )
-    states.add_row(
-        "small files + file overhead", "", per_param(plan.small_file_bytes, 4), fmt_bytes(plan.small_file_bytes)
-    )
-    states.add_row(
-        "[bold]total[/bold]",
-        "",
-        f"[bold]{per_param(plan.total_bytes)}[/bold]",
-        f"[bold]{fmt_bytes(plan.total_bytes)}[/bold]",
-    )
-    out.print(states)
+    out.print(_states_table(plan))
 
     nodes = Table(title="Who writes it", title_justify="left")
     for col in ("node", "writers", "files", "bytes"):
@@ -78,6 +54,43 @@ def render_plan(plan: CheckpointPlan, full_manifest: bool = False) -> None:
     if plan.restore:
         _render_restore(plan)
 
+    _render_demand(plan)
+
+    out.print("[bold]Assumptions[/bold]")
+    for a in plan.assumptions:
+        out.print(f" • {shown(a)}")
+
+
+def _states_table(plan: CheckpointPlan) -> Table:
+    def per_param(nbytes: int, digits: int = 3) -> str:  # a plan measured from disk may not know its parameters
+        return f"{nbytes / plan.parameters:.{digits}f}" if plan.parameters else "–"
+
+    states = Table(title="What one save holds", title_justify="left")
+    for col in ("state", "dtype", "bytes/param", "bytes"):
+        states.add_column(col, justify="right" if col != "state" else "left")
+    for s in plan.breakdown:
+        states.add_row(shown(s.name), shown(s.dtype), per_param(s.bytes), fmt_bytes(s.bytes))
+    for s in plan.not_saved:
+        states.add_row(
+            f"[dim]{shown(s.name)} (held, not saved)[/dim]",
+            f"[dim]{shown(s.dtype)}[/dim]",
+            "[dim]0[/dim]",
+            "[dim]–[/dim]",
+        )
+    states.add_row(
+        "small files + file overhead", "", per_param(plan.small_file_bytes, 4), fmt_bytes(plan.small_file_bytes)
+    )
+    states.add_row(
+        "[bold]total[/bold]",
+        "",
+        f"[bold]{per_param(plan.total_bytes)}[/bold]",
+        f"[bold]{fmt_bytes(plan.total_bytes)}[/bold]",
+    )
+    return states
+
+
+def _render_demand(plan: CheckpointPlan) -> None:
+    out = console()
     if plan.interval:
         d = plan.interval
         demand = Table(
@@ -114,10 +127,6 @@ def render_plan(plan: CheckpointPlan, full_manifest: bool = False) -> None:
             )
         out.print(typical)
         out.print("")
-
-    out.print("[bold]Assumptions[/bold]")
-    for a in plan.assumptions:
-        out.print(f" • {shown(a)}")
 
 
 def _render_restore(plan: CheckpointPlan) -> None:
