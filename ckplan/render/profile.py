@@ -21,10 +21,52 @@ def _spread(s, fmt) -> str:
 
 def render_profile(p: StorageProfile) -> None:
     out = console()
+    objects = p.target_kind == "s3"
+    _render_where(p, objects)
+    _render_bandwidth(p, objects)
+    s = p.small_files
+    how = "one PUT each" if objects else "create+write+fsync+close"
+    out.print(
+        f"Small {'objects' if objects else 'files'} ({fmt_bytes(s.file_bytes_min)}–{fmt_bytes(s.file_bytes_max)}, {how}, "
+        f"{s.writers} writers): [bold]{s.files_per_s:,.0f} files/s[/bold], {s.ops_per_s:,.0f} ops/s "
+        + _spread(s.spread, lambda v: f"{v:,.0f}")
+    )
+    out.print(_latency_table(p, objects))
+    if p.replay:
+        r = p.replay
+        out.print(
+            f"Replay of one node's share ({shown(r.method)}, {shown(r.write_path)} writes): {r.files} files, "
+            f"{fmt_bytes(r.bytes)} "
+            f"from {r.writers} writers at scale {r.scale:g}: [bold]{fmt_duration(r.seconds)}[/bold] "
+            f"({fmt_rate(r.bytes / r.seconds)}) "
+            + _spread(r.spread, fmt_duration)
+            + f"; at full size ≈ {fmt_duration(r.full_scale_seconds)}"
+        )
+    if p.calibration:
+        c = p.calibration
+        out.print(
+            "This machine's serialisers (measured here, one writer per core, into /dev/null): "
+            + ", ".join(
+                f"{shown(fmt)} {fmt_rate(v)} " + _spread(c.serialize_spread.get(fmt), fmt_rate)
+                for fmt, v in c.serialize_bytes_per_s.items()
+            )
+            + (
+                f"; DCP fixed cost per save {fmt_duration(c.dcp_fixed_seconds)} ({c.dcp_ranks} ranks) "
+                + _spread(c.dcp_fixed_spread, fmt_duration)
+                if c.dcp_fixed_seconds is not None
+                else ""
+            )
+        )
+    for note in p.notes:
+        out.print(f"[yellow]note:[/yellow] {shown(note)}")
+
+
+def _render_where(p: StorageProfile, objects: bool) -> None:
+    """What was measured, where, and how."""
+    out = console()
     mode = {True: "buffered and direct I/O measured", False: "buffered only (O_DIRECT refused)", None: "n/a"}[
         p.direct_io
     ]
-    objects = p.target_kind == "s3"
     if objects:
         where = f"endpoint {shown(p.mount_options.get('endpoint', '-'))}, region {shown(p.mount_options.get('region', '-'))}"
     elif p.target_kind == "hosts":
@@ -57,6 +99,10 @@ def render_profile(p: StorageProfile) -> None:
             f"fio job files of its {len(m.jobs)} runs, in order: {shown(m.jobs_dir)} "
             f"(`sh {shown(m.jobs_dir)}/run.sh` runs them again)"
         )
+
+
+def _render_bandwidth(p: StorageProfile, objects: bool) -> None:
+    out = console()
     table = Table(
         title="Write bandwidth against concurrent multipart streams"
         if objects
@@ -87,13 +133,9 @@ def render_profile(p: StorageProfile) -> None:
                 str(b.hosts), fmt_rate(b.bytes_per_s), fmt_rate(b.bytes_per_s / b.hosts), _spread(b.spread, fmt_rate)
             )
         out.print(agg)
-    s = p.small_files
-    how = "one PUT each" if objects else "create+write+fsync+close"
-    out.print(
-        f"Small {'objects' if objects else 'files'} ({fmt_bytes(s.file_bytes_min)}–{fmt_bytes(s.file_bytes_max)}, {how}, "
-        f"{s.writers} writers): [bold]{s.files_per_s:,.0f} files/s[/bold], {s.ops_per_s:,.0f} ops/s "
-        + _spread(s.spread, lambda v: f"{v:,.0f}")
-    )
+
+
+def _latency_table(p: StorageProfile, objects: bool) -> Table:
     lat = Table(title="Latency", title_justify="left")
     for col in ("operation", "p50", "p99", "p99.9"):
         lat.add_column(col, justify="right" if col != "operation" else "left")
@@ -104,34 +146,7 @@ def render_profile(p: StorageProfile) -> None:
     if p.sync_write_latency:
         w = p.sync_write_latency
         lat.add_row("4 KiB O_SYNC write", *(fmt_duration(v) for v in (w.p50_s, w.p99_s, w.p999_s)))
-    out.print(lat)
-    if p.replay:
-        r = p.replay
-        out.print(
-            f"Replay of one node's share ({shown(r.method)}, {shown(r.write_path)} writes): {r.files} files, "
-            f"{fmt_bytes(r.bytes)} "
-            f"from {r.writers} writers at scale {r.scale:g}: [bold]{fmt_duration(r.seconds)}[/bold] "
-            f"({fmt_rate(r.bytes / r.seconds)}) "
-            + _spread(r.spread, fmt_duration)
-            + f"; at full size ≈ {fmt_duration(r.full_scale_seconds)}"
-        )
-    if p.calibration:
-        c = p.calibration
-        out.print(
-            "This machine's serialisers (measured here, one writer per core, into /dev/null): "
-            + ", ".join(
-                f"{shown(fmt)} {fmt_rate(v)} " + _spread(c.serialize_spread.get(fmt), fmt_rate)
-                for fmt, v in c.serialize_bytes_per_s.items()
-            )
-            + (
-                f"; DCP fixed cost per save {fmt_duration(c.dcp_fixed_seconds)} ({c.dcp_ranks} ranks) "
-                + _spread(c.dcp_fixed_spread, fmt_duration)
-                if c.dcp_fixed_seconds is not None
-                else ""
-            )
-        )
-    for note in p.notes:
-        out.print(f"[yellow]note:[/yellow] {shown(note)}")
+    return lat
 
 
 def render_calibration(c) -> None:
