@@ -45,40 +45,7 @@ def render_provision(sweep: ProvisionSweep) -> None:
                 *[""] * (len(cols) - 3),
             )
             continue
-        # a feasible row has every figure (Provision's fields are optional for the infeasible ones)
-        assert (
-            r.interval_s is not None
-            and r.save_seconds is not None
-            and r.burst_bandwidth_bytes_per_s is not None
-            and r.sustained_bandwidth_bytes_per_s is not None
-            and r.node_bandwidth_bytes_per_s is not None
-            and r.files_per_s is not None
-            and r.expected_ettr is not None
-        )
-        row = [
-            f"{r.gpus:,}",
-            fmt_duration(r.mtbf_s),
-            fmt_duration(r.interval_s),
-            fmt_duration(r.save_seconds),
-            fmt_rate(r.burst_bandwidth_bytes_per_s),
-            fmt_rate(r.sustained_bandwidth_bytes_per_s),
-            fmt_rate(r.node_bandwidth_bytes_per_s),
-            f"{r.files_per_s:,.0f}",
-            fmt_bytes(r.capacity_bytes),
-            fmt_bytes(r.staging_bytes_per_node) if r.staging_bytes_per_node else "–",
-            fmt_percent(r.expected_ettr),
-            fmt_duration(r.restart.seconds) if r.restart else "–",
-        ]
-        if reads:
-            row += [
-                fmt_rate(r.read_bandwidth_bytes_per_s) if r.read_bandwidth_bytes_per_s else "–",
-                fmt_rate(r.node_read_bandwidth_bytes_per_s) if r.node_read_bandwidth_bytes_per_s else "–",
-            ]
-        if sweep.storage and r.headroom is not None:
-            style = "green" if r.headroom >= 1 else "red"
-            mark = " extrapolated" if r.storage_aggregate is not None and r.storage_aggregate.extrapolated else ""
-            row.append(f"[{style}]{_headroom(r)}{mark}[/{style}]")
-        table.add_row(*row)
+        table.add_row(*_feasible_row(sweep, r, reads))
     out.print(table)
     if sweep.storage:
         for r in sweep.rows:
@@ -93,6 +60,43 @@ def render_provision(sweep: ProvisionSweep) -> None:
     out.print("[bold]Assumptions[/bold]")
     for a in sweep.assumptions:
         out.print(f" • {shown(a)}")
+
+
+def _feasible_row(sweep: ProvisionSweep, r: Provision, reads: bool) -> list[str]:
+    # a feasible row has every figure (Provision's fields are optional for the infeasible ones)
+    assert (
+        r.interval_s is not None
+        and r.save_seconds is not None
+        and r.burst_bandwidth_bytes_per_s is not None
+        and r.sustained_bandwidth_bytes_per_s is not None
+        and r.node_bandwidth_bytes_per_s is not None
+        and r.files_per_s is not None
+        and r.expected_ettr is not None
+    )
+    row = [
+        f"{r.gpus:,}",
+        fmt_duration(r.mtbf_s),
+        fmt_duration(r.interval_s),
+        fmt_duration(r.save_seconds),
+        fmt_rate(r.burst_bandwidth_bytes_per_s),
+        fmt_rate(r.sustained_bandwidth_bytes_per_s),
+        fmt_rate(r.node_bandwidth_bytes_per_s),
+        f"{r.files_per_s:,.0f}",
+        fmt_bytes(r.capacity_bytes),
+        fmt_bytes(r.staging_bytes_per_node) if r.staging_bytes_per_node else "–",
+        fmt_percent(r.expected_ettr),
+        fmt_duration(r.restart.seconds) if r.restart else "–",
+    ]
+    if reads:
+        row += [
+            fmt_rate(r.read_bandwidth_bytes_per_s) if r.read_bandwidth_bytes_per_s else "–",
+            fmt_rate(r.node_read_bandwidth_bytes_per_s) if r.node_read_bandwidth_bytes_per_s else "–",
+        ]
+    if sweep.storage and r.headroom is not None:
+        style = "green" if r.headroom >= 1 else "red"
+        mark = " extrapolated" if r.storage_aggregate is not None and r.storage_aggregate.extrapolated else ""
+        row.append(f"[{style}]{_headroom(r)}{mark}[/{style}]")
+    return row
 
 
 def _headroom(r: Provision) -> str:
