@@ -83,6 +83,23 @@ def fit(xs: list[float], ys: list[float]) -> tuple[float, float, float]:
     return slope, intercept, math.sqrt(resid / (n - 2) / sxx)
 
 
+def _axis(saves: list[Save], by: str) -> tuple[list[float], list[float], float | None]:
+    """The saves' x values (save numbers, or wall time in median gaps), their timestamps where every save has one
+    (else none), and the median gap between them."""
+    from ckplan.errors import InputError
+
+    ats = [s.at for s in saves if s.at is not None]
+    if len(ats) < len(saves):
+        if by == "wall time":
+            raise InputError("‹by› time needs timestamps on every save line")
+        ats = []
+    gaps = [b - a for a, b in zip(ats, ats[1:], strict=False)]
+    gap = statistics.median(gaps) if gaps else None
+    if by == "wall time" and gap:
+        return [(at - ats[0]) / gap for at in ats], ats, gap
+    return [float(i) for i in range(len(saves))], ats, gap
+
+
 def diagnose(
     saves: list[Save],
     logs: list[str],
@@ -99,15 +116,8 @@ def diagnose(
             "(give ‹pattern› for another log format)"
         )
     ys = [s.seconds for s in saves]
-    ats = [s.at for s in saves if s.at is not None]
-    stamped = len(ats) == len(saves)
-    if by == "wall time" and not stamped:
-        raise InputError("‹by› time needs timestamps on every save line")
-    gaps = [b - a for a, b in zip(ats, ats[1:], strict=False)] if stamped else []
-    gap = statistics.median(gaps) if gaps else None
-    xs: list[float] = [float(i) for i in range(len(saves))]
-    if by == "wall time" and gap:
-        xs = [(at - ats[0]) / gap for at in ats]
+    xs, ats, gap = _axis(saves, by)
+    stamped = bool(ats)
     slope, intercept, se = fit(xs, ys)
     t = _t95(len(saves) - 2)
     ci = (slope - t * se, slope + t * se) if math.isfinite(se) else (-math.inf, math.inf)
