@@ -62,6 +62,14 @@ class RestoreManifest(Model):
     notes: list[str]
 
 
+def _add_file(node_diff: list[int], files_diff: list[int], first: int, last: int, nbytes: int) -> None:
+    """One file of `nbytes` read by every node from `first` to `last`, in the per-node difference arrays."""
+    node_diff[first] += nbytes
+    node_diff[last + 1] -= nbytes
+    files_diff[first] += 1
+    files_diff[last + 1] -= 1
+
+
 def restore_manifest(reads: list[Read], par: Parallelism, checkpoint_bytes: int, notes: list[str]) -> RestoreManifest:
     """Sum the reads per rank and per node. The busiest node is the one reading the most distinct bytes from storage
     (ties: the most requested); `checkpoint_bytes` is the save's total, which the read amplification divides by."""
@@ -87,25 +95,16 @@ def restore_manifest(reads: list[Read], par: Parallelism, checkpoint_bytes: int,
             covered = repeated[r.path]
             fresh = {rank // per_node for rank in range(first, last + 1, who.step)} - covered
             for n in fresh:
-                node_diff[n] += r.bytes
-                node_diff[n + 1] -= r.bytes
-                files_diff[n] += 1
-                files_diff[n + 1] -= 1
+                _add_file(node_diff, files_diff, n, n, r.bytes)
             covered |= fresh
             nodes = len(fresh)
         elif who.step <= per_node or who.count == 1:  # readers on every node from the first's to the last's
             a, b = first // per_node, last // per_node
-            node_diff[a] += r.bytes
-            node_diff[b + 1] -= r.bytes
-            files_diff[a] += 1
-            files_diff[b + 1] -= 1
+            _add_file(node_diff, files_diff, a, b, r.bytes)
             nodes = b - a + 1
         else:  # one reader per node
             for rank in range(first, last + 1, who.step):
-                node_diff[rank // per_node] += r.bytes
-                node_diff[rank // per_node + 1] -= r.bytes
-                files_diff[rank // per_node] += 1
-                files_diff[rank // per_node + 1] -= 1
+                _add_file(node_diff, files_diff, rank // per_node, rank // per_node, r.bytes)
             nodes = who.count
         if who.count == 1:
             own_files += 1
@@ -170,23 +169,8 @@ def restore_error(
             f"restore.own_files {m.own_files} and restore.files ({len(m.files)}) read more than twice the "
             f"manifest's {len(files):,} files"
         )
-    rows: Counter[str] = Counter()
-    for i, f in enumerate(m.files):
-        where = f"restore.files.{i}"
-        size = files.get(f.path)
-        rows[f.path] += 1
-        if size is None:
-            return f"{where}.path {f.path[:120]!r} is not in the manifest"
-        if rows[f.path] > 2:
-            return f"{where}.path {f.path[:120]!r} is listed a third time: a file is read at most two ways"
-        if f.format != file_format(f.path):
-            return f"{where}.format is {f.format!r}; the file's name gives {file_format(f.path)!r}"
-        if f.bytes < size or (f.bytes % size if size else f.bytes):
-            return f"{where}.bytes is {f.bytes:,}: each reader reads the file's {size:,} bytes a whole number of times"
-        if not 2 <= f.readers <= gpus:  # a file only one rank reads is counted in own_files instead
-            return f"{where}.readers is {f.readers}: a listed file is read by 2 to setup.gpus {gpus} ranks"
-        if f.nodes > min(f.readers, nodes):
-            return f"{where}.nodes is {f.nodes}: more than its {f.readers} readers or setup.nodes {nodes}"
+    if error := _listed_file_error(m, files, gpus, nodes):
+        return error
     requested = m.own_bytes + sum(f.bytes * f.readers for f in m.files)
     if m.requested_bytes != requested:
         return f"restore.requested_bytes is {m.requested_bytes:,}, but own_bytes + the files' bytes × readers give {requested:,}"
@@ -228,6 +212,28 @@ def restore_error(
             f"restore.read_amplification is {m.read_amplification:g}, but storage_bytes ÷ total_bytes is "
             f"{m.storage_bytes / total_bytes:g}"
         )
+    return None
+
+
+def _listed_file_error(m: RestoreManifest, files: dict[str, int], gpus: int, nodes: int) -> str | None:
+    """What is wrong with one of the manifest's files read by many ranks, or None."""
+    rows: Counter[str] = Counter()
+    for i, f in enumerate(m.files):
+        where = f"restore.files.{i}"
+        size = files.get(f.path)
+        rows[f.path] += 1
+        if size is None:
+            return f"{where}.path {f.path[:120]!r} is not in the manifest"
+        if rows[f.path] > 2:
+            return f"{where}.path {f.path[:120]!r} is listed a third time: a file is read at most two ways"
+        if f.format != file_format(f.path):
+            return f"{where}.format is {f.format!r}; the file's name gives {file_format(f.path)!r}"
+        if f.bytes < size or (f.bytes % size if size else f.bytes):
+            return f"{where}.bytes is {f.bytes:,}: each reader reads the file's {size:,} bytes a whole number of times"
+        if not 2 <= f.readers <= gpus:  # a file only one rank reads is counted in own_files instead
+            return f"{where}.readers is {f.readers}: a listed file is read by 2 to setup.gpus {gpus} ranks"
+        if f.nodes > min(f.readers, nodes):
+            return f"{where}.nodes is {f.nodes}: more than its {f.readers} readers or setup.nodes {nodes}"
     return None
 
 
