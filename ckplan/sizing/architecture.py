@@ -119,6 +119,68 @@ class Tensor:
         return n
 
 
+class _Modules:
+    """The parameter tensors of one architecture's modules, by kind of module."""
+
+    def __init__(self, arch: Architecture):
+        self.arch, h = arch, arch.hidden
+        self.h = h
+        head_dim = arch.head_dim or h // arch.heads
+        # without an explicit head_dim, q and o are hidden × hidden, as in every such config (DLIO's 1T has
+        # hidden 25,872 over 192 heads, which does not divide: its q is still 25,872 wide)
+        self.q, self.kv = (arch.heads * head_dim if arch.head_dim else h), arch.kv_heads * head_dim
+        self.qkv_bias = arch.linear_bias or arch.qkv_bias
+        self.out_bias = arch.linear_bias or arch.attn_out_bias
+        self.mlp_bias = arch.linear_bias or arch.mlp_bias
+
+    def norm(self, prefix: str, layer: int | None, width: int | None = None) -> list[Tensor]:
+        width = self.h if width is None else width
+        items = [Tensor(f"{prefix}.weight", (width,), "vector", layer)]
+        if self.arch.norm == "layernorm":
+            items.append(Tensor(f"{prefix}.bias", (width,), "vector", layer))
+        return items
+
+    @staticmethod
+    def linear(name: str, rows: int, cols: int, layer: int, bias: bool, expert: int | None = None) -> list[Tensor]:
+        items = [Tensor(f"{name}.weight", (rows, cols), "matrix", layer, expert)]
+        if bias:
+            items.append(Tensor(f"{name}.bias", (rows,), "vector", layer, expert))
+        return items
+
+    def mlp(self, prefix: str, width: int, layer: int, expert: int | None = None) -> list[Tensor]:
+        h, bias, linear = self.h, self.mlp_bias, self.linear
+        items = linear(f"{prefix}.gate_proj", width, h, layer, bias, expert) if self.arch.mlp == "gated" else []
+        items += linear(f"{prefix}.up_proj", width, h, layer, bias, expert)
+        return items + linear(f"{prefix}.down_proj", h, width, layer, bias, expert)
+
+    def attention(self, p: str, i: int) -> list[Tensor]:
+        arch, h, q, kv, linear = self.arch, self.h, self.q, self.kv, self.linear
+        mla = arch.attention
+        if mla is None:
+            if arch.fused_qkv:
+                items = linear(f"{p}.qkv_proj", q + 2 * kv, h, i, self.qkv_bias)
+            else:
+                items = [
+                    t
+                    for proj, rows in (("q_proj", q), ("k_proj", kv), ("v_proj", kv))
+                    for t in linear(f"{p}.{proj}", rows, h, i, self.qkv_bias)
+                ]
+            return items + linear(f"{p}.o_proj", h, q, i, self.out_bias)
+        qk_head = mla.qk_nope_head_dim + mla.qk_rope_head_dim
+        if mla.q_lora_rank:
+            items = linear(f"{p}.q_a_proj", mla.q_lora_rank, h, i, self.qkv_bias)
+            items += self.norm(f"{p}.q_a_layernorm", i, mla.q_lora_rank)
+            items += linear(f"{p}.q_b_proj", arch.heads * qk_head, mla.q_lora_rank, i, False)
+        else:
+            items = linear(f"{p}.q_proj", arch.heads * qk_head, h, i, False)
+        items += linear(f"{p}.kv_a_proj_with_mqa", mla.kv_lora_rank + mla.qk_rope_head_dim, h, i, self.qkv_bias)
+        items += self.norm(f"{p}.kv_a_layernorm", i, mla.kv_lora_rank)
+        items += linear(
+            f"{p}.kv_b_proj", arch.heads * (mla.qk_nope_head_dim + mla.v_head_dim), mla.kv_lora_rank, i, False
+        )
+        return items + linear(f"{p}.o_proj", h, arch.heads * mla.v_head_dim, i, self.out_bias)
+
+
 def tensors(arch: Architecture) -> list[Tensor]:
     """Every parameter tensor, in module order (embedding, blocks, final norm, head).
 
@@ -126,81 +188,30 @@ def tensors(arch: Architecture) -> list[Tensor]:
     so that layouts and optimizers see one naming: a routed expert's tensors sit under `mlp.experts.N.`, the router
     under `mlp.gate`, a shared expert under `mlp.shared_experts`.
     """
-    h = arch.hidden
-    head_dim = arch.head_dim or h // arch.heads
-    # without an explicit head_dim, q and o are hidden × hidden, as in every such config (DLIO's 1T has
-    # hidden 25,872 over 192 heads, which does not divide: its q is still 25,872 wide)
-    q, kv = (arch.heads * head_dim if arch.head_dim else h), arch.kv_heads * head_dim
-    qkv_bias = arch.linear_bias or arch.qkv_bias
-    out_bias = arch.linear_bias or arch.attn_out_bias
-    mlp_bias = arch.linear_bias or arch.mlp_bias
+    h, m = arch.hidden, _Modules(arch)
     out: list[Tensor] = [Tensor("embed_tokens.weight", (arch.vocab, h), "embedding", None)]
     if arch.learned_positions:
         out.append(Tensor("embed_positions.weight", (arch.learned_positions, h), "embedding", None))
-
-    def norm(prefix: str, layer: int | None, width: int = h) -> list[Tensor]:
-        items = [Tensor(f"{prefix}.weight", (width,), "vector", layer)]
-        if arch.norm == "layernorm":
-            items.append(Tensor(f"{prefix}.bias", (width,), "vector", layer))
-        return items
-
-    def linear(name: str, rows: int, cols: int, layer: int, bias: bool, expert: int | None = None) -> list[Tensor]:
-        items = [Tensor(f"{name}.weight", (rows, cols), "matrix", layer, expert)]
-        if bias:
-            items.append(Tensor(f"{name}.bias", (rows,), "vector", layer, expert))
-        return items
-
-    def mlp(prefix: str, width: int, layer: int, expert: int | None = None) -> list[Tensor]:
-        items = linear(f"{prefix}.gate_proj", width, h, layer, mlp_bias, expert) if arch.mlp == "gated" else []
-        items += linear(f"{prefix}.up_proj", width, h, layer, mlp_bias, expert)
-        return items + linear(f"{prefix}.down_proj", h, width, layer, mlp_bias, expert)
-
-    def attention(p: str, i: int) -> list[Tensor]:
-        mla = arch.attention
-        if mla is None:
-            if arch.fused_qkv:
-                items = linear(f"{p}.qkv_proj", q + 2 * kv, h, i, qkv_bias)
-            else:
-                items = [
-                    t
-                    for proj, rows in (("q_proj", q), ("k_proj", kv), ("v_proj", kv))
-                    for t in linear(f"{p}.{proj}", rows, h, i, qkv_bias)
-                ]
-            return items + linear(f"{p}.o_proj", h, q, i, out_bias)
-        qk_head = mla.qk_nope_head_dim + mla.qk_rope_head_dim
-        if mla.q_lora_rank:
-            items = linear(f"{p}.q_a_proj", mla.q_lora_rank, h, i, qkv_bias)
-            items += norm(f"{p}.q_a_layernorm", i, mla.q_lora_rank)
-            items += linear(f"{p}.q_b_proj", arch.heads * qk_head, mla.q_lora_rank, i, False)
-        else:
-            items = linear(f"{p}.q_proj", arch.heads * qk_head, h, i, False)
-        items += linear(f"{p}.kv_a_proj_with_mqa", mla.kv_lora_rank + mla.qk_rope_head_dim, h, i, qkv_bias)
-        items += norm(f"{p}.kv_a_layernorm", i, mla.kv_lora_rank)
-        items += linear(
-            f"{p}.kv_b_proj", arch.heads * (mla.qk_nope_head_dim + mla.v_head_dim), mla.kv_lora_rank, i, False
-        )
-        return items + linear(f"{p}.o_proj", h, arch.heads * mla.v_head_dim, i, out_bias)
-
     dense = set(arch.dense_layers)
     for i in range(arch.layers):
         p = f"layers.{i}"
-        out += norm(f"{p}.input_layernorm", i)
-        out += attention(f"{p}.self_attn", i)
+        out += m.norm(f"{p}.input_layernorm", i)
+        out += m.attention(f"{p}.self_attn", i)
         if arch.layer_norms == 2:
-            out += norm(f"{p}.post_attention_layernorm", i)
+            out += m.norm(f"{p}.post_attention_layernorm", i)
         if arch.experts == 1 or i in dense:
-            out += mlp(f"{p}.mlp", arch.ffn, i)
+            out += m.mlp(f"{p}.mlp", arch.ffn, i)
             continue
         out.append(Tensor(f"{p}.mlp.gate.weight", (arch.experts, h), "router", i))
         if arch.router_bias:
             out.append(Tensor(f"{p}.mlp.gate.e_score_correction_bias", (arch.experts,), "router", i))
         for e in range(arch.experts):
-            out += mlp(f"{p}.mlp.experts.{e}", arch.moe_ffn or arch.ffn, i, expert=e)
+            out += m.mlp(f"{p}.mlp.experts.{e}", arch.moe_ffn or arch.ffn, i, expert=e)
         if arch.shared_expert_ffn:  # shared experts are on every rank, like a dense MLP: no expert index
-            out += mlp(f"{p}.mlp.shared_experts", arch.shared_expert_ffn, i)
+            out += m.mlp(f"{p}.mlp.shared_experts", arch.shared_expert_ffn, i)
         if arch.shared_expert_gate:
             out.append(Tensor(f"{p}.mlp.shared_expert_gate.weight", (1, h), "router", i))
-    out += norm("norm", None)
+    out += m.norm("norm", None)
     if not arch.tied_embeddings:
         out.append(Tensor("lm_head.weight", (arch.vocab, h), "head", None))
     return out
