@@ -149,3 +149,16 @@ def test_validate_a_plan_of_an_unknown_framework(tmp_path, disk_profile):
     result = run_cli("validate", str(tmp_path), "--plan", str(plan), "--storage", str(disk_profile))
     assert_one_line_error(result, "unknown framework 'deepspeeed'")
     assert "did you mean deepspeed" in result.stderr
+
+
+def test_a_save_larger_than_max_bytes_is_refused_before_anything_is_written(tmp_path, disk_profile):
+    # a 1e9-parameter plan at scale 0.0005 writes about 8 MB: 1 MB is too little room, and the target stays empty
+    plan = plan_file(tmp_path, "--framework", "hf", "--zero", "0")
+    target = tmp_path / "target"
+    target.mkdir()
+    args = ("validate", str(target), "--plan", str(plan), "--storage", str(disk_profile), "--scale", "0.0005")
+    proc = run_cli(*args, "--max-bytes", "1MB")
+    assert_one_line_error(
+        proc, "the target allows 1.0 MB (1.0 MiB) (half the free space or --max-bytes): lower --scale"
+    )
+    assert list(target.iterdir()) == []

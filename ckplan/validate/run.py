@@ -11,7 +11,7 @@ from ckplan.frameworks import framework_of
 from ckplan.profile import Spread, StorageProfile
 from ckplan.savers.restore import LOADERS, NodeLoads, load_saved, node_loads
 from ckplan.sizing.plan import CheckpointPlan
-from ckplan.units import check_scale
+from ckplan.units import check_scale, fmt_bytes
 from ckplan.validate.model import (
     RestoreValidation,
     Validation,
@@ -40,11 +40,7 @@ def validate(
         raise InputError(f"‹repeats› must be 1 to {MAX_REPEATS}, got {repeats}")
     check_scale(scale, "‹scale›")
     saver = framework_of(plan.setup.framework).saver
-    from ckplan.savers.calibrate import check_torch_saves, torch_available
-
-    if not torch_available():  # the saves import torch in their own processes; this one never needs it
-        raise EnvironmentProblem("validate needs PyTorch: pip install 'ckplan[torch]' (the CPU build, torch==2.13.0)")
-    check_torch_saves(f"validate's {saver.kind} saves", (saver.kind,))
+    _check_torch(saver.kind)
     path = path.expanduser()
     filesystem.check_target(path)
     node, files, prediction = scaled_prediction(plan, profile, scale)
@@ -54,13 +50,7 @@ def validate(
     check_save_processes(len(by_rank), f"saving node {node}'s share of the plan")
     scaled = [f for fs in by_rank.values() for f in fs]
     total = sum(f["bytes"] for f in scaled)
-    free = filesystem.free_bytes(path)
-    budget = min(free // 2 if free is not None else total, max_bytes or total)
-    if total > budget:
-        raise InputError(
-            f"the save writes {total / 1e9:.2f} GB at ‹scale› {scale:g}; the target allows {budget / 1e9:.2f} GB "
-            f"(half the free space or --max-bytes): lower ‹scale›"
-        )
+    _check_room(path, total, scale, max_bytes)
     loads = restore_loads(plan, by_rank) if restore else None
     with scratch_area.ScratchDir(path) as scratch:
         # one unrecorded warm-up save first, as the probe's replay has: the first save of a process pays
@@ -110,6 +100,25 @@ def validate(
         notes=notes,
         restore=restored,
     )
+
+
+def _check_torch(kind: str) -> None:
+    from ckplan.savers.calibrate import check_torch_saves, torch_available
+
+    if not torch_available():  # the saves import torch in their own processes; this one never needs it
+        raise EnvironmentProblem("validate needs PyTorch: pip install 'ckplan[torch]' (the CPU build, torch==2.13.0)")
+    check_torch_saves(f"validate's {kind} saves", (kind,))
+
+
+def _check_room(path: Path, total: int, scale: float, max_bytes: int | None) -> None:
+    """Refuse a save of `total` bytes larger than half the target's free space or `max_bytes`."""
+    free = filesystem.free_bytes(path)
+    budget = min(free // 2 if free is not None else total, max_bytes or total)
+    if total > budget:
+        raise InputError(
+            f"the save writes {fmt_bytes(total)} at ‹scale› {scale:g}; the target allows {fmt_bytes(budget)} "
+            f"(half the free space or --max-bytes): lower ‹scale›"
+        )
 
 
 def restore_loads(plan: CheckpointPlan, saved: dict[int, list[dict]]) -> NodeLoads:
