@@ -142,28 +142,7 @@ def recommend(
     )
     failures_per_day = 86400 / mtbf
     lost = ev.recommended_interval_s / 2 + scenario.save_seconds
-    m = scenario.save_model
-    storage_limit = (
-        f"storage limit at {fmt_rate(m.aggregate_bandwidth_bytes_per_s)} ({m.limited_by}"
-        + (f"; {m.aggregate.label}" if m.aggregate.extrapolated else "")
-        + ")"
-        if m
-        else "save time as given"
-    )
-    if ev.verdict == "infeasible":
-        need = needed.get("aggregate_bandwidth_bytes_per_s")
-        summary = (
-            "no interval meets both the loss window and the overhead budget"
-            + (f"; meeting them needs {fmt_rate(need)} aggregate write bandwidth" if need else "")
-            + "; see the what-ifs"
-        )
-    else:
-        summary = (
-            f"save every {fmt_duration(ev.recommended_interval_s)}"
-            + (f" ({steps:,} steps)" if steps is not None else "")
-            + f"; expected overhead {fmt_percent(ev.overhead_at_recommended)}, expected lost work "
-            f"{fmt_duration(lost)} per failure ({failures_per_day:.2f} failures/day); {storage_limit}"
-        )
+    summary = _summary(ev, scenario.save_model, needed, steps, lost, failures_per_day)
     defaults = machine_defaults(plan, profile, scenario, restart)
     rec = Recommendation(
         plan=plan.describe(),
@@ -194,6 +173,37 @@ def recommend(
     if data is not None:
         rec.what_if = mitigations.what_ifs(plan, profile, policy, mtbf, data)
     return rec
+
+
+def _summary(
+    ev: Evaluation,
+    m: SaveTime | None,
+    needed: dict[str, float],
+    steps: int | None,
+    lost: float,
+    failures_per_day: float,
+) -> str:
+    """The recommendation in one sentence: the interval and what it costs, or why there is none."""
+    if ev.verdict == "infeasible":
+        need = needed.get("aggregate_bandwidth_bytes_per_s")
+        return (
+            "no interval meets both the loss window and the overhead budget"
+            + (f"; meeting them needs {fmt_rate(need)} aggregate write bandwidth" if need else "")
+            + "; see the what-ifs"
+        )
+    storage_limit = (
+        f"storage limit at {fmt_rate(m.aggregate_bandwidth_bytes_per_s)} ({m.limited_by}"
+        + (f"; {m.aggregate.label}" if m.aggregate.extrapolated else "")
+        + ")"
+        if m
+        else "save time as given"
+    )
+    return (
+        f"save every {fmt_duration(ev.recommended_interval_s)}"
+        + (f" ({steps:,} steps)" if steps is not None else "")
+        + f"; expected overhead {fmt_percent(ev.overhead_at_recommended)}, expected lost work "
+        f"{fmt_duration(lost)} per failure ({failures_per_day:.2f} failures/day); {storage_limit}"
+    )
 
 
 class Comparison(Model):
