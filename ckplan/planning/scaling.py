@@ -250,6 +250,14 @@ def aggregate_estimate(
             nodes=nodes,
             per_node_bytes_per_s=per_node,
         )
+    return _beyond_measured(measured, nodes, per_node, where)
+
+
+def _beyond_measured(measured: list[tuple[int, float]], nodes: int, per_node: float, where: str) -> AggregateEstimate:
+    """Past the measured hosts with no limit known: the USL fit where the curve bends, else the best point held flat,
+    and the range up to every node at its own rate where the probe never saw saturation."""
+    hosts = sorted({h for h, _ in measured})
+    top = hosts[-1]
     model: AggregateModel
     saturated = reached_saturation(measured)
     if saturated and len(hosts) >= USL_MIN_HOST_COUNTS and not on_plateau(measured):
