@@ -360,41 +360,7 @@ def check_sweep_sizes(count: int) -> None:
         raise InputError(f"‹gpus› lists {count:,} cluster sizes; a sweep takes 1 to {MAX_SWEEP_SIZES}")
 
 
-def provision_sweep(
-    plans: list[CheckpointPlan],
-    policy: Policy,
-    mode: str,
-    goodput: float | None,
-    keep: int,
-    data: PlanningData,
-    storage: StorageProfile | None = None,
-    max_restore_s: float | None = None,
-) -> ProvisionSweep:
-    check_sweep_sizes(len(plans))
-    if mode not in ("sync", "async", "staged"):
-        raise InputError(f"‹mode› must be sync, async or staged, got {mode!r}")
-    if keep < 1:
-        raise InputError("‹keep› must be ≥ 1")
-    if goodput is not None and not 0 < goodput < 1:
-        raise InputError("‹goodput› must lie between 0% and 100%")
-    if policy.aggregate_limit_bytes_per_s is not None and storage is None:
-        raise InputError(
-            "‹aggregate_limit_bytes_per_s› is the limit of the system whose headroom is checked: give it with ‹storage›"
-        )
-    if mode == "async" and goodput is None:
-        # an async save's stall is the snapshot alone, so the overhead budget cannot bound its persist: only the
-        # loss window does, and the largest persist it allows (half the window) adds that much rework per failure,
-        # which made async look worse than sync (ETTR 64.9% against sync's 83.8% at 16k GPUs)
-        raise InputError(
-            "async provision needs ‹goodput›: without it only the loss window bounds the background "
-            "persist, and a persist of half the window costs more rework than a sync save"
-        )
-    targets = {"max_overhead": policy.max_overhead, "max_loss_s": policy.max_loss_s}
-    if goodput is not None:
-        targets["target_goodput"] = goodput
-    if max_restore_s is not None:
-        targets["max_restore_s"] = max_restore_s
-    rows = [provision_one(p, policy, mode, goodput, keep, data, storage, max_restore_s) for p in plans]
+def _sweep_assumptions(rows: list[Provision], policy: Policy, mode: str, storage: StorageProfile | None) -> list[str]:
     failures = (
         f"job MTBF {policy.mtbf_s:g} s (given (--mtbf))"
         if policy.mtbf_s is not None
@@ -438,6 +404,45 @@ def provision_sweep(
             f"staged: the local write uses the built-in local-nvme class, {fmt_bytes(policy.local_disk_bytes)} "
             f"per node ({disk})"
         )
+    return assumptions
+
+
+def provision_sweep(
+    plans: list[CheckpointPlan],
+    policy: Policy,
+    mode: str,
+    goodput: float | None,
+    keep: int,
+    data: PlanningData,
+    storage: StorageProfile | None = None,
+    max_restore_s: float | None = None,
+) -> ProvisionSweep:
+    check_sweep_sizes(len(plans))
+    if mode not in ("sync", "async", "staged"):
+        raise InputError(f"‹mode› must be sync, async or staged, got {mode!r}")
+    if keep < 1:
+        raise InputError("‹keep› must be ≥ 1")
+    if goodput is not None and not 0 < goodput < 1:
+        raise InputError("‹goodput› must lie between 0% and 100%")
+    if policy.aggregate_limit_bytes_per_s is not None and storage is None:
+        raise InputError(
+            "‹aggregate_limit_bytes_per_s› is the limit of the system whose headroom is checked: give it with ‹storage›"
+        )
+    if mode == "async" and goodput is None:
+        # an async save's stall is the snapshot alone, so the overhead budget cannot bound its persist: only the
+        # loss window does, and the largest persist it allows (half the window) adds that much rework per failure,
+        # which made async look worse than sync (ETTR 64.9% against sync's 83.8% at 16k GPUs)
+        raise InputError(
+            "async provision needs ‹goodput›: without it only the loss window bounds the background "
+            "persist, and a persist of half the window costs more rework than a sync save"
+        )
+    targets = {"max_overhead": policy.max_overhead, "max_loss_s": policy.max_loss_s}
+    if goodput is not None:
+        targets["target_goodput"] = goodput
+    if max_restore_s is not None:
+        targets["max_restore_s"] = max_restore_s
+    rows = [provision_one(p, policy, mode, goodput, keep, data, storage, max_restore_s) for p in plans]
+    assumptions = _sweep_assumptions(rows, policy, mode, storage)
     return ProvisionSweep(
         plan=plans[0].describe(world=False),
         mode=mode,
