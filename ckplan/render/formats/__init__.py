@@ -2,7 +2,8 @@
 
 A command's result is printed in one `ResultFormat` (a rich table for people, JSON for tools), picked by
 `result_format`. A report's `Document` is written in every `DocumentFormat` (Markdown, HTML), each named by the
-suffix of the file it fills. Adding a format is one module here and one line in its registry.
+suffix of the file it fills. A document format is one module here and its name in DOCUMENT_FORMATS;
+a result format is one module and its name in RESULT_FORMATS, which `--json` indexes (table, then json).
 
 Each format's module is imported only when it is used: `ckplan size` must start fast, and the table format pulls
 in rich and every renderer.
