@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING
 from pydantic import ValidationError
 
 from ckplan.errors import InputError, did_you_mean
+from ckplan.model.architecture import Architecture, parameter_count
 from ckplan.readers import validation_message
 from ckplan.schema import Model
-from ckplan.sizing.architecture import Architecture, parameter_count
 
 if TYPE_CHECKING:
     from ckplan.planning.compression import CompressionDefault
@@ -71,13 +71,13 @@ def model(name: str) -> Architecture:
 
 
 def config_model(path: Path) -> Architecture:
-    """The model a Hugging Face config.json describes (sizing/hf_config.py), read from the file alone.
+    """The model a Hugging Face config.json describes (model/hf_config.py), read from the file alone.
 
     Its name is the config's _name_or_path where the file records one, else the directory holding a file named
     config.json (a downloaded model's folder), else the file's own name.
     """
+    from ckplan.model.hf_config import architecture_from_config
     from ckplan.readers import read_json
-    from ckplan.sizing.hf_config import architecture_from_config
 
     data = read_json(path, "config.json")
     recorded = data.get("_name_or_path") if isinstance(data, dict) else None

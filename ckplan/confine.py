@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 
 from ckplan.errors import InputError
-from ckplan.sizing.layouts.base import manifest_path_error
+from ckplan.frameworks.layout import manifest_path_error
 
 
 def _refuse(relative: str, why: str) -> InputError:

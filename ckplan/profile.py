@@ -11,8 +11,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
+from ckplan.frameworks.layout import WritePath
 from ckplan.schema import Bytes, Finite, Hosts, Int, Model, PerSecond, PositiveSeconds, Rate, Seconds, Writers
-from ckplan.sizing.layouts.base import WritePath
 from ckplan.units import MAX_BYTES
 from ckplan.version import __version__
 

@@ -24,7 +24,8 @@ import stat
 from pathlib import Path
 
 from ckplan.errors import InputError
-from ckplan.sizing.measured import LIGHTNING_CKPT, SAVE_SIBLINGS, STEP_DIR, lightning_step, measured_plan
+from ckplan.frameworks import SAVE_SIBLINGS, STEP_DIR, read_name
+from ckplan.sizing.measured import measured_plan
 from ckplan.sizing.plan import MAX_MANIFEST_FILES, CheckpointPlan
 
 # A directory holding more files than a plan may list (sizing.plan.MAX_MANIFEST_FILES) is not one checkpoint.
@@ -107,10 +108,11 @@ def _newest_lightning_save(
 ) -> tuple[list[tuple[str, int]], list[str]]:
     """A Lightning run's newest checkpoint out of everything under DIR, or the files as they are when DIR holds
     no Lightning checkpoint. Paths of .ckpt files lying in DIR itself are led by DIR's name."""
-    ckpts = [(p, b) for p, b in files if LIGHTNING_CKPT.fullmatch(Path(p).name)]
+    read = {p: named for p, b in files if (named := read_name(p, b)[0]).whole_checkpoint}
+    ckpts = [(p, b) for p, b in files if p in read]
     if not ckpts or any(p.endswith(STATE_SUFFIXES) for p, _ in files):
         return files, notes
-    steps = {p: lightning_step(Path(p).name) for p, _ in ckpts}
+    steps = {p: -1 if (step := read[p].step()) is None else step for p, _ in ckpts}
     newest = max(steps.values())
     if newest < 0 and len(ckpts) > 1:
         raise InputError(

@@ -6,13 +6,13 @@ ckplan (`.pt` torch.save, `.distcp` dcp, `.safetensors`, anything else raw: no s
 
 from __future__ import annotations
 
+from ckplan.frameworks.layout import ManifestFile
+from ckplan.model.states import StateBytes
 from ckplan.planning.compression import CompressionDefault
 from ckplan.planning.data import PlanningData
 from ckplan.planning.policy import Policy
 from ckplan.profile import BandwidthPoint, Calibration, Latency, Measurement, Replay, SmallFiles, StorageProfile
-from ckplan.sizing.layouts.base import ManifestFile
 from ckplan.sizing.plan import CheckpointPlan, TrainingSetup, manifest_fields
-from ckplan.sizing.states import StateBytes
 
 
 def hand_plan(

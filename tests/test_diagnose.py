@@ -126,7 +126,7 @@ def test_stable_verdict_names_the_growth_share(monkeypatch):
     """40 saves rising exactly 0.05 s each: a rise of 0.05 × 39 = 1.95 s against a mean of 30 + 0.05 × 19.5 = 30.975 s.
     Under GROWTH_SHARE (10%: 3.10 s) it is stable, and the text names the share in force; at 7% (2.17 s) too."""
     from ckplan.diagnose import trend
-    from ckplan.diagnose.extractors import Save
+    from ckplan.frameworks.logs import Save
 
     saves = [Save(seconds=30 + 0.05 * i, at=600.0 * i, label=str(i), source="hand") for i in range(40)]
     d = trend.diagnose(saves, ["run.log"], 0)

@@ -84,7 +84,7 @@ class Tolerance:
 # A state missing or added (the fp32 master, a moment, the 16-bit copy) moves a file by 25% or more.
 STATE_FILES = Tolerance(relative=0.01, absolute=4096)
 DISTCP_FILES = Tolerance(relative=0.05, absolute=4096)
-# The small files are estimates (sizing/layouts/base.py lists them as assumptions): trainer_state.json grows with
+# The small files are estimates (frameworks/layout.py lists them as assumptions): trainer_state.json grows with
 # the log history (ckplan takes 8,000 bytes; about 1,065 after two steps here), training_args.bin and config.json
 # with the arguments, DCP's .metadata with the names and chunks (44,275 bytes for FSDP2 here, 31,500 estimated),
 # ZeRO-3's model_states.pt with the parameter placeholders. Within 8 KiB, or half the estimate where that is more.

@@ -1,4 +1,4 @@
-"""--config: a Hugging Face config.json read into an Architecture (sizing/hf_config.py, catalog.config_model).
+"""--config: a Hugging Face config.json read into an Architecture (model/hf_config.py, catalog.config_model).
 
 Each config below is the published config.json of a real model (the architecture fields as its Hub repository
 gives them; tokenizer ids, dropout and rope settings kept where they were, since a reader must ignore them), written
@@ -15,8 +15,8 @@ import pytest
 
 from ckplan import catalog
 from ckplan.errors import InputError
-from ckplan.sizing.architecture import parameter_count, tensors
-from ckplan.sizing.hf_config import FAMILIES, architecture_from_config
+from ckplan.model.architecture import parameter_count, tensors
+from ckplan.model.hf_config import FAMILIES, architecture_from_config
 from tests.conftest import assert_one_line_error, run_cli, run_json
 
 LLAMA_31_8B = {  # meta-llama/Llama-3.1-8B config.json

@@ -99,7 +99,7 @@ from dataclasses import dataclass  # noqa: E402
 from functools import lru_cache  # noqa: E402
 from typing import Any  # noqa: E402
 
-from ckplan.sizing.architecture import Architecture, parameter_count  # noqa: E402
+from ckplan.model.architecture import Architecture, parameter_count  # noqa: E402
 
 
 @dataclass(frozen=True)

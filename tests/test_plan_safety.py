@@ -172,7 +172,7 @@ def test_a_plan_whose_files_hold_nothing_is_refused(run, tmp_path):  # noqa: F81
     for f in doc["manifest"]:
         f["bytes"] = 0
     # the sums made consistent, so that only the zero total is wrong
-    from ckplan.sizing.layouts.base import ManifestFile
+    from ckplan.frameworks.layout import ManifestFile
     from ckplan.sizing.plan import manifest_fields
 
     fields = manifest_fields([ManifestFile(**f) for f in doc["manifest"]], doc["operations"]["renames"])
@@ -455,11 +455,11 @@ def _layouts_with_a_restore_section() -> list[tuple[str, dict[str, int | None]]]
     on whole and partial nodes: the ones that plan their restore reads."""
     from ckplan import catalog
     from ckplan.errors import InputError
-    from ckplan.sizing.layouts import LAYOUTS
+    from ckplan.frameworks import FRAMEWORKS
     from ckplan.sizing.plan import build_plan
 
     found = []
-    for framework in LAYOUTS:
+    for framework in FRAMEWORKS:
         for zero in (None, 0, 1, 2, 3):
             for tp, pp, ep in ((1, 1, 1), (2, 2, 1), (1, 1, 2), (2, 2, 2)):
                 for gpus in (16, 12):
@@ -478,9 +478,9 @@ def _layouts_with_a_restore_section() -> list[tuple[str, dict[str, int | None]]]
 def test_every_real_plan_with_a_restore_section_is_accepted(run, tmp_path):  # noqa: F811
     """The restore checks refuse only what no layout plans: each layout's own plans pass them, read back as a file."""
     layouts = _layouts_with_a_restore_section()
-    from ckplan.sizing.layouts import LAYOUTS
+    from ckplan.frameworks import FRAMEWORKS
 
-    assert {framework for framework, _ in layouts} == set(LAYOUTS)
+    assert {framework for framework, _ in layouts} == set(FRAMEWORKS)
     path = tmp_path / "plan.json"
     for framework, shape in layouts:
         path.write_text(json.dumps(_restore_plan(framework, **shape)))

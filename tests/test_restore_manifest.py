@@ -155,7 +155,7 @@ def test_dcp_sharded_reads_own_slices_ddp_reads_everything(zero):
 
 def test_sums_over_strided_readers():
     """Pure arithmetic: readers every step-th rank, on runs of nodes or one per node."""
-    from ckplan.sizing.layouts.base import Parallelism, Read, Readers
+    from ckplan.frameworks.layout import Parallelism, Read, Readers
     from ckplan.sizing.restore import restore_manifest
 
     par = Parallelism(gpus=12, gpus_per_node=2, tp=1, pp=1, zero=1)  # 6 nodes of 2
@@ -199,15 +199,15 @@ CASES = [
 @pytest.mark.parametrize(("framework", "zero", "extra"), CASES)
 def test_a_single_reader_is_the_files_writer(framework, zero, extra):
     """own_files counts a file one rank reads as read by its writer: every layout gives a lone reader so."""
-    from ckplan.sizing.layouts import LAYOUTS
-    from ckplan.sizing.layouts.base import Parallelism
+    from ckplan.frameworks import FRAMEWORKS
+    from ckplan.frameworks.layout import Parallelism
     from ckplan.sizing.plan import CheckpointPlan
 
     plan = CheckpointPlan.model_validate(_plan("--framework", framework, "--zero", zero, *extra))
     s = plan.setup
     par = Parallelism(gpus=s.gpus, gpus_per_node=s.gpus_per_node, tp=s.tp, pp=s.pp, zero=s.zero, ep=s.ep)
     writer = {f.path: f.rank for f in plan.manifest}
-    declared = LAYOUTS[framework].restore(par, plan.manifest)
+    declared = FRAMEWORKS[framework].layout.restore(par, plan.manifest)
     assert declared.reads
     for read in declared.reads:
         assert read.readers.start + read.readers.step * (read.readers.count - 1) < s.gpus, read
@@ -268,7 +268,7 @@ def test_measured_plans_carry_a_restore_manifest_where_the_framework_is_known():
 
 def test_a_file_read_two_ways_counts_once_per_node():
     """DeepSpeed's mp_rank_00 under model parallelism: loaded by its dp replicas, checked by every rank."""
-    from ckplan.sizing.layouts.base import Parallelism, Read, Readers
+    from ckplan.frameworks.layout import Parallelism, Read, Readers
     from ckplan.sizing.restore import restore_manifest
 
     par = Parallelism(gpus=8, gpus_per_node=4, tp=2, pp=1, zero=1)

@@ -169,14 +169,14 @@ def _union(spans: list[tuple[int, int]]) -> int:
 def declared(work: Path, size_args: list[str]) -> dict[int, Counter[str]]:
     """Per rank, the files the layout says it reads (normalised paths) and how many times, for the plan of
     `ckplan size --config` with the same setup."""
-    from ckplan.sizing.layouts import LAYOUTS
-    from ckplan.sizing.layouts.base import Parallelism
+    from ckplan.frameworks import FRAMEWORKS
+    from ckplan.frameworks.layout import Parallelism
     from ckplan.sizing.plan import CheckpointPlan
 
     plan = CheckpointPlan.model_validate(run_json("size", "--config", str(work / "model" / "config.json"), *size_args))
     s = plan.setup
     par = Parallelism(gpus=s.gpus, gpus_per_node=s.gpus_per_node, tp=s.tp, pp=s.pp, zero=s.zero)
-    reads = LAYOUTS[s.framework].restore(par, plan.manifest).reads
+    reads = FRAMEWORKS[s.framework].layout.restore(par, plan.manifest).reads
     assert reads is not None
     out: dict[int, Counter[str]] = {rank: Counter() for rank in range(s.gpus)}
     for r in reads:

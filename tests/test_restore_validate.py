@@ -245,8 +245,8 @@ def test_restore_bad_input(tmp_path, hand_read_profile):
 
 
 def test_local_readers_and_judgement():
+    from ckplan.frameworks.layout import Readers
     from ckplan.profile import Spread
-    from ckplan.sizing.layouts.base import Readers
     from ckplan.sizing.restore import local_readers
     from ckplan.validate.model import judge
 

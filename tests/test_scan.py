@@ -343,6 +343,17 @@ def test_megatron_legacy_iteration(tmp_path):
     assert_one_line_error(run_cli("size", "--from", str(save), "--gpus", "6"), "not a multiple of the checkpoint's 4")
 
 
+def test_megatron_legacy_expert_parallel_directories(tmp_path):
+    """mp_rank_TT_PPP_EEE: expert-parallel ranks in the names, with no --ep given. The world is at least tp × pp × ep
+    (2 here), written by data-parallel rank 0 of each group: rank order tp, ep, dp, pp puts ep rank e on rank e."""
+    for e in (0, 1):
+        _put(tmp_path / "iter_0000050" / f"mp_rank_00_000_{e:03d}" / "model_optim_rng.pt", 1000 + e)
+    plan = run_json("size", "--from", str(tmp_path / "iter_0000050"))
+    s = plan["setup"]
+    assert (s["framework"], s["gpus"], s["tp"], s["pp"], s["step"]) == ("megatron", 2, 1, 1, 50)
+    assert sorted(_ranks(plan).values()) == [(0, 0), (1, 0)]
+
+
 def test_megatron_torch_dist_iteration(tmp_path):
     """Megatron-Core's torch_dist format (the megatron layout): DCP files in iter_NNNNNNN/, common.pt, metadata.json."""
     it = tmp_path / "iter_0000300"
@@ -376,7 +387,7 @@ CASES = [  # the layouts' own plans, as a directory of their files would show th
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(f"{k}{v}" for k, v in c.items()))
 def test_the_layouts_files_read_back(case):
-    """measured_plan reads each layout's file names back to the rank the layout gave the file (sizing/layouts/).
+    """measured_plan reads each layout's file names back to the rank the layout gave the file (ckplan/frameworks/).
     DeepSpeed's pipeline layer files are the exception: their stage is not in the name, and the scan balances the
     stages by bytes (PipelineModule's partition_method='parameters') where the layout splits the blocks evenly."""
     from ckplan import catalog

@@ -6,10 +6,10 @@ import pytest
 
 from ckplan import catalog
 from ckplan.errors import InputError
-from ckplan.sizing.architecture import parameter_count
-from ckplan.sizing.architecture import tensors as model_tensors
+from ckplan.model.architecture import parameter_count
+from ckplan.model.architecture import tensors as model_tensors
+from ckplan.model.states import state_breakdown
 from ckplan.sizing.plan import build_plan, interval_demand, nearest_shape
-from ckplan.sizing.states import state_breakdown
 
 
 @pytest.mark.parametrize("name", sorted(catalog.models()))

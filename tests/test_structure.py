@@ -112,6 +112,60 @@ def test_no_import_cycle():
     assert not cycles, "import cycles: " + "; ".join(" → ".join(c) for c in cycles)
 
 
+def _floor(module: str) -> str:
+    """The package or top-level module a module belongs to: `ckplan.sizing.plan` → `ckplan.sizing`."""
+    return ".".join(module.split(".")[:2])
+
+
+FLOORS = {
+    a: {_floor(m) for m in edges} - {a}
+    for a in {_floor(n) for n in GRAPH}
+    for edges in [set().union(*(e for n, e in GRAPH.items() if _floor(n) == a))]
+}
+
+
+def package_circles(floors: dict[str, set[str]]) -> list[str]:
+    """The packages that import themselves round about: each is on a circle of packages."""
+
+    def below(a: str) -> set[str]:
+        found, todo = set(), list(floors.get(a, ()))
+        while todo:
+            b = todo.pop()
+            if b not in found:
+                found.add(b)
+                todo.extend(floors.get(b, ()))
+        return found
+
+    return sorted(a for a in floors if a in below(a))
+
+
+def test_the_package_floors_are_read():
+    """The check below would pass on a graph of no packages, or a finder that finds nothing: pin both."""
+    assert "ckplan.frameworks" in FLOORS["ckplan.sizing"] and "ckplan.model" in FLOORS["ckplan.frameworks"]
+    sample = {"ckplan.a": {"ckplan.b"}, "ckplan.b": {"ckplan.c"}, "ckplan.c": {"ckplan.a"}, "ckplan.d": {"ckplan.a"}}
+    assert package_circles(sample) == ["ckplan.a", "ckplan.b", "ckplan.c"]
+
+
+def test_no_package_climbs_into_a_package_that_imports_it():
+    """Packages stand in floors: where ckplan.x imports ckplan.y, nothing of ckplan.y imports ckplan.x, directly or
+    round about (a circle of packages is a climb from a lower floor to a higher one)."""
+    circles = package_circles(FLOORS)
+    assert not circles, f"packages on a circle of imports: {circles}"
+
+
+@pytest.mark.parametrize(
+    ("floor", "allowed"),
+    [
+        ("ckplan.frameworks", {"ckplan.model", "ckplan.units", "ckplan.errors", "ckplan.schema"}),
+        ("ckplan.model", {"ckplan.units", "ckplan.errors", "ckplan.schema"}),
+    ],
+)
+def test_the_bottom_floors_import_only_what_is_below_them(floor, allowed):
+    """What ckplan knows of frameworks imports only what describes a model, units, errors and the schema; what
+    describes a model, less."""
+    assert FLOORS[floor] <= allowed, f"{floor} imports {sorted(FLOORS[floor] - allowed)}"
+
+
 @pytest.mark.parametrize("name", sorted(n for n in MODULES if n.startswith(("ckplan.sizing", "ckplan.planning"))))
 def test_core_imports_no_edge_and_reads_no_file(name):
     edges = sorted(m for m in GRAPH[name] if m.startswith(EDGES))
@@ -205,9 +259,9 @@ def test_scripts_import_nothing_from_tests():
     assert not offenders
 
 
-# Framework knowledge: a framework's layout module (sizing/layouts/), its log extractors
-# (diagnose/extractors.py) and the registry that joins them (ckplan/frameworks.py). Everywhere else asks the record.
-FRAMEWORK_MODULES = ("ckplan.frameworks", "ckplan.sizing.layouts", "ckplan.diagnose.extractors")
+# Framework knowledge: a framework's module (ckplan/frameworks/<name>.py: its layout, log extractor and record) and
+# the registry that joins them (ckplan/frameworks/__init__.py). Everywhere else asks the record.
+FRAMEWORK_MODULES = ("ckplan.frameworks",)
 
 
 def _names_framework(node: ast.AST) -> bool:
@@ -284,15 +338,24 @@ def test_no_framework_is_told_apart_by_name_outside_its_modules(name):
 
 
 def test_every_framework_has_a_layout_a_saver_and_an_extractor():
+    import importlib
     from typing import get_args
 
-    from ckplan.diagnose.extractors import Extractor
-    from ckplan.frameworks import FRAMEWORKS, LOG_EXTRACTORS, SaverKind, framework_of
-    from ckplan.sizing.layouts import LAYOUTS
+    from ckplan import record
+    from ckplan.frameworks import FRAMEWORKS, LOG_EXTRACTORS, framework_of
+    from ckplan.frameworks.framework import Framework, SaverKind
+    from ckplan.frameworks.logs import Extractor
 
-    assert set(FRAMEWORKS) == set(LAYOUTS), "a layout without a record in ckplan/frameworks.py, or a record without one"
+    modules = sorted(p.stem for p in (ROOT / "frameworks").glob("*.py"))
+    framework_modules = [
+        m
+        for m in modules
+        if isinstance(getattr(importlib.import_module(f"ckplan.frameworks.{m}"), "FRAMEWORK", None), Framework)
+    ]
+    assert sorted(FRAMEWORKS) == framework_modules, "a framework module without a registry line, or the reverse"
     for name, fw in FRAMEWORKS.items():
-        assert fw.name == name and fw.layout is LAYOUTS[name]
+        assert fw.name == name and importlib.import_module(f"ckplan.frameworks.{name}").FRAMEWORK is fw
+        assert all(adapter in record.ADAPTERS for adapter in fw.recorders), name
         assert fw.saver.kind in get_args(SaverKind) and fw.saver.how
         if fw.extractors:
             assert all(issubclass(cls, Extractor) and cls is not Extractor for cls in fw.extractors), name
@@ -301,8 +364,10 @@ def test_every_framework_has_a_layout_a_saver_and_an_extractor():
             assert fw.no_extractor, f"{name} has no log extractor and says not why"
         assert fw.layout.shows_zero_stage in ("always", "nonzero", "never")
         assert framework_of(name) is fw
-    # diagnose feeds a log's lines to the extractors in the registry's order; this is the order it always had
-    assert [cls.name for cls in LOG_EXTRACTORS] == ["torchtitan", "megatron", "deepspeed", "hf", "lightning"]
+    # the registry's order: size --from asks HF Trainer before DeepSpeed and DCP, whose files its saves hold, and
+    # Megatron before DCP; DLIO first, whose saves are refused; diagnose feeds the extractors in the same order
+    assert list(FRAMEWORKS) == ["dlio", "hf", "megatron", "deepspeed", "dcp", "lightning"]
+    assert [cls.name for cls in LOG_EXTRACTORS] == ["hf", "megatron", "deepspeed", "torchtitan", "lightning"]
     assert {fw.saver.kind for fw in FRAMEWORKS.values()} == set(get_args(SaverKind)), "a saver kind no framework uses"
 
 

@@ -122,8 +122,8 @@ def test_validate_bad_input(tmp_path, disk_profile, extra, fragment):
 
 
 def test_each_saver_writes_its_own_format(tmp_path):
-    """The saver kinds of ckplan/frameworks.py: safetensors writes its .safetensors files with safetensors and the
-    others with torch.save (a zip); torch.save writes every file as a zip."""
+    """The saver kinds of the framework records (ckplan/frameworks/): safetensors writes its .safetensors files with
+    safetensors and the others with torch.save (a zip); torch.save writes every file as a zip."""
     from ckplan.savers.saver import build_state, save_files
 
     state = build_state(

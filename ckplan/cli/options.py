@@ -160,9 +160,9 @@ class PlanSpec(PlanRequest):
 
 
 def _plan_flags(defaults: dict[str, Any], exclude: tuple[str, ...]) -> list[Flag]:
+    from ckplan.frameworks import FRAMEWORKS
+    from ckplan.model.states import OPTIMIZERS, PRECISIONS
     from ckplan.request import DEFAULT_PARAMETERS
-    from ckplan.sizing.layouts import LAYOUTS
-    from ckplan.sizing.states import OPTIMIZERS, PRECISIONS
 
     d = {**_build_defaults(), **defaults}
     flags = [
@@ -178,7 +178,7 @@ def _plan_flags(defaults: dict[str, Any], exclude: tuple[str, ...]) -> list[Flag
         Flag("config", "--config", Path, "A Hugging Face config.json: the model's exact tensors, read locally."),
         Flag("optimizer", "--optimizer", str, ", ".join(OPTIMIZERS) + ".", d["optimizer"]),
         Flag("precision", "--precision", str, ", ".join(PRECISIONS) + ".", d["precision"]),
-        Flag("framework", "--framework", str, ", ".join(LAYOUTS) + ".", d["framework"]),
+        Flag("framework", "--framework", str, ", ".join(FRAMEWORKS) + ".", d["framework"]),
         Flag("gpus", "--gpus", int, "World size.", str(d["gpus"])),
         Flag("gpus_per_node", "--gpus-per-node", int, "GPUs per node  [default: 8, or --gpus if fewer]"),
         Flag("tp", "--tp", int, "Tensor-parallel size.", str(d["tp"])),

@@ -1,236 +1,20 @@
-"""What each framework prints when it saves: one log extractor per framework, and a user's --pattern.
-
-Built-in patterns, one per framework, from the strings the frameworks print
-(checked against their source; samples in tests/fixtures/logs):
-- torchtitan (torchtitan/components/checkpoint.py):
-  "Finished saving the checkpoint (or staging if async is enabled)in 12.34 seconds."
-- Megatron-LM (megatron/training/checkpointing.py, timers.py): after
-  "successfully saved checkpoint from iteration N to PATH", the timer block
-  "save-checkpoint ......: (min, max)" in ms; the max is the save.
-- DeepSpeed (runtime/engine.py, torch_checkpoint_engine.py), timestamps
-  "[YYYY-mm-dd HH:MM:SS,mmm]": from "[Torch] Checkpoint TAG is about to be saved!"
-  to the last "[Torch] Checkpoint TAG is ready now!".
-- Hugging Face Trainer ("[INFO|trainer.py:N] YYYY-mm-dd HH:MM:SS,mmm >> ..."):
-  from "Saving model checkpoint to DIR" to the last timestamped line that names
-  DIR. Trainer prints no end marker, so this is a lower bound.
-- PyTorch Lightning (ModelCheckpoint, verbose): "... saving model to 'PATH' ..."
-  lines carry no duration; with a timestamped log format the save runs until
-  the next timestamped line, an upper bound.
-A user pattern (--pattern) has a named group `duration` (seconds) or groups
-`start` and `end` (timestamps).
-
-Which framework's logs each built-in extractor reads is recorded in ckplan/frameworks.py; diagnose/logs.py
-reads a log and feeds its lines to the extractors.
+"""A user's log pattern (--pattern): a regular expression with a named group `duration` (seconds) or groups `start`
+and `end` (timestamps), read with the same interface as the frameworks' built-in extractors (frameworks/logs.py),
+guarded against patterns that backtrack for ever.
 """
 
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import math
 import re
 import signal
-import sys
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 from ckplan.errors import InputError
-from ckplan.units import MAX_DURATION_S
-
-TIMESTAMP = re.compile(r"(\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:[,.]\d+)?)")
-# Finds, in the undecoded bytes, every line in which TIMESTAMP matches once decoded, and perhaps more:
-# TIMESTAMP's \d also matches non-ASCII (Unicode) digits, each one or more bytes from 0x80 up in UTF-8,
-# so n digits are n or more bytes of [0-9\x80-\xff]. (This form is 10× faster than (?:[0-9]|[\x80-\xff]+).)
-_D = rb"[0-9\x80-\xff]"
-TIMESTAMP_BYTES = re.compile(
-    _D + rb"{4,}-" + _D + rb"{2,}-" + _D + rb"{2,}[ T]" + _D + rb"{2,}:" + _D + rb"{2,}:" + _D + rb"{2,}"
-)
-
-
-@dataclass(frozen=True)
-class Save:
-    seconds: float
-    at: float | None  # when the save ended, epoch seconds, if the log has timestamps
-    label: str  # step, iteration or path
-    source: str  # which pattern found it
-
-    def __post_init__(self) -> None:
-        """A save lasts 0 to 10 years (the README's bound on durations), and not a subnormal time: past that the
-        log's figure is a misread, and the fit's squares overflow."""
-        if 0 <= self.seconds <= MAX_DURATION_S and not 0 < self.seconds < sys.float_info.min:
-            return
-        who = "‹pattern›'s" if self.source == "custom" else f"the {self.source} log's"
-        subnormal = 0 < self.seconds < sys.float_info.min
-        why = " (it ends before it starts)" if self.seconds < 0 else " (a subnormal number)" if subnormal else ""
-        raise InputError(
-            f"{who} save {self.label!r} lasts {self.seconds:g} s{why}: a save takes 0 to 10 years, so this is not "
-            "a save's time"
-        )
-
-
-def parse_time(text: str) -> float:
-    text = text.replace("T", " ").replace(",", ".")
-    try:
-        return dt.datetime.fromisoformat(text).replace(tzinfo=dt.UTC).timestamp()
-    except ValueError:
-        raise InputError(f"cannot read the timestamp {text!r}") from None
-
-
-def _stamp(line: str) -> float | None:
-    m = TIMESTAMP.search(line)
-    return parse_time(m.group(1)) if m else None
-
-
-def _number(text: str | None, what: str, unit: str = "seconds") -> float:
-    """A captured duration: a finite number, or one line saying what was captured."""
-    try:
-        value = float(text)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        raise InputError(f"{what} {text!r}, not a number of {unit}") from None
-    if not math.isfinite(value):  # nan, inf, or more digits than a float holds (1e400)
-        raise InputError(f"{what} {text!r}, not a finite number of {unit}")
-    return value
-
-
-def _literal_runs(text: str) -> list[str]:
-    """The parts of text whose UTF-8 bytes are in the log as they are: not a line end, U+FFFD or a surrogate."""
-    return [run for run in re.split(r"[\r\n\ufffd\ud800-\udfff]+", text) if run]
-
-
-class Extractor:
-    """Consumes lines one at a time and yields saves as they complete.
-
-    `needles`: byte strings of which every line that feed acts on contains one, given the state
-    `wanted` leaves out; a line with none of them must change nothing. `wanted()`: a byte string
-    or a bytes regex that finds the further lines the extractor's present state acts on, or None.
-    """
-
-    name = "base"
-    needles: tuple[bytes, ...] = ()
-
-    def feed(self, line: str) -> Iterator[Save]:
-        raise NotImplementedError
-
-    def finish(self) -> Iterator[Save]:
-        return iter(())
-
-    def wanted(self) -> bytes | re.Pattern[bytes] | None:
-        return None
-
-
-class Torchtitan(Extractor):
-    name = "torchtitan"
-    needles = (b"Finished saving the checkpoint",)
-    pattern = re.compile(
-        r"Finished saving the checkpoint(?: \(or staging if async is enabled\))?\s*in ([\d.]+) seconds"
-    )
-
-    def __init__(self):
-        self.n = 0
-
-    def feed(self, line):
-        if "Finished saving the checkpoint" in line and (m := self.pattern.search(line)):
-            self.n += 1
-            yield Save(_number(m.group(1), "torchtitan's save time is"), _stamp(line), f"save {self.n}", self.name)
-
-
-class Megatron(Extractor):
-    name = "megatron"
-    needles = (b"successfully saved checkpoint", b"save-checkpoint")
-    saved = re.compile(r"successfully saved checkpoint from iteration\s+(\d+)")
-    timer = re.compile(r"save-checkpoint \.*: (?:\(([\d.]+), ([\d.]+)\)|([\d.]+))")
-
-    def __init__(self):
-        self.iteration: str | None = None
-        self.at: float | None = None
-
-    def feed(self, line):
-        if "successfully saved checkpoint" in line and (m := self.saved.search(line)):
-            self.iteration, self.at = m.group(1), _stamp(line)
-        if "save-checkpoint" in line and (m := self.timer.search(line)):
-            ms = _number(m.group(2) or m.group(3), "megatron's save-checkpoint timer is", "milliseconds")
-            yield Save(ms / 1000, self.at, f"iteration {self.iteration or '?'}", self.name)
-            self.iteration = None
-
-
-class DeepSpeed(Extractor):
-    name = "deepspeed"
-    needles = (b"[Torch] Checkpoint",)
-    start = re.compile(r"\[Torch\] Checkpoint (\S+) is about to be saved!")
-    ready = re.compile(r"\[Torch\] Checkpoint (\S+) is ready now!")
-
-    def __init__(self):
-        self.open: dict[str, tuple[float, float]] = {}  # tag -> (start, last ready)
-
-    def feed(self, line):
-        if "[Torch] Checkpoint" not in line:
-            return
-        if (m := self.start.search(line)) and (t := _stamp(line)) is not None:
-            yield from self._close_others(m.group(1))
-            self.open[m.group(1)] = (t, t)
-        elif (m := self.ready.search(line)) and m.group(1) in self.open and (t := _stamp(line)) is not None:
-            self.open[m.group(1)] = (self.open[m.group(1)][0], t)
-
-    def _close_others(self, keep: str):
-        for tag in [t for t in self.open if t != keep]:
-            start, end = self.open.pop(tag)
-            if end > start:
-                yield Save(end - start, end, tag, self.name)
-
-    def finish(self):
-        yield from self._close_others("")
-
-
-class HfTrainer(Extractor):
-    name = "hf"
-    needles = (b"Saving model checkpoint to",)
-    start = re.compile(r"Saving model checkpoint to (\S+)")
-
-    def __init__(self):
-        self.dir: str | None = None
-        self.dir_needle = b""
-        self.begin = self.last = 0.0
-
-    def feed(self, line):
-        if "Saving model checkpoint to" in line and (m := self.start.search(line)):
-            yield from self.finish()
-            t = _stamp(line)
-            if t is not None:
-                self.dir, self.begin, self.last = m.group(1).rstrip("/."), t, t
-                self.dir_needle = max(_literal_runs(self.dir), key=len, default="").encode()
-        elif self.dir and self.dir in line and (t := _stamp(line)) is not None:
-            self.last = t
-
-    def finish(self):
-        if self.dir and self.last > self.begin:
-            yield Save(self.last - self.begin, self.last, self.dir.rsplit("/", 1)[-1], self.name)
-        self.dir = None
-
-    def wanted(self):
-        return self.dir_needle if self.dir else None  # every line naming the directory
-
-
-class Lightning(Extractor):
-    name = "lightning"
-    needles = (b"saving model to",)
-    start = re.compile(r"saving model to '([^']+)'")
-
-    def __init__(self):
-        self.path: str | None = None
-        self.begin = 0.0
-
-    def feed(self, line):
-        if self.path and (t := _stamp(line)) is not None and t > self.begin:
-            yield Save(t - self.begin, t, self.path.rsplit("/", 1)[-1], self.name)
-            self.path = None
-        if "saving model to" in line and (m := self.start.search(line)) and (t := _stamp(line)) is not None:
-            self.path, self.begin = m.group(1), t
-
-    def wanted(self):
-        return TIMESTAMP_BYTES if self.path else None  # the next timestamped line ends the save
-
+from ckplan.frameworks.logs import Extractor, Save, literal_runs, number, parse_time, stamp
 
 # A user's pattern may backtrack for ever on one line ((a+)+$ on a long run of a's, (?:a|a)+$ too). A repeat
 # inside a repeat is refused when the pattern is read (nested_repeat); anything else gets LINE_BUDGET_S per line,
@@ -296,8 +80,8 @@ class Custom(Extractor):
             return
         self.n += 1
         if "duration" in self.regex.groupindex:
-            seconds = _number(m.group("duration"), "--pattern's duration group matched")
-            yield Save(seconds, _stamp(line), f"save {self.n}", self.name)
+            seconds = number(m.group("duration"), "--pattern's duration group matched")
+            yield Save(seconds, stamp(line), f"save {self.n}", self.name)
         else:
             start, end = parse_time(m.group("start")), parse_time(m.group("end"))
             yield Save(end - start, end, f"save {self.n}", self.name)
@@ -364,7 +148,7 @@ def required_literals(pattern: str) -> tuple[bytes, ...]:
             run: list[str] = []
 
             def flush():
-                found.extend((part,) for part in _literal_runs("".join(run)))
+                found.extend((part,) for part in literal_runs("".join(run)))
                 run.clear()
 
             for op, av in items:

@@ -1,7 +1,7 @@
 """Extract checkpoint save durations from training logs, streaming, in bounded memory.
 
-The extractors (what each framework prints) are in diagnose/extractors.py, and the built-in ones are
-every framework's in ckplan/frameworks.py; this module reads a log and feeds them its lines.
+The extractors: what each framework prints is read by its module in ckplan/frameworks/, a user's --pattern by
+diagnose/extractors.py; this module reads a log and feeds them its lines.
 
 How a log is read: in binary blocks of BLOCK bytes, never line by
 line in Python. Each extractor names byte strings (`needles`) of which every
@@ -24,9 +24,10 @@ import contextlib
 from pathlib import Path
 from typing import BinaryIO
 
-from ckplan.diagnose.extractors import Custom, Extractor, Save
+from ckplan.diagnose.extractors import Custom
 from ckplan.errors import InputError
 from ckplan.frameworks import LOG_EXTRACTORS
+from ckplan.frameworks.logs import Extractor, Save
 from ckplan.readers import open_stream
 
 BLOCK = 4 * 2**20  # bytes read at a time: as fast as 8 or 16 MiB here, and the old reader's buffer size

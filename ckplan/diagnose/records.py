@@ -340,8 +340,8 @@ def diagnose_records(
     profile: StorageProfile | None = None,
     collective_timeout_s: float = COLLECTIVE_TIMEOUT_S,
 ) -> RecordDiagnosis:
-    from ckplan.diagnose.extractors import Save
     from ckplan.diagnose.trend import diagnose
+    from ckplan.frameworks.logs import Save
 
     records = read_records(paths)
     steps = records.steps

@@ -6,7 +6,7 @@ import math
 import statistics
 from typing import Literal
 
-from ckplan.diagnose.extractors import Save
+from ckplan.frameworks.logs import Save
 from ckplan.schema import Model
 from ckplan.version import __version__
 

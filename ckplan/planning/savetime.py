@@ -44,12 +44,12 @@ from functools import partial
 from typing import Literal, TypedDict
 
 from ckplan.errors import InputError
+from ckplan.frameworks.layout import WritePath
 from ckplan.planning.defaults import DEFAULT_DESERIALIZE_BYTES_PER_S
 from ckplan.planning.policy import DEFAULT_DCP_FIXED_S, DEFAULT_SERIALIZE_BYTES_PER_S
 from ckplan.planning.scaling import AggregateEstimate, aggregate_estimate
 from ckplan.profile import BandwidthPoint, Calibration, StorageProfile, at_writers
 from ckplan.schema import Model
-from ckplan.sizing.layouts.base import WritePath
 from ckplan.sizing.plan import CheckpointPlan
 from ckplan.sizing.restore import RestoreManifest
 from ckplan.units import fmt_duration

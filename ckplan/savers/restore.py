@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ckplan.errors import InputError
 from ckplan.frameworks import framework_of
-from ckplan.sizing.layouts.base import Parallelism, Read, file_format
+from ckplan.frameworks.layout import Parallelism, Read, file_format
 from ckplan.sizing.plan import CheckpointPlan
 from ckplan.sizing.restore import local_readers
 

@@ -1,6 +1,6 @@
 """Real checkpoint saves with PyTorch, one process per writer rank, as the frameworks do them.
 
-Each framework's record (ckplan/frameworks.py) names its saver, one of:
+Each framework's record (ckplan/frameworks/<name>.py) names its saver, one of:
 - torch.save: per-rank state dicts, one call per file;
 - dcp: torch.distributed.checkpoint.save, every rank in a gloo process group;
 - safetensors: safetensors shards (safetensors.torch.save_file) plus torch.save of the other files

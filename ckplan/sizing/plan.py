@@ -17,11 +17,8 @@ from pydantic import (
 )
 
 from ckplan.errors import InputError, did_you_mean
-from ckplan.schema import Finite, Fraction, Int, Model, PositiveSeconds
-from ckplan.sizing.architecture import Architecture, Tensor, parameter_count
-from ckplan.sizing.architecture import tensors as model_tensors
-from ckplan.sizing.layouts import LAYOUTS
-from ckplan.sizing.layouts.base import (
+from ckplan.frameworks import FRAMEWORKS, framework_of
+from ckplan.frameworks.layout import (
     FileFormat,
     Layout,
     LayoutInput,
@@ -31,8 +28,11 @@ from ckplan.sizing.layouts.base import (
     file_format,
     manifest_path_error,
 )
+from ckplan.model.architecture import Architecture, Tensor, parameter_count
+from ckplan.model.architecture import tensors as model_tensors
+from ckplan.model.states import OPTIMIZERS, PRECISIONS, StateBytes, state_breakdown
+from ckplan.schema import Finite, Fraction, Int, Model, PositiveSeconds
 from ckplan.sizing.restore import RestoreManifest, plan_restore, restore_error
-from ckplan.sizing.states import OPTIMIZERS, PRECISIONS, StateBytes, state_breakdown
 from ckplan.units import MAX_BYTES, MAX_GPUS, MAX_PARAMETERS, check_range, fmt_bytes
 from ckplan.version import __version__
 
@@ -84,8 +84,8 @@ class TrainingSetup(Model):
             )
         if self.dp % self.ep:
             raise ValueError(f"ep {self.ep} does not divide dp {self.dp}")
-        if self.framework not in LAYOUTS:
-            raise ValueError(f"unknown framework {self.framework!r}{did_you_mean(self.framework, sorted(LAYOUTS))}")
+        if self.framework not in FRAMEWORKS:
+            raise ValueError(f"unknown framework {self.framework!r}{did_you_mean(self.framework, sorted(FRAMEWORKS))}")
         # a plan read from a checkpoint directory does not know the optimizer or precision that made it
         unknown = ("unknown",) if self.shape_source.startswith(MEASURED) else ()
         if self.optimizer not in (*OPTIMIZERS, *unknown):
@@ -257,8 +257,8 @@ class CheckpointPlan(Model):
         from ckplan.units import fmt_count
 
         s = self.setup
-        layout = LAYOUTS.get(s.framework)
-        shown = layout.shows_zero_stage if layout is not None else "never"
+        known = FRAMEWORKS.get(s.framework)
+        shown = known.layout.shows_zero_stage if known is not None else "never"
         zero = f" ZeRO-{s.zero}" if shown == "always" or shown == "nonzero" and s.zero else ""
         if s.shape_source.startswith(MEASURED):  # size --from: only what the files tell
             params = f" ({s.parameters:,} params)" if s.parameters else ", parameters unknown"
@@ -332,16 +332,14 @@ def build_plan(
         raise InputError(f"unknown optimizer {optimizer!r}{did_you_mean(optimizer, list(OPTIMIZERS))}")
     if precision not in PRECISIONS:
         raise InputError(f"unknown precision {precision!r}{did_you_mean(precision, list(PRECISIONS))}")
-    if framework not in LAYOUTS:
-        raise InputError(f"unknown framework {framework!r}{did_you_mean(framework, sorted(LAYOUTS))}")
+    layout = framework_of(framework).layout
     if zero is None:
-        zero = LAYOUTS[framework].default_zero
+        zero = layout.default_zero
     par = _parallelism(
         arch, gpus, gpus_per_node, tp, pp, zero, ep, borrowed=parameters is not None and model_name is None
     )
-    layout = LAYOUTS[framework]
     if ep > 1 and not layout.supports_ep:
-        takes = ", ".join(name for name, other in sorted(LAYOUTS.items()) if other.supports_ep)
+        takes = ", ".join(name for name, other in sorted(FRAMEWORKS.items()) if other.layout.supports_ep)
         raise InputError(f"‹ep› {ep}: the {framework} layout has no expert parallelism (the layouts with it: {takes})")
     layout.check(par)
     known = layout.options  # the --option names a layout reads; most read none

@@ -1,5 +1,5 @@
 """The restore manifest: what the ranks of a job read from a checkpoint when it resumes, per rank, per node and in
-total, from the reads a layout declares (layouts/base.py Layout.restore; the frameworks' load paths are in
+total, from the reads a layout declares (frameworks/layout.py Layout.restore; the frameworks' load paths are in
 docs/restore-reads.md).
 
 A read names its readers as a progression of ranks (every rank, one rank, a model-parallel rank's data-parallel
@@ -17,8 +17,8 @@ from typing import Annotated, get_args
 
 from pydantic import Field
 
+from ckplan.frameworks.layout import FileFormat, Layout, ManifestFile, Parallelism, Read, Readers, file_format
 from ckplan.schema import Finite, Int, Model
-from ckplan.sizing.layouts.base import FileFormat, Layout, ManifestFile, Parallelism, Read, Readers, file_format
 
 Count = Annotated[Int, Field(ge=0)]
 

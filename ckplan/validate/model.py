@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Literal
 
+from ckplan.frameworks.layout import Parallelism, Read
 from ckplan.planning.savetime import LoadTime, SaveTime, predict_load, predict_save
 from ckplan.profile import Spread, StorageProfile
 from ckplan.schema import Model
-from ckplan.sizing.layouts.base import Parallelism, Read
 from ckplan.sizing.plan import CheckpointPlan, scaled_file_bytes
 from ckplan.sizing.restore import restore_manifest
 from ckplan.version import __version__

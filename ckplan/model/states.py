@@ -28,8 +28,8 @@ from typing import Literal
 from pydantic import Field
 
 from ckplan.errors import InputError
+from ckplan.model.architecture import Tensor
 from ckplan.schema import Int, Model
-from ckplan.sizing.architecture import Tensor
 
 Optimizer = Literal["adam", "adamw", "sgd", "sgd-momentum", "lion", "adafactor", "adam-8bit", "muon", "none"]
 Precision = Literal["bf16-mixed", "fp16-mixed", "fp32", "bf16"]

@@ -14,9 +14,9 @@ from typing import Literal, Protocol
 
 from pydantic import Field, computed_field
 
+from ckplan.model.architecture import Tensor
+from ckplan.model.states import StateBytes
 from ckplan.schema import Int, Model
-from ckplan.sizing.architecture import Tensor
-from ckplan.sizing.states import StateBytes
 from ckplan.units import MAX_BYTES as MAX_FILE_BYTES
 
 FileKind = Literal["weights", "optimizer", "mixed", "small"]

@@ -28,9 +28,15 @@ Under DeepSpeed (the Trainer's `deepspeed=` config), read from transformers' tra
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+from typing import ClassVar
 
 from ckplan.errors import InputError
-from ckplan.sizing.layouts.base import (
+from ckplan.frameworks.deepspeed import DeepSpeedLayout
+from ckplan.frameworks.framework import Framework, Saver
+from ckplan.frameworks.layout import (
     CONFIG_JSON_BYTES,
     RNG_STATE_BYTES,
     SAFETENSORS_INDEX_PER_TENSOR_BYTES,
@@ -38,6 +44,7 @@ from ckplan.sizing.layouts.base import (
     TRAINER_STATE_BYTES,
     TRAINING_ARGS_BYTES,
     BufferedWriter,
+    FileKind,
     LayoutInput,
     ManifestFile,
     Parallelism,
@@ -52,8 +59,9 @@ from ckplan.sizing.layouts.base import (
     torch_save_bytes,
     total,
 )
-from ckplan.sizing.layouts.deepspeed import DeepSpeedLayout
-from ckplan.sizing.states import StateBytes
+from ckplan.frameworks.logs import Extractor, Save, literal_runs, stamp
+from ckplan.frameworks.names import Named, WorldPart
+from ckplan.model.states import StateBytes
 from ckplan.units import parse_bytes
 
 DEFAULT_SHARD_BYTES = 5 * 10**9
@@ -223,3 +231,105 @@ class HfLayout(BufferedWriter):
             ManifestFile(path=f"{d}/trainer_state.json", bytes=TRAINER_STATE_BYTES, rank=0, node=0, kind="small")
         )
         return out
+
+
+# What `size --from` reads back (frameworks/names.py): `rng_state_{rank}.pth` by each process (`rng_state.pth` for
+# one); the rest by the main process; with DeepSpeed a `global_stepN/` inside, with FSDP (accelerate) DCP
+# directories inside, each read by its own framework's names.
+RNG_STATE = re.compile(r"rng_state(?:_(\d+))?\.pth")
+TRAINER_FILES = ("trainer_state.json", "optimizer.pt", "scheduler.pt", "training_args.bin")
+SMALL_TRAINER_FILES = ("scheduler.pt", "training_args.bin")
+
+
+@dataclass(kw_only=True)
+class RngState(Named):
+    process: int
+    names_writer: ClassVar[bool] = True
+
+    def kind(self, par: Parallelism) -> FileKind:
+        return "small"
+
+    def numbered(self) -> tuple[str, tuple[int, ...]] | None:
+        # rng_state.pth beside rng_state_0.pth names one process's file twice
+        return str(PurePosixPath(self.path).parent), (self.process,)
+
+
+@dataclass(kw_only=True)
+class TrainerFile(Named):
+    """A file the main process writes: the state, optimizer, scheduler and arguments, the weights."""
+
+    def kind(self, par: Parallelism) -> FileKind:
+        return "small" if self.name in SMALL_TRAINER_FILES else super().kind(par)
+
+
+class HfNames:
+    looks_like = "HF Trainer (checkpoint-N/)"
+    step_dirs: tuple[str, ...] = ("checkpoint-",)
+    siblings: tuple[str, ...] = ()
+    ep_files: str | None = None
+
+    def read(self, path: PurePosixPath, size: int) -> Named | None:
+        name = path.name
+        if m := RNG_STATE.fullmatch(name):
+            return RngState(path=str(path), bytes=size, process=int(m[1]) if m[1] is not None else 0)
+        weights = name.endswith(".safetensors") or (name.startswith("pytorch_model") and name.endswith(".bin"))
+        if name in TRAINER_FILES or weights:
+            return TrainerFile(path=str(path), bytes=size)
+        return None
+
+    def recognises(self, files: Sequence[Named], source: str) -> bool:
+        # Trainer's checkpoint-N/, holding DeepSpeed's or DCP's files when it runs under them
+        return any(isinstance(f, (RngState, TrainerFile)) for f in files)
+
+    def world(self, files: Sequence[Named], ep: int | None) -> WorldPart | None:
+        processes = {f.process for f in files if isinstance(f, RngState)}
+        if not processes:
+            return None
+        n = 1 + max(processes)
+        return WorldPart([f"ranks: HF Trainer, {n} process(es) from the rng_state_R.pth names"], "HF Trainer", n)
+
+    def ranks(self, files: Sequence[Named], par: Parallelism, ep: int | None) -> list[str]:
+        for f in files:
+            if isinstance(f, RngState):
+                f.rank = f.process
+        return []
+
+
+# Hugging Face Trainer ("[INFO|trainer.py:N] YYYY-mm-dd HH:MM:SS,mmm >> ..."): from "Saving model checkpoint to
+# DIR" to the last timestamped line that names DIR. Trainer prints no end marker, so this is a lower bound.
+class HfTrainer(Extractor):
+    name = "hf"
+    needles = (b"Saving model checkpoint to",)
+    start = re.compile(r"Saving model checkpoint to (\S+)")
+
+    def __init__(self) -> None:
+        self.dir: str | None = None
+        self.dir_needle = b""
+        self.begin = self.last = 0.0
+
+    def feed(self, line: str) -> Iterator[Save]:
+        if "Saving model checkpoint to" in line and (m := self.start.search(line)):
+            yield from self.finish()
+            t = stamp(line)
+            if t is not None:
+                self.dir, self.begin, self.last = m.group(1).rstrip("/."), t, t
+                self.dir_needle = max(literal_runs(self.dir), key=len, default="").encode()
+        elif self.dir and self.dir in line and (t := stamp(line)) is not None:
+            self.last = t
+
+    def finish(self) -> Iterator[Save]:
+        if self.dir and self.last > self.begin:
+            yield Save(self.last - self.begin, self.last, self.dir.rsplit("/", 1)[-1], self.name)
+        self.dir = None
+
+    def wanted(self) -> bytes | re.Pattern[bytes] | None:
+        return self.dir_needle if self.dir else None  # every line naming the directory
+
+
+FRAMEWORK = Framework(
+    HfLayout(),
+    HfNames(),
+    Saver("safetensors", "safetensors.torch.save_file shards + torch.save optimizer/RNG"),
+    (HfTrainer,),
+    recorders=("TrainerRecorder",),
+)

@@ -31,12 +31,20 @@ Model-parallel rank = pipeline stage × tp + tensor rank, as PipelineParallelGri
 
 from __future__ import annotations
 
+import re
+from collections import defaultdict
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+from typing import ClassVar
+
 from ckplan.errors import InputError
-from ckplan.sizing.architecture import Tensor
-from ckplan.sizing.layouts.base import (
+from ckplan.frameworks.framework import Framework, Saver
+from ckplan.frameworks.layout import (
     LATEST_TAG_BYTES,
     ZERO_TO_FP32_SCRIPT_BYTES,
     ZERO_TO_TORCH_SCRIPT_BYTES,
+    FileKind,
     LayoutDefaults,
     LayoutInput,
     ManifestFile,
@@ -55,7 +63,10 @@ from ckplan.sizing.layouts.base import (
     torch_save_bytes,
     total,
 )
-from ckplan.sizing.states import StateBytes
+from ckplan.frameworks.logs import Extractor, Save, stamp
+from ckplan.frameworks.names import Named, WorldPart
+from ckplan.model.architecture import Tensor
+from ckplan.model.states import StateBytes
 
 
 class DeepSpeedLayout(LayoutDefaults):
@@ -280,3 +291,269 @@ def _loaded_and_checked(f: ManifestFile, loaders: Readers, checkers: Readers, ch
     if loaders == checkers:
         return [Read(f.path, f.bytes, loaders, times=2)]
     return [Read(f.path, f.bytes, loaders), Read(f.path, f.bytes, checkers)]
+
+
+# What `size --from` reads back (frameworks/names.py):
+# - `[bf16_]zero_pp_rank_{dp}_mp_rank_{mp:02d}_{optim,model}_states.pt` by rank (dp, mp);
+# - `mp_rank_{mp:02d}_model_states.pt` and `layer_{idx:02d}-model_{tp:02d}-model_states.pt` by data-parallel rank 0
+#   of model-parallel rank mp (stage × tp + tensor rank). A layer file's stage is not in its name: the layers go to
+#   the stages in contiguous runs balanced by bytes, as PipelineModule's default partition_method='parameters'
+#   balances them by parameter count;
+# - DeepSpeed-MoE (--ep): `layer_{moe_layer}_expert_{e}_mp_rank_{mp:02d}_model_states.pt` by the expert-parallel
+#   rank holding expert e, data-parallel ranks 0..ep-1. The expert-parallel size is not in the names: --ep gives it,
+#   else the files are counted on rank 0.
+ZERO_SHARD = re.compile(r"(bf16_)?zero_pp_rank_(\d+)_mp_rank_(\d+)_(optim|model)_states\.pt")
+MP_STATES = re.compile(r"mp_rank_(\d+)_model_states\.pt")
+LAYER_STATES = re.compile(r"layer_(\d+)-model_(\d+)-model_states\.pt")
+EXPERT_STATES = re.compile(r"layer_(\d+)_expert_(\d+)_mp_rank_(\d+)_model_states\.pt")
+
+
+@dataclass(kw_only=True)
+class _DeepSpeedFile(Named):
+    names_writer: ClassVar[bool] = True
+
+    def once(self) -> str | None:
+        return self.name
+
+    def numbered(self) -> tuple[str, tuple[int, ...]] | None:
+        return "", self.numbers()
+
+    def numbers(self) -> tuple[int, ...]:
+        raise NotImplementedError
+
+
+@dataclass(kw_only=True)
+class ZeroShard(_DeepSpeedFile):
+    dp: int
+    mp: int
+    model_states: bool  # ZeRO-3's model_states, which hold placeholders only, beside the optimizer's shard
+    bf16: bool
+
+    def numbers(self) -> tuple[int, ...]:
+        return self.dp, self.mp, int(self.model_states)
+
+    def kind(self, par: Parallelism) -> FileKind:
+        return "small" if self.model_states else "optimizer"
+
+    def precision(self) -> str | None:
+        return "bf16-mixed" if self.bf16 else None
+
+
+@dataclass(kw_only=True)
+class MpStates(_DeepSpeedFile):
+    mp: int
+
+    def numbers(self) -> tuple[int, ...]:
+        return (self.mp,)
+
+    def kind(self, par: Parallelism) -> FileKind:
+        return "mixed" if par.zero == 0 else "small" if par.pp > 1 else "weights"
+
+
+@dataclass(kw_only=True)
+class LayerStates(_DeepSpeedFile):
+    layer: int
+    tp: int
+
+    def numbers(self) -> tuple[int, ...]:
+        return self.layer, self.tp
+
+    def kind(self, par: Parallelism) -> FileKind:
+        return "weights"
+
+
+@dataclass(kw_only=True)
+class ExpertStates(_DeepSpeedFile):
+    layer: int
+    expert: int
+    mp: int
+
+    def numbers(self) -> tuple[int, ...]:
+        return self.layer, self.expert, self.mp
+
+    def kind(self, par: Parallelism) -> FileKind:
+        return "weights"
+
+
+class DeepSpeedNames:
+    looks_like = "DeepSpeed (global_stepN/ *_model_states.pt)"
+    step_dirs: tuple[str, ...] = ("global_step",)
+    siblings: tuple[str, ...] = ("latest", "zero_to_fp32.py", "zero_to_torch.py")
+    ep_files: str | None = "a DeepSpeed-MoE checkpoint (layer_L_expert_E_mp_rank_MM_model_states.pt files)"
+
+    def read(self, path: PurePosixPath, size: int) -> Named | None:
+        name, at = path.name, str(path)
+        if m := ZERO_SHARD.fullmatch(name):
+            return ZeroShard(
+                path=at, bytes=size, dp=int(m[2]), mp=int(m[3]), model_states=m[4] == "model", bf16=bool(m[1])
+            )
+        if m := MP_STATES.fullmatch(name):
+            return MpStates(path=at, bytes=size, mp=int(m[1]))
+        if m := LAYER_STATES.fullmatch(name):
+            return LayerStates(path=at, bytes=size, layer=int(m[1]), tp=int(m[2]))
+        if m := EXPERT_STATES.fullmatch(name):
+            return ExpertStates(path=at, bytes=size, layer=int(m[1]), expert=int(m[2]), mp=int(m[3]))
+        return None
+
+    def recognises(self, files: Sequence[Named], source: str) -> bool:
+        return any(isinstance(f, _DeepSpeedFile) for f in files)
+
+    @staticmethod
+    def _split(files: Sequence[Named]) -> tuple[int, int, list[str]]:
+        """(model-parallel ranks, tensor-parallel size, notes): tp from the layer files, else every mp rank."""
+        named = [f.mp for f in files if isinstance(f, (ZeroShard, MpStates))]  # the files naming their mp_rank
+        mps = 1 + max(named) if named else 1
+        layer_tps = {f.tp for f in files if isinstance(f, LayerStates)}
+        ds_tp = 1 + max(layer_tps) if layer_tps else mps
+        mps = max(mps, ds_tp)
+        if mps % ds_tp:
+            return (
+                mps,
+                mps,
+                [f"DeepSpeed: {mps} model-parallel ranks do not split into tensor rank {ds_tp}: taken as tp {mps}"],
+            )
+        return mps, ds_tp, []
+
+    def world(self, files: Sequence[Named], ep: int | None) -> WorldPart | None:
+        ds = [f for f in files if isinstance(f, _DeepSpeedFile)]
+        if not ds:
+            return None
+        mps, ds_tp, notes = self._split(ds)
+        part = WorldPart(notes, label="DeepSpeed", tp=ds_tp, pp=mps // ds_tp, unit=mps)
+        shards = [f for f in ds if isinstance(f, ZeroShard)]
+        part.zero = 3 if any(f.model_states for f in shards) else 1 if shards else 0
+        notes.append("a DeepSpeed FastPersist save (O_DIRECT) writes the same files and cannot be told apart by them")
+        if part.zero:
+            dps = 1 + max(f.dp for f in shards)
+            part.known = dps * mps
+            missing = dps * mps - len({(f.dp, f.mp) for f in shards})
+            stage = "ZeRO-3" if part.zero == 3 else "ZeRO-1 or 2 (their files are alike; recorded as 1)"
+            notes.append(
+                f"ranks: DeepSpeed {stage}, {dps} data-parallel × {mps} model-parallel ranks from the "
+                "zero_pp_rank_{dp}_mp_rank_{mp} names; rank = stage·dp·tp + dp·tp + tensor rank"
+                + (f"; {missing} shard file(s) missing: an incomplete save?" if missing else "")
+            )
+        else:
+            part.lower = mps
+            notes.append(
+                f"ranks: DeepSpeed ZeRO-0 (no zero_pp_rank files): {mps} model-parallel writer(s), "
+                "data-parallel rank 0 of each; the data-parallel size is not in the names"
+            )
+        if any(isinstance(f, LayerStates) for f in ds):
+            notes.append(
+                f"DeepSpeed pipeline: tp {ds_tp} from the layer_XX-model_YY names, pp {mps // ds_tp}; layers go to "
+                "stages in contiguous runs balanced by bytes (PipelineModule's partition_method='parameters')"
+            )
+        if any(isinstance(f, ExpertStates) for f in ds):
+            part.needs_ep = "DeepSpeed-MoE expert files without --ep: which ranks read each is not known"
+        return part
+
+    def ranks(self, files: Sequence[Named], par: Parallelism, ep: int | None) -> list[str]:
+        ds = [f for f in files if isinstance(f, _DeepSpeedFile)]
+        if not ds:
+            return []
+        ds_tp = self._split(ds)[1]
+        experts = [f.expert for f in ds if isinstance(f, ExpertStates)]
+        per_layer = 1 + max(experts, default=0)
+        notes, experts_per_writer = [], per_layer
+        if experts and ep is None:
+            notes.append(
+                f"DeepSpeed-MoE: {len(experts):,} expert file(s), {per_layer} experts per MoE layer; the "
+                "expert-parallel size is not in the names, so they are counted on rank 0 (--ep to spread them)"
+            )
+        elif experts and ep is not None:
+            if per_layer % ep or ep > par.gpus // (par.tp * par.pp):
+                raise InputError(
+                    f"‹ep› {ep} must divide the checkpoint's {per_layer} experts per MoE layer and be at most its "
+                    f"{par.gpus // (par.tp * par.pp)} data-parallel ranks"
+                )
+            experts_per_writer = per_layer // ep
+            notes.append(
+                f"DeepSpeed-MoE: {per_layer} experts per MoE layer over ep {ep} (--ep): expert e's file written by "
+                f"data-parallel rank e // {experts_per_writer}, expert-data-parallel rank 0"
+            )
+        stage_of_layer = layer_stages(ds, par.pp)
+        for f in ds:
+            if isinstance(f, ZeroShard):
+                stage, tp = divmod(f.mp, ds_tp)
+                f.rank = par.rank(stage, f.dp, tp)
+            elif isinstance(f, MpStates):
+                stage, tp = divmod(f.mp, ds_tp)
+                f.rank = par.rank(stage, 0, tp)
+            elif isinstance(f, LayerStates):
+                f.rank = par.rank(stage_of_layer[f.layer], 0, f.tp)
+            elif isinstance(f, ExpertStates):
+                f.rank = par.rank(0, f.expert // experts_per_writer, 0)
+        return notes
+
+
+def layer_stages(files: Sequence[Named], pp: int) -> dict[int, int]:
+    """Layer index → pipeline stage: contiguous runs, `pp` of them, the heaviest as light as can be."""
+    weights: dict[int, int] = defaultdict(int)
+    for f in files:
+        if isinstance(f, LayerStates):
+            weights[f.layer] += f.bytes
+    order = sorted(weights)
+    if pp == 1 or not order:
+        return {layer: 0 for layer in order}
+    w = [weights[layer] for layer in order]
+
+    def parts_at(cap: int) -> int:
+        count, run = 1, 0
+        for x in w:
+            if run + x > cap:
+                count, run = count + 1, 0
+            run += x
+        return count
+
+    lo, hi = max(w), sum(w)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if parts_at(mid) <= pp else (mid + 1, hi)
+    stages, stage, run = {}, 0, 0
+    for i, (layer, x) in enumerate(zip(order, w, strict=True)):
+        # a new stage when this one is full, or when every layer left needs a stage of its own
+        if i and stage < pp - 1 and (run + x > lo or len(order) - i <= pp - 1 - stage):
+            stage, run = stage + 1, 0
+        stages[layer] = stage
+        run += x
+    return stages
+
+
+# DeepSpeed (runtime/engine.py, torch_checkpoint_engine.py), timestamps "[YYYY-mm-dd HH:MM:SS,mmm]": from
+# "[Torch] Checkpoint TAG is about to be saved!" to the last "[Torch] Checkpoint TAG is ready now!".
+class DeepSpeed(Extractor):
+    name = "deepspeed"
+    needles = (b"[Torch] Checkpoint",)
+    start = re.compile(r"\[Torch\] Checkpoint (\S+) is about to be saved!")
+    ready = re.compile(r"\[Torch\] Checkpoint (\S+) is ready now!")
+
+    def __init__(self) -> None:
+        self.open: dict[str, tuple[float, float]] = {}  # tag -> (start, last ready)
+
+    def feed(self, line: str) -> Iterator[Save]:
+        if "[Torch] Checkpoint" not in line:
+            return
+        if (m := self.start.search(line)) and (t := stamp(line)) is not None:
+            yield from self._close_others(m.group(1))
+            self.open[m.group(1)] = (t, t)
+        elif (m := self.ready.search(line)) and m.group(1) in self.open and (t := stamp(line)) is not None:
+            self.open[m.group(1)] = (self.open[m.group(1)][0], t)
+
+    def _close_others(self, keep: str) -> Iterator[Save]:
+        for tag in [t for t in self.open if t != keep]:
+            start, end = self.open.pop(tag)
+            if end > start:
+                yield Save(end - start, end, tag, self.name)
+
+    def finish(self) -> Iterator[Save]:
+        yield from self._close_others("")
+
+
+FRAMEWORK = Framework(
+    DeepSpeedLayout(),
+    DeepSpeedNames(),
+    Saver("torch.save", "torch.save per rank file"),
+    (DeepSpeed,),
+    recorders=("record_deepspeed",),
+)

@@ -13,11 +13,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+from typing import ClassVar
 
-from ckplan.sizing.layouts.base import (
+from ckplan.frameworks.framework import DCP_SAVER, Framework
+from ckplan.frameworks.layout import (
     DCP_METADATA_PER_CHUNK_BYTES,
     BufferedWriter,
+    FileKind,
     LayoutInput,
     ManifestFile,
     Parallelism,
@@ -32,7 +38,9 @@ from ckplan.sizing.layouts.base import (
     split_even,
     total,
 )
-from ckplan.sizing.states import StateBytes
+from ckplan.frameworks.logs import Extractor, Save, number, stamp
+from ckplan.frameworks.names import Named, WorldPart
+from ckplan.model.states import StateBytes
 
 
 def distcp_files(
@@ -144,3 +152,88 @@ class DcpLayout(BufferedWriter):
 
     def files(self, inp: LayoutInput) -> list[ManifestFile]:
         return distcp_files(inp, f"step-{inp.step}", lambda s: self.persisted(s, inp.par.zero))
+
+
+# DCP prints nothing of its own; torchtitan (torchtitan/components/checkpoint.py), which saves with it, prints
+# "Finished saving the checkpoint (or staging if async is enabled)in 12.34 seconds."
+class Torchtitan(Extractor):
+    name = "torchtitan"
+    needles = (b"Finished saving the checkpoint",)
+    pattern = re.compile(
+        r"Finished saving the checkpoint(?: \(or staging if async is enabled\))?\s*in ([\d.]+) seconds"
+    )
+
+    def __init__(self) -> None:
+        self.n = 0
+
+    def feed(self, line: str) -> Iterator[Save]:
+        if "Finished saving the checkpoint" in line and (m := self.pattern.search(line)):
+            self.n += 1
+            yield Save(number(m.group(1), "torchtitan's save time is"), stamp(line), f"save {self.n}", self.name)
+
+
+# What `size --from` reads back (frameworks/names.py): `__{rank}_{k}.distcp` by that rank; `.metadata` by the
+# coordinator, rank 0.
+DISTCP = re.compile(r"__(\d+)_(\d+)\.distcp")
+
+
+@dataclass(kw_only=True)
+class DistcpFile(Named):
+    writer: int  # the rank in the name
+    thread: int
+    names_writer: ClassVar[bool] = True
+    coordinated: ClassVar[bool] = True
+
+    def kind(self, par: Parallelism) -> FileKind:
+        return (
+            "optimizer"
+            if any(part.startswith("optimizer") for part in PurePosixPath(self.path).parts[:-1])
+            else "mixed"
+        )
+
+    def numbered(self) -> tuple[str, tuple[int, ...]] | None:
+        # DCP's files repeat in each of its directories (HF's FSDP optimizer_0/__0_0.distcp beside pytorch_model_fsdp_0/)
+        return str(PurePosixPath(self.path).parent), (self.writer, self.thread)
+
+
+@dataclass(kw_only=True)
+class DcpMetadata(Named):
+    renamed_from: ClassVar[str | None] = ".metadata.tmp"
+
+    def kind(self, par: Parallelism) -> FileKind:
+        return "small"
+
+
+class DcpNames:
+    looks_like = "DCP (__R_0.distcp + .metadata)"
+    step_dirs: tuple[str, ...] = ("step-", "step_")
+    siblings: tuple[str, ...] = ()
+    ep_files: str | None = None
+
+    def read(self, path: PurePosixPath, size: int) -> Named | None:
+        if m := DISTCP.fullmatch(path.name):
+            return DistcpFile(path=str(path), bytes=size, writer=int(m[1]), thread=int(m[2]))
+        if path.name == ".metadata":
+            return DcpMetadata(path=str(path), bytes=size)
+        return None
+
+    def recognises(self, files: Sequence[Named], source: str) -> bool:
+        return any(isinstance(f, DistcpFile) for f in files)
+
+    def world(self, files: Sequence[Named], ep: int | None) -> WorldPart | None:
+        ranks = {f.writer for f in files if isinstance(f, DistcpFile)}
+        if not ranks:
+            return None
+        note = f"ranks: DCP, {len(ranks)} rank(s) from the __R_0.distcp names" + (
+            f" (rank(s) up to {max(ranks)}, some wrote none)" if len(ranks) <= max(ranks) else ""
+        )
+        return WorldPart([note], label="DCP", known=1 + max(ranks))
+
+    def ranks(self, files: Sequence[Named], par: Parallelism, ep: int | None) -> list[str]:
+        for f in files:
+            if isinstance(f, DistcpFile):
+                f.rank = f.writer
+        return []
+
+
+FRAMEWORK = Framework(DcpLayout(), DcpNames(), DCP_SAVER, (Torchtitan,), recorders=("dcp_save", "dcp_async_save"))

@@ -27,9 +27,13 @@ configs/dlio/workload/llama3_*.yaml) and checks the published sizes.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
+from pathlib import PurePosixPath
+
 from ckplan.errors import InputError
-from ckplan.sizing.architecture import Tensor
-from ckplan.sizing.layouts.base import (
+from ckplan.frameworks.framework import Framework, Saver
+from ckplan.frameworks.layout import (
     BufferedWriter,
     LayoutInput,
     ManifestFile,
@@ -42,7 +46,9 @@ from ckplan.sizing.layouts.base import (
     torch_save_bytes,
     total,
 )
-from ckplan.sizing.states import StateBytes
+from ckplan.frameworks.names import Named, WorldPart
+from ckplan.model.architecture import Tensor
+from ckplan.model.states import StateBytes
 
 OPTIMIZER_COMPANION_VALUES = 5  # each optimizer group has a hidden_size*5 tensor beside its N/(dp·mp) values
 MERGED = {"q_proj": "qkv", "k_proj": "qkv", "v_proj": "qkv", "gate_proj": "h_to_4h", "up_proj": "h_to_4h"}
@@ -193,3 +199,43 @@ def _stage_layer_indices(blocks: int, pp: int) -> list[list[int]]:
             indices += [blocks + 1, blocks + 2]
         out.append(indices)
     return out
+
+
+# `size --from` refuses DLIO's checkpoints (`global_epoch1_stepN/`, `layer_{i}-model_{mp}_model_states.pt`): their
+# names do not tell tensor from pipeline ranks, and `size --framework dlio` sizes them.
+DLIO_NAME = re.compile(r"(layer_\d+-)?model_\d+_model_states\.pt|global_epoch\d+_step\d+")
+
+
+class DlioNames:
+    looks_like = ""
+    step_dirs: tuple[str, ...] = ()
+    siblings: tuple[str, ...] = ()
+    ep_files: str | None = None
+
+    def read(self, path: PurePosixPath, size: int) -> Named | None:
+        return None
+
+    def recognises(self, files: Sequence[Named], source: str) -> bool:
+        dlio = next((f.path for f in files for part in PurePosixPath(f.path).parts if DLIO_NAME.fullmatch(part)), None)
+        if dlio:
+            raise InputError(
+                f"‹from_dir› {source} holds a DLIO benchmark checkpoint ({dlio}): its names do not tell tensor from "
+                "pipeline ranks; size it with --framework dlio"
+            )
+        return False
+
+    def world(self, files: Sequence[Named], ep: int | None) -> WorldPart | None:
+        return None
+
+    def ranks(self, files: Sequence[Named], par: Parallelism, ep: int | None) -> list[str]:
+        return []
+
+
+FRAMEWORK = Framework(
+    DlioLayout(),
+    DlioNames(),
+    Saver("torch.save", "torch.save per rank file (DLIO's random tensors)"),
+    (),
+    no_extractor="no sample of what DLIO prints per save has been checked (tests/fixtures/logs holds none); --pattern "
+    "reads its log",
+)

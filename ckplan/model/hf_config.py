@@ -18,7 +18,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from ckplan.errors import InputError, did_you_mean
-from ckplan.sizing.architecture import Architecture, LatentAttention, parameter_count
+from ckplan.model.architecture import Architecture, LatentAttention, parameter_count
 from ckplan.units import MAX_PARAMETERS
 
 # Bounds that keep the tensor list (one entry per tensor, experts × layers × 3 for a mixture of experts) small;
