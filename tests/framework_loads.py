@@ -4,9 +4,9 @@ Run as a script, one process per rank (torchrun starts the ranks), each rank und
 
     python tests/framework_loads.py KIND --config DIR --out DIR CASE
 
-KIND is hf, lightning, dcp or deepspeed; CASE is the framework_saves.py case whose save in DIR is resumed, the way a
+KIND is hf, lightning, dcp, deepspeed or accelerate; CASE is the framework_saves.py case whose save in DIR is resumed, the way a
 user resumes: HF Trainer's train(resume_from_checkpoint=True) for one more step, Lightning's fit(ckpt_path=…) for one
-more step, dcp.load of the model and AdamW state, DeepSpeed's engine.load_checkpoint. Nothing is saved.
+more step, dcp.load of the model and AdamW state, DeepSpeed's engine.load_checkpoint, Accelerate's load_state. Nothing is saved.
 """
 
 from __future__ import annotations
@@ -134,14 +134,39 @@ def load_deepspeed(config_dir: str, out: str, case: str) -> None:
     assert path is not None, "DeepSpeed found no checkpoint"
 
 
+def load_accelerate(config_dir: str, out: str, case: str) -> None:
+    """Accelerator.load_state of the newest save under out/checkpoints, into a fresh model, AdamW and scheduler
+    prepared as the save's were (`bf16` or `fp32`)."""
+    import torch
+    from accelerate import Accelerator
+    from accelerate.utils import ProjectConfiguration
+
+    accelerator = Accelerator(
+        cpu=True,
+        mixed_precision="bf16" if case == "bf16" else "no",
+        project_config=ProjectConfiguration(project_dir=out, automatic_checkpoint_naming=True),
+    )
+    model = tiny_model(config_dir)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
+    accelerator.prepare(model, optimizer, scheduler)
+    accelerator.load_state()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("kind", choices=("hf", "lightning", "dcp", "deepspeed"))
+    parser.add_argument("kind", choices=("hf", "lightning", "dcp", "deepspeed", "accelerate"))
     parser.add_argument("--config", required=True)
     parser.add_argument("--out", required=True)
     parser.add_argument("case")
     args = parser.parse_args()
-    loads = {"hf": load_hf, "lightning": load_lightning, "dcp": load_dcp, "deepspeed": load_deepspeed}
+    loads = {
+        "hf": load_hf,
+        "lightning": load_lightning,
+        "dcp": load_dcp,
+        "deepspeed": load_deepspeed,
+        "accelerate": load_accelerate,
+    }
     loads[args.kind](args.config, args.out, args.case)
     leave_after_every_rank_saved()
 

@@ -4,7 +4,7 @@ Run as a script, one process per rank (torchrun starts the ranks; a single proce
 
     python tests/framework_saves.py KIND --config DIR --out DIR [CASE ...]
 
-KIND is hf, lightning, dcp, deepspeed or megatron. Each run builds the model from DIR/config.json with
+KIND is hf, lightning, dcp, deepspeed, megatron or accelerate. Each run builds the model from DIR/config.json with
 transformers' from_config (no hub: HF_HUB_OFFLINE=1), trains two steps of AdamW on random tokens with gloo on
 127.0.0.1 and saves the framework's own way, as a user would. The test sets the environment: the hub cache in its
 scratch directory, HF_HUB_OFFLINE=1, DS_ACCELERATOR=cpu.
@@ -223,6 +223,33 @@ def run_dcp(config_dir: str, out: str, case: str) -> None:
     dist.destroy_process_group()
 
 
+def run_accelerate(config_dir: str, out: str, case: str) -> None:
+    """Accelerate's save_state after two AdamW steps with an LR scheduler, under DDP on several processes or one
+    process: `bf16` (mixed_precision="bf16") or `fp32`; the save goes to checkpoints/checkpoint_0/ by
+    ProjectConfiguration's automatic naming."""
+    import torch
+    from accelerate import Accelerator
+    from accelerate.utils import ProjectConfiguration
+
+    accelerator = Accelerator(
+        cpu=True,
+        mixed_precision="bf16" if case == "bf16" else "no",
+        project_config=ProjectConfiguration(project_dir=out, automatic_checkpoint_naming=True),
+    )
+    model = tiny_model(config_dir)
+    vocab = model.config.vocab_size
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
+    model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
+    for ids in batches(vocab):
+        loss = model(input_ids=ids, labels=ids).loss
+        accelerator.backward(loss)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad()
+    timed(accelerator.save_state)
+
+
 def run_deepspeed(config_dir: str, out: str, cases: list[str]) -> None:
     """deepspeed.initialize with AdamW as the client optimizer, then engine.save_checkpoint(out/CASE) for each
     `zS-PREC` case (ZeRO stage S, PREC bf16 or fp32), one after another in the same ranks."""
@@ -336,7 +363,7 @@ def run_megatron(config_dir: str, out: str, case: str) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("kind", choices=("hf", "lightning", "dcp", "deepspeed", "megatron"))
+    parser.add_argument("kind", choices=("hf", "lightning", "dcp", "deepspeed", "megatron", "accelerate"))
     parser.add_argument("--config", required=True)
     parser.add_argument("--out", required=True)
     parser.add_argument("cases", nargs="+")
@@ -346,9 +373,13 @@ def main() -> None:
         run_deepspeed(args.config, args.out, args.cases)
     else:
         (case,) = args.cases
-        {"hf": run_hf, "lightning": run_lightning, "dcp": run_dcp, "megatron": run_megatron}[args.kind](
-            args.config, args.out, case
-        )
+        {
+            "hf": run_hf,
+            "lightning": run_lightning,
+            "dcp": run_dcp,
+            "megatron": run_megatron,
+            "accelerate": run_accelerate,
+        }[args.kind](args.config, args.out, case)
     leave_after_every_rank_saved()
 
 

@@ -58,7 +58,7 @@ CONFIG = {
     "rms_norm_eps": 1e-6,
 }
 PARAMETERS = 584_320
-STEP_IN_PATH = re.compile(r"(global_step|checkpoint-|step-|iter_|step=)\d+")
+STEP_IN_PATH = re.compile(r"(global_step|checkpoint-|checkpoint_|step-|iter_|step=)\d+")
 LAUNCH_TIMEOUT_S = 600
 DEEPSPEED_SCRIPTS = ("zero_to_fp32.py", "zero_to_torch.py")  # copied verbatim beside `latest` at every ZeRO save
 
@@ -297,6 +297,34 @@ def test_deepspeed(scratch, deepspeed_saves, case):
     real = sum(size for p, (size, _) in on_disk(deepspeed_saves / case).items() if kinds[normalise(p)] != "small")
     assert real / PARAMETERS == pytest.approx(expected, rel=0.01)
     assert plan["bytes_per_parameter"] == expected
+
+
+# --- Accelerate ---------------------------------------------------------------------------------------------------
+
+ACCELERATE_CASES = {
+    # case: (ranks, precision, ckplan size arguments)
+    "1-bf16": (1, "bf16", ["--framework", "accelerate", "--gpus", "1"]),
+    "1-fp32": (1, "fp32", ["--framework", "accelerate", "--gpus", "1", "--precision", "fp32"]),
+    "2-bf16": (2, "bf16", ["--framework", "accelerate", "--gpus", "2"]),
+    "2-fp32": (2, "fp32", ["--framework", "accelerate", "--gpus", "2", "--precision", "fp32"]),
+}
+
+
+@pytest.mark.parametrize("case", ACCELERATE_CASES)
+def test_accelerate(scratch, case):
+    ranks, precision, args = ACCELERATE_CASES[case]
+    out = launch(scratch, "accelerate", ranks, f"accelerate-{case}", precision)
+    plan = compare(scratch, out, args)
+    # the module's fp32 parameters (mixed precision keeps no half copy) and AdamW's two fp32 moments: 12 B/param,
+    # within 1.5% per file class and in total
+    real = on_disk(out)
+    kinds = {normalise(f["path"]): f["kind"] for f in plan["manifest"]}
+    for kind in ("weights", "optimizer"):
+        on = sum(b for p, (b, _) in real.items() if kinds[normalise(p)] == kind)
+        said = sum(f["bytes"] for f in plan["manifest"] if f["kind"] == kind)
+        assert on == pytest.approx(said, rel=0.015), kind
+    assert sum(b for b, _ in real.values()) == pytest.approx(plan["total_bytes"], rel=0.015)
+    assert plan["bytes_per_parameter"] == 12
 
 
 # --- Megatron-Core ------------------------------------------------------------------------------------------------

@@ -245,3 +245,9 @@ def test_dcp_load(scratch, case):  # noqa: F811
     zero = "3" if case == "fsdp2" else "0"
     # size --from cannot tell DDP's files from FSDP's and takes the sharded load: compared where that holds
     check(scratch, read, ["--framework", "dcp", "--gpus", "2", "--zero", zero], out, [] if case == "fsdp2" else None)
+
+
+def test_accelerate_load_state(scratch):  # noqa: F811
+    out = launch(scratch, "accelerate", RANKS, "restore-accelerate", "bf16")
+    read = resume(scratch, "accelerate", out, out, "bf16")
+    check(scratch, read, ["--framework", "accelerate", "--gpus", "2"], out, [])

@@ -343,6 +343,22 @@ def test_megatron_legacy_iteration(tmp_path):
     assert_one_line_error(run_cli("size", "--from", str(save), "--gpus", "6"), "not a multiple of the checkpoint's 4")
 
 
+def test_accelerate_project_directory(tmp_path):
+    """Accelerate's automatic naming: project/checkpoints/checkpoint_i/. Its checkpoints/ directory gives the newest
+    save; the project directory above it, holding two saves, is refused rather than summed."""
+    for i in (0, 1):
+        d = tmp_path / "checkpoints" / f"checkpoint_{i}"
+        for name, size in (("model.safetensors", 2_000_000), ("optimizer.bin", 4_000_000), ("scheduler.bin", 1401)):
+            _put(d / name, size)
+        for r in (0, 1):
+            _put(d / f"random_states_{r}.pkl", 14_497)
+    plan = run_json("size", "--from", str(tmp_path / "checkpoints"))
+    assert (plan["setup"]["framework"], plan["setup"]["gpus"], plan["setup"]["step"]) == ("accelerate", 2, 1)
+    assert _ranks(plan)["checkpoint_1/random_states_1.pkl"] == (1, 0)
+    assert plan["total_bytes"] == 6_001_401 + 2 * 14_497
+    assert_one_line_error(run_cli("size", "--from", str(tmp_path)), "holds more than one save")
+
+
 def test_megatron_legacy_expert_parallel_directories(tmp_path):
     """mp_rank_TT_PPP_EEE: expert-parallel ranks in the names, with no --ep given. The world is at least tp × pp × ep
     (2 here), written by data-parallel rank 0 of each group: rank order tp, ep, dp, pp puts ep rank e on rank e."""
@@ -381,6 +397,7 @@ CASES = [  # the layouts' own plans, as a directory of their files would show th
     dict(framework="hf", gpus=16, zero=0),
     dict(framework="hf", gpus=16, zero=2),
     dict(framework="lightning", gpus=16, zero=0),
+    dict(framework="accelerate", gpus=16, zero=0),
     dict(framework="deepspeed", gpus=16, zero=1, ep=4, model="mixtral-8x7b"),  # --from … --ep 4
 ]
 

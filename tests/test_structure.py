@@ -365,8 +365,9 @@ def test_every_framework_has_a_layout_a_saver_and_an_extractor():
         assert fw.layout.shows_zero_stage in ("always", "nonzero", "never")
         assert framework_of(name) is fw
     # the registry's order: size --from asks HF Trainer before DeepSpeed and DCP, whose files its saves hold, and
-    # Megatron before DCP; DLIO first, whose saves are refused; diagnose feeds the extractors in the same order
-    assert list(FRAMEWORKS) == ["dlio", "hf", "megatron", "deepspeed", "dcp", "lightning"]
+    # Megatron before DCP; Accelerate before HF Trainer, whose model.safetensors both write; DLIO first, whose saves
+    # are refused; diagnose feeds the extractors in the same order
+    assert list(FRAMEWORKS) == ["dlio", "accelerate", "hf", "megatron", "deepspeed", "dcp", "lightning"]
     assert [cls.name for cls in LOG_EXTRACTORS] == ["hf", "megatron", "deepspeed", "torchtitan", "lightning"]
     assert {fw.saver.kind for fw in FRAMEWORKS.values()} == set(get_args(SaverKind)), "a saver kind no framework uses"
 

@@ -13,7 +13,7 @@ import re
 from pathlib import PurePosixPath
 
 from ckplan.errors import InputError, did_you_mean
-from ckplan.frameworks import dcp, deepspeed, dlio, hf, lightning, megatron
+from ckplan.frameworks import accelerate, dcp, deepspeed, dlio, hf, lightning, megatron
 from ckplan.frameworks.framework import Framework
 from ckplan.frameworks.logs import Extractor
 from ckplan.frameworks.names import Named
@@ -25,6 +25,7 @@ FRAMEWORKS: dict[str, Framework] = {
     f.name: f
     for f in (
         dlio.FRAMEWORK,
+        accelerate.FRAMEWORK,
         hf.FRAMEWORK,
         megatron.FRAMEWORK,
         deepspeed.FRAMEWORK,
