@@ -1,7 +1,8 @@
 """`ckplan size --from DIR`: an existing checkpoint directory's files and sizes, made into a plan.
 
 This module reads the directory (os.scandir, one stat per file) and never a file's contents; the plan is
-made from the (path, bytes) pairs by sizing.measured, which knows each framework's file names.
+made from the (path, bytes) pairs by sizing.measured, which reads them with each framework's names
+(ckplan/frameworks/).
 
 - DIR may be one checkpoint (`global_stepN/`, `checkpoint-N/`, `iter_NNNNNNN/`, `step-N/`, or a directory of
   any name holding DCP or DeepSpeed files), or the directory a run saves into. There, the newest checkpoint

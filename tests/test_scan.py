@@ -344,19 +344,36 @@ def test_megatron_legacy_iteration(tmp_path):
 
 
 def test_accelerate_project_directory(tmp_path):
-    """Accelerate's automatic naming: project/checkpoints/checkpoint_i/. Its checkpoints/ directory gives the newest
-    save; the project directory above it, holding two saves, is refused rather than summed."""
+    """Accelerate's automatic naming: project/checkpoints/checkpoint_i/, i counting saves (not steps). One save's
+    directory is read, its processes from the random_states names; a directory holding two saves is refused rather
+    than summed."""
     for i in (0, 1):
         d = tmp_path / "checkpoints" / f"checkpoint_{i}"
         for name, size in (("model.safetensors", 2_000_000), ("optimizer.bin", 4_000_000), ("scheduler.bin", 1401)):
             _put(d / name, size)
         for r in (0, 1):
             _put(d / f"random_states_{r}.pkl", 14_497)
-    plan = run_json("size", "--from", str(tmp_path / "checkpoints"))
-    assert (plan["setup"]["framework"], plan["setup"]["gpus"], plan["setup"]["step"]) == ("accelerate", 2, 1)
-    assert _ranks(plan)["checkpoint_1/random_states_1.pkl"] == (1, 0)
+    plan = run_json("size", "--from", str(tmp_path / "checkpoints" / "checkpoint_1"))
+    assert (plan["setup"]["framework"], plan["setup"]["gpus"], plan["setup"]["step"]) == ("accelerate", 2, 0)
+    assert _ranks(plan)["random_states_1.pkl"] == (1, 0)
     assert plan["total_bytes"] == 6_001_401 + 2 * 14_497
-    assert_one_line_error(run_cli("size", "--from", str(tmp_path)), "holds more than one save")
+    for where in (tmp_path, tmp_path / "checkpoints"):
+        assert_one_line_error(run_cli("size", "--from", str(where)), "holds more than one save")
+
+
+def test_accelerate_under_fsdp_is_read_by_its_dcp_files(tmp_path):
+    """Under FSDP Accelerate writes DCP directories beside its random_states files: the DCP names read the save
+    (its shards, a sharded resume), not Accelerate's DDP layout, which models none of them."""
+    d = tmp_path / "checkpoint_0"
+    for sub in ("pytorch_model_fsdp_0", "optimizer_0"):
+        for r in (0, 1):
+            _put(d / sub / f"__{r}_0.distcp", 3_000_000)
+        _put(d / sub / ".metadata", 40_000)
+    for r in (0, 1):
+        _put(d / f"random_states_{r}.pkl", 14_497)
+    plan = run_json("size", "--from", str(d))
+    assert (plan["setup"]["framework"], plan["setup"]["gpus"]) == ("dcp", 2)
+    assert plan["restore"]["rank_bytes"] > 6_000_000  # each rank's own shards, not only its RNG file
 
 
 def test_megatron_legacy_expert_parallel_directories(tmp_path):

@@ -123,7 +123,7 @@ class RandomStates(Named):
 
 class AccelerateNames:
     looks_like = "Accelerate (random_states_R.pkl)"
-    step_dirs: tuple[str, ...] = ("checkpoint_",)
+    step_dirs: tuple[str, ...] = ()  # checkpoint_{i} counts saves, not steps
     siblings: tuple[str, ...] = ()
     ep_files: str | None = None
 
@@ -133,7 +133,10 @@ class AccelerateNames:
         return None
 
     def recognises(self, files: Sequence[Named], source: str) -> bool:
-        return any(isinstance(f, RandomStates) for f in files)
+        # under FSDP or DeepSpeed Accelerate writes random_states beside DCP's or DeepSpeed's files, whose own names
+        # read them (this layout does not model those saves)
+        ours = any(isinstance(f, RandomStates) for f in files)
+        return ours and not any(f.names_writer and not isinstance(f, RandomStates) for f in files)
 
     def world(self, files: Sequence[Named], ep: int | None) -> WorldPart | None:
         processes = {f.process for f in files if isinstance(f, RandomStates)}

@@ -70,7 +70,6 @@ GATHERED = "gathered_weights"  # the 16-bit model rank 0 gathers from DeepSpeed 
 BOOLEANS = {"true": True, "false": False}
 # read whole by every rank on a DDP resume, beside the safetensors shards
 DDP_READS = ("model.safetensors.index.json", "config.json", "optimizer.pt", "pytorch_model.bin")
-RNG_NAME = re.compile(r"rng_state(_\d+)?\.pth")
 
 
 class HfLayout(BufferedWriter):
@@ -160,7 +159,7 @@ class HfLayout(BufferedWriter):
             ):
                 times = 2 if name == "trainer_state.json" else 1
                 reads.append(Read(f.path, f.bytes, every_rank(par), times))
-            elif RNG_NAME.fullmatch(name):
+            elif RNG_STATE.fullmatch(name):
                 reads.append(Read(f.path, f.bytes, own_rank(f.rank)))
             elif f.path not in engine:
                 unread.append(f.path)

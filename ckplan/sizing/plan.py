@@ -262,7 +262,7 @@ class CheckpointPlan(Model):
         zero = f" ZeRO-{s.zero}" if shown == "always" or shown == "nonzero" and s.zero else ""
         if s.shape_source.startswith(MEASURED):  # size --from: only what the files tell
             params = f" ({s.parameters:,} params)" if s.parameters else ", parameters unknown"
-            # a stage read from DeepSpeed's zero_pp_rank names (measured.py), where the framework has stages
+            # a stage read from the files' names (frameworks/<name>.py), where the framework has stages
             zero = f" ZeRO-{s.zero}" if shown != "never" and s.zero else ""
             text = f"{s.framework}{zero} checkpoint measured from disk{params}"
         else:
