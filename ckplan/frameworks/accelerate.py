@@ -18,9 +18,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import PurePosixPath
-from typing import ClassVar
 
 from ckplan.errors import InputError
 from ckplan.frameworks.framework import Framework, Saver
@@ -29,7 +27,6 @@ from ckplan.frameworks.layout import (
     RNG_STATE_BYTES,
     SCHEDULER_BYTES,
     BufferedWriter,
-    FileKind,
     LayoutInput,
     ManifestFile,
     Parallelism,
@@ -44,7 +41,7 @@ from ckplan.frameworks.layout import (
     torch_save_bytes,
     total,
 )
-from ckplan.frameworks.names import Named, WorldPart
+from ckplan.frameworks.names import Named, ProcessFile, WorldPart, process_ranks, process_world
 from ckplan.model.states import StateBytes
 
 # read whole by every process in load_state (checkpointing.py load_accelerator_state), beside its own RNG file
@@ -106,19 +103,9 @@ class AccelerateLayout(BufferedWriter):
 RANDOM_STATES = re.compile(r"random_states_(\d+)\.pkl")
 
 
-@dataclass(kw_only=True)
-class RandomStates(Named):
-    process: int
-    names_writer: ClassVar[bool] = True
-
-    def kind(self, par: Parallelism) -> FileKind:
-        return "small"
-
+class RandomStates(ProcessFile):
     def once(self) -> str | None:
         return self.name  # checkpoints/checkpoint_0/ beside checkpoint_1/: two saves
-
-    def numbered(self) -> tuple[str, tuple[int, ...]] | None:
-        return str(PurePosixPath(self.path).parent), (self.process,)
 
 
 class AccelerateNames:
@@ -139,17 +126,10 @@ class AccelerateNames:
         return ours and not any(f.names_writer and not isinstance(f, RandomStates) for f in files)
 
     def world(self, files: Sequence[Named], ep: int | None) -> WorldPart | None:
-        processes = {f.process for f in files if isinstance(f, RandomStates)}
-        if not processes:
-            return None
-        n = 1 + max(processes)
-        return WorldPart([f"ranks: Accelerate, {n} process(es) from the random_states_R.pkl names"], "Accelerate", n)
+        return process_world(files, RandomStates, "Accelerate", "random_states_R.pkl")
 
     def ranks(self, files: Sequence[Named], par: Parallelism, ep: int | None) -> list[str]:
-        for f in files:
-            if isinstance(f, RandomStates):
-                f.rank = f.process
-        return []
+        return process_ranks(files, RandomStates)
 
 
 FRAMEWORK = Framework(

@@ -31,7 +31,6 @@ import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import PurePosixPath
-from typing import ClassVar
 
 from ckplan.errors import InputError
 from ckplan.frameworks.deepspeed import DeepSpeedLayout
@@ -60,7 +59,7 @@ from ckplan.frameworks.layout import (
     total,
 )
 from ckplan.frameworks.logs import Extractor, Save, literal_runs, stamp
-from ckplan.frameworks.names import Named, WorldPart
+from ckplan.frameworks.names import Named, ProcessFile, WorldPart, process_ranks, process_world
 from ckplan.model.states import StateBytes
 from ckplan.units import parse_bytes
 
@@ -240,17 +239,8 @@ TRAINER_FILES = ("trainer_state.json", "optimizer.pt", "scheduler.pt", "training
 SMALL_TRAINER_FILES = ("scheduler.pt", "training_args.bin")
 
 
-@dataclass(kw_only=True)
-class RngState(Named):
-    process: int
-    names_writer: ClassVar[bool] = True
-
-    def kind(self, par: Parallelism) -> FileKind:
-        return "small"
-
-    def numbered(self) -> tuple[str, tuple[int, ...]] | None:
-        # rng_state.pth beside rng_state_0.pth names one process's file twice
-        return str(PurePosixPath(self.path).parent), (self.process,)
+class RngState(ProcessFile):
+    """rng_state_{rank}.pth (rng_state.pth for one process)."""
 
 
 @dataclass(kw_only=True)
@@ -281,17 +271,10 @@ class HfNames:
         return any(isinstance(f, (RngState, TrainerFile)) for f in files)
 
     def world(self, files: Sequence[Named], ep: int | None) -> WorldPart | None:
-        processes = {f.process for f in files if isinstance(f, RngState)}
-        if not processes:
-            return None
-        n = 1 + max(processes)
-        return WorldPart([f"ranks: HF Trainer, {n} process(es) from the rng_state_R.pth names"], "HF Trainer", n)
+        return process_world(files, RngState, "HF Trainer", "rng_state_R.pth")
 
     def ranks(self, files: Sequence[Named], par: Parallelism, ep: int | None) -> list[str]:
-        for f in files:
-            if isinstance(f, RngState):
-                f.rank = f.process
-        return []
+        return process_ranks(files, RngState)
 
 
 # Hugging Face Trainer ("[INFO|trainer.py:N] YYYY-mm-dd HH:MM:SS,mmm >> ..."): from "Saving model checkpoint to

@@ -66,6 +66,38 @@ class Named:
         return None
 
 
+@dataclass(kw_only=True)
+class ProcessFile(Named):
+    """A small file each process writes of its own (its RNG states), numbered by the process."""
+
+    process: int
+    names_writer: ClassVar[bool] = True
+
+    def kind(self, par: Parallelism) -> FileKind:
+        return "small"
+
+    def numbered(self) -> tuple[str, tuple[int, ...]] | None:
+        # in one directory, rng_state.pth beside rng_state_0.pth names one process's file twice
+        return str(PurePosixPath(self.path).parent), (self.process,)
+
+
+def process_world(files: Sequence[Named], record: type[ProcessFile], label: str, names: str) -> WorldPart | None:
+    """The world as many processes as the highest process number in the `record` files' names, where there are any."""
+    processes = {f.process for f in files if isinstance(f, record)}
+    if not processes:
+        return None
+    n = 1 + max(processes)
+    return WorldPart([f"ranks: {label}, {n} process(es) from the {names} names"], label, n)
+
+
+def process_ranks(files: Sequence[Named], record: type[ProcessFile]) -> list[str]:
+    """Each `record` file written by the process its name numbers."""
+    for f in files:
+        if isinstance(f, record):
+            f.rank = f.process
+    return []
+
+
 @dataclass
 class WorldPart:
     """What one framework's names say of the world that saved them."""
