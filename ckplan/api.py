@@ -457,7 +457,9 @@ def open_probe(
     from ckplan import profile_store
     from ckplan.outputs import check_output_dir, check_output_file
     from ckplan.probe.backends import ProbeTarget
-    from ckplan.probe.engine import S3Options, TargetSpec
+    from ckplan.probe.backends.hosts import HostsOptions
+    from ckplan.probe.backends.s3 import S3Options
+    from ckplan.probe.engine import TargetSpec
     from ckplan.units import MAX_GPUS, check_range, check_scale, parse_bytes, parse_duration
 
     path = str(path)
@@ -478,6 +480,18 @@ def open_probe(
     if emit_jobs is not None:
         check_output_dir(Path(emit_jobs), "‹emit_jobs›")
     check_scale(scale, "‹scale›")
+    s3 = S3Options(  # read whatever the path: a bad --part-size is refused on a directory too
+        endpoint_url=endpoint_url,
+        region=region,
+        profile=profile,
+        part_bytes=parse_bytes(part_size, "‹part_size›"),
+        timeout_s=parse_duration(timeout, "‹timeout›"),
+    )
+    many = HostsOptions(
+        hosts=hosts,
+        hosts_file=Path(hosts_file) if hosts_file is not None else None,
+        agent_wait_s=parse_duration(agent_wait, "‹agent_wait›") if agent_wait is not None else None,
+    )
     target = ProbeTarget(
         TargetSpec(
             path,
@@ -489,17 +503,8 @@ def open_probe(
             name=save,
             calibrate=calibrate,
             emit_jobs=Path(emit_jobs) if emit_jobs is not None else None,
-            hosts=hosts,
-            hosts_file=Path(hosts_file) if hosts_file is not None else None,
-            agent_wait_s=parse_duration(agent_wait, "‹agent_wait›") if agent_wait is not None else None,
             notice=notice,
-            s3=S3Options(
-                endpoint_url=endpoint_url,
-                region=region,
-                profile=profile,
-                part_bytes=parse_bytes(part_size, "‹part_size›"),
-                timeout_s=parse_duration(timeout, "‹timeout›"),
-            ),
+            options=s3 if path.startswith("s3:") else many if hosts or hosts_file else None,
         )
     )
     target.prepare()  # every check that can fail comes before a byte is written

@@ -24,17 +24,15 @@ def check_name(name: str) -> None:
     """A --save name becomes NAME.json in the profile directory: no path separator, no hidden file, one printable
     line, short enough to be a file name; and the directory can be made and written (checked before a probe runs)."""
     if not name.strip() or "/" in name or name.startswith(".") or not name.isprintable():
-        raise InputError(
-            f"‹save_name› takes a plain name (no '/', no leading '.', no control characters), got {name!r}"
-        )
+        raise InputError(f"‹save› takes a plain name (no '/', no leading '.', no control characters), got {name!r}")
     if len(name.encode()) > MAX_NAME_BYTES:
         raise InputError(
-            f"‹save_name› is {len(name.encode()):,} bytes long; a profile's name is at most {MAX_NAME_BYTES} "
+            f"‹save› is {len(name.encode()):,} bytes long; a profile's name is at most {MAX_NAME_BYTES} "
             f"(it becomes the file NAME.json): {name[:40]!r}…"
         )
     from ckplan.outputs import check_output_dir
 
-    check_output_dir(saved_dir(), "‹save_name› profile")
+    check_output_dir(saved_dir(), "‹save› profile")
 
 
 def save(profile: StorageProfile, name: str) -> Path:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 from pydantic import BeforeValidator, ConfigDict, Field
 
 from ckplan.errors import InputError
-from ckplan.inputs import parsed, validate_inputs
+from ckplan.inputs import Flag, parsed, validate_inputs
 from ckplan.schema import Int, Model
 from ckplan.units import MAX_GPUS, MAX_PARAMETERS, check_range, parse_count
 
@@ -55,6 +55,14 @@ def _zero(value: Any, what: str) -> Any:
     return value
 
 
+def _listed(module: str, name: str) -> str:
+    """The names a flag takes, for its help: read when the command is built, since the registries are not imported
+    with this module (the frameworks' is a twentieth of `ckplan size`'s start-up)."""
+    import importlib
+
+    return ", ".join(getattr(importlib.import_module(module), name)) + "."
+
+
 def _lower(value: Any) -> Any:
     """Names are matched as lowercase, as the flags have always been: "Adam", "DeepSpeed"."""
     return value.lower() if isinstance(value, str) else value
@@ -69,21 +77,56 @@ class PlanRequest(Model):
 
     model_config = ConfigDict(extra="forbid")
 
-    params: Annotated[Int | None, Field(ge=1, le=MAX_PARAMETERS), parsed(_count)] = None  # 7e9, "7B", "1.5T"
-    model: str | None = None  # a catalog model
-    config: Path | None = None  # a Hugging Face config.json
-    from_dir: Path | None = None  # an existing checkpoint directory, measured from disk
-    optimizer: Name = None
-    precision: Name = None
-    framework: Name = None
-    gpus: World = None
-    gpus_per_node: World = None
-    tp: World = None
-    pp: World = None
-    zero: Annotated[Int | None, Field(ge=0, le=3), parsed(_zero)] = None
-    ep: World = None
-    dtype_overrides: dict[str, str] = Field(default_factory=dict)  # state or group → dtype: master=none
-    options: dict[str, str] = Field(default_factory=dict)  # layout options: writer=fast
+    # an existing checkpoint directory, measured from disk: first, as `--from` heads the plan flags
+    from_dir: Annotated[
+        Path | None,
+        Flag(
+            "--from",
+            "An existing checkpoint directory (DeepSpeed, DCP, Megatron, HF Trainer): "
+            "its files, sizes and writer ranks measured from disk instead of the flags.",
+        ),
+    ] = None
+    params: Annotated[
+        Int | None,
+        Field(ge=1, le=MAX_PARAMETERS),
+        parsed(_count),
+        Flag("--params", "Parameter count: 7e9, 7B, 70b, 1.5T.", f"{DEFAULT_PARAMETERS:,}", type=str),
+    ] = None
+    model: Annotated[str | None, Flag("--model", "A catalog model (see `ckplan models`).")] = None
+    config: Annotated[
+        Path | None, Flag("--config", "A Hugging Face config.json: the model's exact tensors, read locally.")
+    ] = None
+    optimizer: Annotated[Name, Flag("--optimizer", lambda: _listed("ckplan.model.states", "OPTIMIZERS"), str)] = None
+    precision: Annotated[Name, Flag("--precision", lambda: _listed("ckplan.model.states", "PRECISIONS"), str)] = None
+    framework: Annotated[Name, Flag("--framework", lambda: _listed("ckplan.frameworks", "FRAMEWORKS"), str)] = None
+    gpus: Annotated[World, Flag("--gpus", "World size.", str)] = None
+    gpus_per_node: Annotated[World, Flag("--gpus-per-node", "GPUs per node  [default: 8, or --gpus if fewer]")] = None
+    tp: Annotated[World, Flag("--tp", "Tensor-parallel size.", str)] = None
+    pp: Annotated[World, Flag("--pp", "Pipeline-parallel size.", str)] = None
+    zero: Annotated[
+        Int | None,
+        Field(ge=0, le=3),
+        parsed(_zero),
+        Flag(
+            "--zero",
+            "ZeRO stage 0-3 (3 = FSDP full sharding; hf: 0 = Trainer under DDP, 1-3 = Trainer + DeepSpeed).",
+            lambda stage: "1; hf, lightning: 0" if stage is None else str(stage),
+        ),
+    ] = None
+    ep: Annotated[
+        World, Flag("--ep", "Expert-parallel size (megatron, dcp, deepspeed; mixture-of-experts models).", str)
+    ] = None
+    # state or group → dtype: master=none
+    dtype_overrides: Annotated[
+        dict[str, str], Flag("--dtype", "Override a state's dtype: master=none, exp_avg_sq=bf16, optimizer=bf16.")
+    ] = Field(default_factory=dict)
+    options: Annotated[  # layout options: writer=fast
+        dict[str, str],
+        Flag(
+            "--option",
+            "Layout option, e.g. hf_shard_size=50GB, writer=fast (deepspeed), gather_16bit=true (hf under ZeRO-3).",
+        ),
+    ] = Field(default_factory=dict)
 
     @classmethod
     def from_inputs(cls, inputs: dict[str, Any]) -> PlanRequest:

@@ -239,7 +239,7 @@ BOTH_DOORS = [
 
 @pytest.mark.parametrize("argv,call,message", BOTH_DOORS, ids=[" ".join(a[:3]) for a, _, _ in BOTH_DOORS])
 def test_both_doors_refuse_in_the_same_words(cli, argv, call, message):
-    from ckplan.cli.options import flag_names
+    from ckplan.cli.app import flag_names
 
     code, out, err = cli(*argv, "--json")
     lines = [line for line in err.splitlines() if line.strip()]
@@ -249,6 +249,29 @@ def test_both_doors_refuse_in_the_same_words(cli, argv, call, message):
         call()
     assert f"ckplan: error: {exc.value.render(flag_names())}" == lines[0]
     assert "‹" not in str(exc.value) and "Traceback" not in err
+
+
+def test_every_parameter_a_message_names_renders_as_one_flag():
+    """The ‹name›s in ckplan's messages are the library's parameters and the request models' fields; the CLI renders
+    each as its flag from the options of its commands, whose parameters carry those names. Across every command, a
+    name means one flag, and each name a message uses has one, but for the library's own `policy` (a Policy object,
+    which no flag gives) and the docstrings' placeholders."""
+    import re
+
+    from ckplan.cli.app import _CommandTable, flag_names
+
+    per_command = [flag_names([c]) for c in _CommandTable().values()]
+    names = flag_names()
+    assert all(names[n] == flag for m in per_command for n, flag in m.items())  # no name has two flags
+    assert (names["max_loss_s"], names["plan"], names["plan_file"], names["from_dir"]) == (
+        "--max-loss",
+        "--plan",
+        "--plan",
+        "--from",
+    )
+    source = Path(ckplan.__file__).parent
+    used = {n for f in source.rglob("*.py") for n in re.findall(r"‹(\w+)›", f.read_text())}
+    assert used - set(names) == {"policy", "name", "field"}
 
 
 def test_probe_refuses_before_writing(cli, tmp_path):
@@ -327,12 +350,11 @@ def test_policy_bounds_every_field():
 def test_policy_inputs_name_every_field():
     """The keyword arguments recommend and provision take (typed for mypy) are Policy's fields; provision's are the
     ones its command takes."""
-    from ckplan.cli import options as o
     from ckplan.cli.commands.plan import provision
 
     assert api.PolicyInputs.__optional_keys__ == set(Policy.model_fields)
     flags = set(inspect.signature(provision).parameters) - {"mode"}  # provision's --mode is its own, not Policy's
-    assert api.ProvisionPolicyInputs.__optional_keys__ == {f.field for f in o._policy_flags() if f.name in flags}
+    assert api.ProvisionPolicyInputs.__optional_keys__ == flags & set(Policy.model_fields)
 
 
 def test_probe_options_are_open_probes():
@@ -463,7 +485,7 @@ WRONG_ARGUMENTS: list[tuple[str, Callable[[], object], str]] = [
     ("probe", lambda: api.probe(123), "path takes str | os.PathLike[str], got 123"),  # type: ignore[arg-type]
     ("probe", lambda: api.probe("/x", scale=-1.0), "scale"),
     ("keep_profile", lambda: api.keep_profile(None, None, None), "result: Input should be"),  # type: ignore[arg-type]
-    ("keep_profile", lambda: api.keep_profile(_nfs(), "bad/name", None), "save_name takes a plain name"),
+    ("keep_profile", lambda: api.keep_profile(_nfs(), "bad/name", None), "save takes a plain name"),
 ]
 
 

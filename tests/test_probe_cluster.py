@@ -614,9 +614,9 @@ def test_clean_keeps_another_hosts_multi_host_scratch_unless_forced(tmp_path):
 
 def hosts_session(path: Path, hosts: list, run_id: str):
     """A multi-host session on `hosts` that has contacted none of them: for its job files and scratch names."""
-    from ckplan.probe.backends.hosts import HostsBackend, HostsSession
+    from ckplan.probe.backends.hosts import HostsBackend, HostsOptions, HostsSession
     from ckplan.probe.engine import Silent, TargetSpec
 
-    backend = HostsBackend(TargetSpec(str(path), hosts=",".join(map(str, hosts))))
+    backend = HostsBackend(TargetSpec(str(path), options=HostsOptions(",".join(map(str, hosts)))))
     backend.hosts = hosts
     return HostsSession(backend, run_id, Silent(), None)

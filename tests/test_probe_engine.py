@@ -40,6 +40,7 @@ class FakeSession:
     def __init__(self, script: Script, hosts: int):
         self.script, self.hosts = script, hosts
         self.write_paths: tuple = ("buffered",)
+        self.direct_io = False  # as a fio session that found O_DIRECT refused
         self.page_cache = False
         self.notes: list[str] = []
         self.raw: list[dict] = []

@@ -52,7 +52,7 @@ def test_probe_measures_and_leaves_nothing(endpoint, tmp_path):
     proc = probe(endpoint, tmp_path, f"s3://{BUCKET}/run1", "--quick", "--writers", "2", "--json", "--out", str(out))
     assert proc.returncode == 0, proc.stderr
     p = json.loads(proc.stdout)
-    assert (p["fs_type"], p["storage_class"], p["shared"]) == ("s3", "s3", True)
+    assert (p["fs_type"], p["storage_class"], p["shared"], p["direct_io"]) == ("s3", "s3", True, None)
     assert [b["writers"] for b in p["buffered_bandwidth"]] == [1, 2]
     assert all(b["bytes_per_s"] > 1e6 for b in p["buffered_bandwidth"])
     assert p["small_files"]["files_per_s"] > 1
@@ -291,6 +291,7 @@ def test_stream_bandwidth_against_bytes_the_server_received(endpoint, tmp_path, 
 
     Deliberate break this catches: S3 stream bandwidth × 2."""
     from ckplan.probe import backends, engine
+    from ckplan.probe.backends import s3 as s3mod
 
     for key, value in credentials_env(tmp_path).items():
         monkeypatch.setenv(key, value)
@@ -298,7 +299,7 @@ def test_stream_bandwidth_against_bytes_the_server_received(endpoint, tmp_path, 
     phases = Phases()
     try:
         spec = engine.TargetSpec(f"s3://{BUCKET}/counted", preset="quick", writers=2, calibrate=False,
-                                 s3=engine.S3Options(endpoint_url=proxy.endpoint))  # fmt: skip
+                                 options=s3mod.S3Options(endpoint_url=proxy.endpoint))  # fmt: skip
         profile = backends.ProbeTarget(spec).run(phases)
     finally:
         proxy.close()
@@ -422,10 +423,10 @@ def test_clean_gives_up_on_a_prefix_that_keeps_filling(endpoint, tmp_path, monke
 
     from ckplan.errors import EnvironmentProblem
     from ckplan.probe.backends import s3 as s3mod
-    from ckplan.probe.engine import S3Options, TargetSpec
+    from ckplan.probe.engine import TargetSpec
 
     def clean_s3(url: str, endpoint_url: str):
-        return s3mod.S3Backend(TargetSpec(url, s3=S3Options(endpoint_url=endpoint_url))).clean()
+        return s3mod.S3Backend(TargetSpec(url, options=s3mod.S3Options(endpoint_url=endpoint_url))).clean()
 
     monkeypatch.setattr(s3mod, "CLEAN_QUIET_S", 1.0)
     monkeypatch.setattr(s3mod, "CLEAN_WAIT_S", 3.0)
@@ -688,6 +689,7 @@ def test_max_bytes_bounds_what_each_run_uploads(endpoint, tmp_path, monkeypatch)
     before the next run, so no more is ever kept), counted by a proxy in front of the endpoint, independently of
     the probe. Without the budget the same quick probe uploads more than it in a run, so the bound is not slack."""
     from ckplan.probe import backends, engine
+    from ckplan.probe.backends import s3 as s3mod
 
     for key, value in credentials_env(tmp_path).items():
         monkeypatch.setenv(key, value)
@@ -698,7 +700,7 @@ def test_max_bytes_bounds_what_each_run_uploads(endpoint, tmp_path, monkeypatch)
         phases = Phases()
         try:
             spec = engine.TargetSpec(f"s3://{BUCKET}/budget", preset="quick", writers=2, max_bytes=limit,
-                                     calibrate=False, s3=engine.S3Options(endpoint_url=proxy.endpoint))  # fmt: skip
+                                     calibrate=False, options=s3mod.S3Options(endpoint_url=proxy.endpoint))  # fmt: skip
             backends.ProbeTarget(spec).run(phases)
         finally:
             proxy.close()

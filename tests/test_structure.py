@@ -398,3 +398,27 @@ def test_savers_import_nothing_from_the_probe():
     """The savers sit below the probe (its replay runs them) and validate: neither reaches down into the other."""
     up = {m: sorted(d for d in deps if d.startswith("ckplan.probe")) for m, deps in GRAPH.items()}
     assert not {m: d for m, d in up.items() if d and m.startswith(("ckplan.savers", "ckplan.validate"))}
+
+
+def test_the_probe_engine_names_no_backend():
+    """What one backend alone takes or does is its module's (its Options, its Session's figures): the engine
+    imports no backend and compares nothing with a backend's kind (`fs_type == "s3"`)."""
+    from ckplan.probe.backends import BACKENDS
+
+    assert not [m for m in GRAPH["ckplan.probe.engine"] if m.startswith("ckplan.probe.backends")]
+    assert not backend_kind_checks(MODULES["ckplan.probe.engine"], set(BACKENDS))
+
+
+def backend_kind_checks(tree: ast.AST, kinds: set[str]) -> list[int]:
+    """The lines that compare a value with a backend's kind, spelt as a literal."""
+    return [
+        node.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Compare)
+        and any(isinstance(o, ast.Constant) and o.value in kinds for o in [node.left, *node.comparators])
+    ]
+
+
+def test_the_backend_kind_scan_finds_what_it_looks_for():
+    sample = ast.parse('direct = None if facts.fs_type == "s3" else True\nfine = kind == "buffered"')
+    assert backend_kind_checks(sample, {"s3", "hosts", "filesystem"}) == [1]

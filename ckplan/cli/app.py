@@ -14,7 +14,7 @@ import importlib
 import io
 import os
 import sys
-from collections.abc import Iterator, MutableMapping
+from collections.abc import Iterable, Iterator, MutableMapping
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -94,6 +94,20 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     help="Plan checkpoint intervals and the storage they need.",
 )
+
+
+def flag_names(commands: Iterable[_click.Command] | None = None) -> dict[str, str]:
+    """Parameter → its long flag, over the options of `commands` (default: every command's, built for a failure's
+    message only): the ‹name›s in an InputError's message (errors.InputError.render). An option's parameter is
+    named as the library's parameter or the request model's field, so one map serves both doors' messages."""
+    names: dict[str, str] = {}
+    for command in _CommandTable().values() if commands is None else commands:
+        for param in command.params:
+            flag = next((o for o in param.opts if o.startswith("--")), None)
+            if flag is not None and param.name is not None:
+                names.setdefault(param.name, flag)
+    return names
+
 
 _debug = False  # set by --debug or CKPLAN_DEBUG=1: an internal error re-raises with its traceback
 
@@ -220,8 +234,6 @@ def _main() -> None:
     except OutputLost as exc:
         _output_lost(exc)
     except InputError as exc:
-        from ckplan.cli.options import flag_names
-
         _fail(exc.render(flag_names()) or type(exc).__name__, exc.exit_code)
     except (EnvironmentProblem, MeasurementFailed) as exc:
         _fail(str(exc) or type(exc).__name__, exc.exit_code)

@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BeforeValidator, ConfigDict, Field, ValidationInfo, model_validator
 
 from ckplan.errors import InputError
-from ckplan.inputs import parsed, validate_inputs
+from ckplan.inputs import Flag, parsed, validate_inputs
 from ckplan.planning.defaults import (
     COLLECTIVE_TIMEOUT_S,
     DEFAULT_CHANGED_FRACTION,
@@ -45,6 +45,10 @@ from ckplan.units import (
     MAX_FAILURES_PER_DAY,
     MIN_MTBF_S,
     check_range,
+    fmt_bytes,
+    fmt_duration,
+    fmt_percent,
+    fmt_rate,
     parse_bytes,
     parse_duration,
     parse_fraction,
@@ -113,11 +117,36 @@ class Policy(Model):
 
     model_config = ConfigDict(extra="forbid")
 
-    mode: Annotated[Literal["sync", "async"], parsed(_mode)] = DEFAULT_MODE
-    max_loss_s: Annotated[PositiveSeconds, parsed(parse_duration)] = DEFAULT_MAX_LOSS_S
-    max_overhead: Annotated[Fraction, parsed(parse_fraction)] = DEFAULT_MAX_OVERHEAD
+    max_loss_s: Annotated[
+        PositiveSeconds,
+        parsed(parse_duration),
+        Flag("--max-loss", "Most work a crash may destroy, e.g. 1h.", fmt_duration, "Policy"),
+    ] = DEFAULT_MAX_LOSS_S
+    max_overhead: Annotated[
+        Fraction,
+        parsed(parse_fraction),
+        Flag("--max-overhead", "Share of time saves may block, e.g. 5%.", fmt_percent, "Policy"),
+    ] = DEFAULT_MAX_OVERHEAD
+    mode: Annotated[
+        Literal["sync", "async"],
+        parsed(_mode),
+        Flag("--mode", "sync or async (snapshot to host memory, persist in the background).", str, "Policy"),
+    ] = DEFAULT_MODE
+    iteration_s: Annotated[
+        PositiveSeconds | None,
+        parsed(parse_duration),
+        Flag("--iteration-time", "Seconds per training step, to give the interval in steps.", panel="Policy"),
+    ] = None
     # job MTBF; derived from the rates when None
-    mtbf_s: Annotated[MtbfSeconds | None, parsed(lambda v, f: parse_duration(v, f, minimum=MIN_MTBF_S))] = None
+    mtbf_s: Annotated[
+        MtbfSeconds | None,
+        parsed(lambda v, f: parse_duration(v, f, minimum=MIN_MTBF_S)),
+        Flag(
+            "--mtbf",
+            "Job mean time between interruptions, e.g. 8h (overrides the rates); at least 1 s.",
+            panel="Failures",
+        ),
+    ] = None
     node_failures_per_1000_days: Annotated[
         NodeFailureRate,
         parsed(
@@ -126,35 +155,105 @@ class Policy(Model):
                 f"{MAX_FAILURES_PER_1000_NODE_DAYS:,} per 1,000 node-days, one a second",
             )
         ),
+        Flag("--node-failure-rate", "Interruptions per 1,000 node-days.", "{:g}".format, "Failures"),
     ] = DEFAULT_NODE_FAILURES_PER_1000_DAYS
     job_failures_per_day: Annotated[
-        JobFailureRate, parsed(_failure_rate(MAX_FAILURES_PER_DAY, f"{MAX_FAILURES_PER_DAY:,} a day, one a second"))
+        JobFailureRate,
+        parsed(_failure_rate(MAX_FAILURES_PER_DAY, f"{MAX_FAILURES_PER_DAY:,} a day, one a second")),
+        Flag("--job-failure-rate", "Job-level interruptions per day (software, network).", "{:g}".format, "Failures"),
     ] = DEFAULT_JOB_FAILURES_PER_DAY
     # the whole restart cost R, as measured by the user (--restart); None: the fixed part below plus the load
     # predicted from the plan's restore manifest (scenario.restart_cost), which recommend and provision put here
-    restart_s: Annotated[Seconds | None, parsed(lambda v, f: parse_duration(v, f, allow_zero=True))] = None
+    restart_s: Annotated[
+        Seconds | None,
+        parsed(lambda v, f: parse_duration(v, f, allow_zero=True)),
+        Flag(
+            "--restart",
+            "The whole restart cost, measured (detect, reschedule, load, warm up); replaces fixed part + predicted load.",
+            panel="Failures",
+        ),
+    ] = None
     # detect, reschedule, initialise: all of a restart but the checkpoint's load
-    restart_fixed_s: Annotated[Seconds, parsed(lambda v, f: parse_duration(v, f, allow_zero=True))] = (
-        DEFAULT_RESTART_FIXED_S
-    )
-    # the process group's timeout (--collective-timeout): a blocking save or a load near it is warned about
-    collective_timeout_s: Annotated[PositiveSeconds, parsed(parse_duration)] = COLLECTIVE_TIMEOUT_S
-    iteration_s: Annotated[PositiveSeconds | None, parsed(parse_duration)] = None
-    snapshot_bytes_per_s: Annotated[Rate, parsed(parse_rate)] = DEFAULT_SNAPSHOT_BYTES_PER_S
-    host_memory_bytes: Annotated[ByteAmount, parsed(parse_bytes)] = DEFAULT_HOST_MEMORY_BYTES
-    local_disk_bytes: Annotated[ByteAmount, parsed(parse_bytes)] = DEFAULT_LOCAL_DISK_BYTES
-    changed_fraction: Annotated[Share, parsed(lambda v, f: parse_fraction(v, f, allow_one=True))] = (
-        DEFAULT_CHANGED_FRACTION
-    )
-    # serialiser rates given with --serialize-bandwidth; the others come from the profile's calibration or the defaults
-    serialize_bytes_per_s: Annotated[dict[str, Rate], BeforeValidator(_serializers)] = Field(default_factory=dict)
-    # what the whole shared storage system sustains, as the user knows it (--aggregate-limit): replaces the profile's
-    # limit and any fit beyond the measured host counts (planning/scaling.py); it is the --storage target's, not
-    # another class's
-    aggregate_limit_bytes_per_s: Annotated[Rate | None, parsed(parse_rate)] = None
+    restart_fixed_s: Annotated[
+        Seconds,
+        parsed(lambda v, f: parse_duration(v, f, allow_zero=True)),
+        Flag(
+            "--restart-fixed",
+            "Restart cost besides the checkpoint's load (detect, reschedule, initialise); the load is predicted.",
+            fmt_duration,
+            "Failures",
+        ),
+    ] = DEFAULT_RESTART_FIXED_S
+    # the process group's timeout: a blocking save or a load near it is warned about
+    collective_timeout_s: Annotated[
+        PositiveSeconds,
+        parsed(parse_duration),
+        Flag(
+            "--collective-timeout",
+            "The process group's collective timeout (init_process_group(timeout=)); saves near it are warned about.",
+            fmt_duration,
+            "Failures",
+        ),
+    ] = COLLECTIVE_TIMEOUT_S
+    snapshot_bytes_per_s: Annotated[
+        Rate,
+        parsed(parse_rate),
+        Flag("--snapshot-bandwidth", "Async: device→host copy per GPU.", fmt_rate, "Assumptions"),
+    ] = DEFAULT_SNAPSHOT_BYTES_PER_S
+    host_memory_bytes: Annotated[
+        ByteAmount,
+        parsed(parse_bytes),
+        Flag("--host-memory", "Host memory per node (async snapshot, /dev/shm staging).", fmt_bytes, "Assumptions"),
+    ] = DEFAULT_HOST_MEMORY_BYTES
+    local_disk_bytes: Annotated[
+        ByteAmount,
+        parsed(parse_bytes),
+        Flag("--local-disk", "Local NVMe capacity per node (staging).", fmt_bytes, "Assumptions"),
+    ] = DEFAULT_LOCAL_DISK_BYTES
+    changed_fraction: Annotated[
+        Share,
+        parsed(lambda v, f: parse_fraction(v, f, allow_one=True)),
+        Flag(
+            "--changed-fraction",
+            "Incremental what-if: share of bytes that change per save.",
+            fmt_percent,
+            "Assumptions",
+        ),
+    ] = DEFAULT_CHANGED_FRACTION
+    # serialiser rates given by the user; the others come from the profile's calibration or the defaults
+    serialize_bytes_per_s: Annotated[
+        dict[str, Rate],
+        BeforeValidator(_serializers),
+        Flag(
+            "--serialize-bandwidth",
+            "Serialiser speed per writer core, e.g. torch.save=2GB/s (default: this machine's calibration in the "
+            "profile, else the named defaults).",
+            panel="Assumptions",
+        ),
+    ] = Field(default_factory=dict)
+    # what the whole shared storage system sustains, as the user knows it: replaces the profile's limit and any fit
+    # beyond the measured host counts (planning/scaling.py); it is the --storage target's, not another class's
+    aggregate_limit_bytes_per_s: Annotated[
+        Rate | None,
+        parsed(parse_rate),
+        Flag(
+            "--aggregate-limit",
+            "What the whole shared storage system sustains, e.g. 40GB/s: replaces the profile's limit and any "
+            "extrapolation beyond the measured host counts.",
+            panel="Assumptions",
+        ),
+    ] = None
     # measured save (persist) time, skipping the model
-    save_time_s: Annotated[PositiveSeconds | None, parsed(parse_duration)] = None
-    stall_time_s: Annotated[PositiveSeconds | None, parsed(parse_duration)] = None  # measured async blocking time
+    save_time_s: Annotated[
+        PositiveSeconds | None,
+        parsed(parse_duration),
+        Flag("--save-time", "A measured save time: skips the save-time model.", panel="Measured"),
+    ] = None
+    stall_time_s: Annotated[
+        PositiveSeconds | None,
+        parsed(parse_duration),
+        Flag("--stall-time", "A measured async blocking time.", panel="Measured"),
+    ] = None
 
     @model_validator(mode="after")
     def _stall_is_async(self) -> Policy:

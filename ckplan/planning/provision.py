@@ -310,7 +310,7 @@ def _restart(
             f"({fixed:g} s, ‹restart_fixed_s›)"
         )
     if policy.restart_s is not None:
-        raise InputError("‹max_restore› is a target for the restart and ‹restart› a measured one: give one of them")
+        raise InputError("‹max_restore› is a target for the restart and ‹restart_s› a measured one: give one of them")
     cost = restart_cost(plan, storage, policy)
     target = RestartCost(
         seconds=max_restore_s,
@@ -423,7 +423,7 @@ def provision_sweep(
     if keep < 1:
         raise InputError("‹keep› must be ≥ 1")
     if goodput is not None and not 0 < goodput < 1:
-        raise InputError("‹goodput› must lie between 0% and 100%")
+        raise InputError("‹target_goodput› must lie between 0% and 100%")
     if policy.aggregate_limit_bytes_per_s is not None and storage is None:
         raise InputError(
             "‹aggregate_limit_bytes_per_s› is the limit of the system whose headroom is checked: give it with ‹storage›"
@@ -433,7 +433,7 @@ def provision_sweep(
         # loss window does, and the largest persist it allows (half the window) adds that much rework per failure,
         # which made async look worse than sync (ETTR 64.9% against sync's 83.8% at 16k GPUs)
         raise InputError(
-            "async provision needs ‹goodput›: without it only the loss window bounds the background "
+            "async provision needs ‹target_goodput›: without it only the loss window bounds the background "
             "persist, and a persist of half the window costs more rework than a sync save"
         )
     targets = {"max_overhead": policy.max_overhead, "max_loss_s": policy.max_loss_s}

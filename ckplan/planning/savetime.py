@@ -467,7 +467,7 @@ def predict_load(plan: CheckpointPlan, profile: StorageProfile, aggregate_limit:
     """
     restore = plan.restore
     if restore is None:
-        raise InputError("this plan has no restore manifest (its framework's reads are not known): give ‹restart›")
+        raise InputError("this plan has no restore manifest (its framework's reads are not known): give ‹restart_s›")
     per_host, aggregate_points, which = read_curves(profile)
     notes = (
         []

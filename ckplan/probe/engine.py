@@ -115,15 +115,6 @@ class Silent:
 
 
 @dataclass(frozen=True)
-class S3Options:
-    endpoint_url: str | None = None
-    region: str | None = None
-    profile: str | None = None
-    part_bytes: int | None = None  # None: the S3 backend's default part size
-    timeout_s: float = 30.0
-
-
-@dataclass(frozen=True)
 class TargetSpec:
     """What to probe or clean, parsed: a directory, s3://bucket/prefix, or a directory as many hosts see it."""
 
@@ -136,11 +127,10 @@ class TargetSpec:
     name: str | None = None  # the profile's name (--save)
     calibrate: bool = True  # measure this machine's serialisers (PyTorch installed)
     emit_jobs: Path | None = None  # write every fio job file and command line that ran here (fio backends)
-    hosts: str | None = None  # host[:port],… as given (--hosts), parsed by the hosts backend
-    hosts_file: Path | None = None  # one host[:port] per line (--hosts-file)
-    agent_wait_s: float | None = None  # hosts: wait this long for every agent to answer before probing
     notice: Callable[[str], None] | None = None  # where a backend says what it found (the hosts Slurm gave)
-    s3: S3Options = field(default_factory=S3Options)
+    # the options of one backend, an instance of its module's own class, whose `kind` picks that backend
+    # (probe/backends); None: a directory on this host, or an object store's URL with the defaults
+    options: Any = None
 
     @property
     def writers_per_host(self) -> int:
@@ -216,6 +206,7 @@ class Session(Protocol):
 
     hosts: int  # hosts writing at once when a call names them all
     write_paths: tuple[Literal["buffered", "direct"], ...]  # the paths the target takes, buffered first
+    direct_io: bool | None  # whether it takes O_DIRECT writes; None: it has no such thing (an object store)
     page_cache: bool  # one writer's copy into a page cache can be measured apart from the flush
     notes: list[str]  # what the backend says about how it measured
     raw: list[dict[str, Any]]  # every fio output, for the profile's audit trail
@@ -363,7 +354,6 @@ def run(job: Job, backend: Backend, progress: Progress | None = None) -> Storage
     date = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     notes = list(job.notes)
     others: dict[str, None] = {}
-    calibration = None
     failed: list[FailedPhase] = []
     with backend.open(job.facts, progress) as session:
 
@@ -381,36 +371,7 @@ def run(job: Job, backend: Backend, progress: Progress | None = None) -> Storage
         fsync, sync_write = _latencies(job, session, progress)
         look()
 
-        # The late phases: each one's figure is optional, so a failure in one keeps what the others measured (minutes
-        # of it) in a profile that names the phase and the gap; the CLI writes that profile, then exits 4.
-        def late(phase: LatePhase, measure: Callable[[], T]) -> T | None:
-            try:
-                return measure()
-            except LATE_FAILURES as exc:
-                error = str(exc) or type(exc).__name__
-                failed.append(FailedPhase(phase=phase, error=error, missing=MISSING[phase]))
-                notes.append(f"incomplete: the {phase} failed ({error}); the profile lacks {MISSING[phase]}")
-                return None
-
-        if job.calibrate:
-            from ckplan.savers.calibrate import calibrate
-            from ckplan.savers.saver import max_save_processes
-
-            why = "PyTorch's serialisers into /dev/null, not fio; `ckplan calibrate` runs it again"
-            session.phase_ran("calibration", why)
-            calibration = late(
-                "calibration", lambda: calibrate(job.preset.name, min(job.writers, max_save_processes()), progress)
-            )
-            if calibration is not None and job.facts.hosts > 1:
-                notes.append(f"serialisers calibrated on the probing host {calibration.host}, not on the hosts")
-        replayed = late("replay", lambda: _replay(job, session, calibration, progress)) if job.replay else None
-        read_replay: ReadReplay | str | None = None
-        if replayed is not None:
-            done = replayed
-            read_replay = late("read replay", lambda: _read_replay(job, session, done, progress))
-        if isinstance(read_replay, str):
-            notes.append(read_replay)
-            read_replay = None
+        calibration, replayed, read_replay = _late_phases(job, session, progress, notes, failed)
         look()
         notes += session.notes
     if others:
@@ -423,7 +384,7 @@ def run(job: Job, backend: Backend, progress: Progress | None = None) -> Storage
         target_kind=backend.kind,
         name=job.spec.name or job.facts.name,
         mount_options=job.facts.mount_options,
-        direct_io=None if job.facts.fs_type == "s3" else "direct" in session.write_paths,
+        direct_io=session.direct_io,
         buffered_bandwidth=bandwidth.curves["buffered"],
         direct_bandwidth=bandwidth.curves.get("direct", []),
         page_cache_write=bandwidth.page_cache,
@@ -455,6 +416,45 @@ def run(job: Job, backend: Backend, progress: Progress | None = None) -> Storage
             jobs=getattr(session, "jobs", []),
         ),
     )
+
+
+def _late_phases(
+    job: Job, session: Session, progress: Progress, notes: list[str], failed: list[FailedPhase]
+) -> tuple[Calibration | None, Replay | None, ReadReplay | None]:
+    """The calibration, the replay and the read replay. Each one's figure is optional, so a failure in one keeps
+    what the others measured (minutes of it) in a profile that names the phase and the gap (into `failed` and
+    `notes`); the CLI writes that profile, then exits 4."""
+
+    def late(phase: LatePhase, measure: Callable[[], T]) -> T | None:
+        try:
+            return measure()
+        except LATE_FAILURES as exc:
+            error = str(exc) or type(exc).__name__
+            failed.append(FailedPhase(phase=phase, error=error, missing=MISSING[phase]))
+            notes.append(f"incomplete: the {phase} failed ({error}); the profile lacks {MISSING[phase]}")
+            return None
+
+    calibration = None
+    if job.calibrate:
+        from ckplan.savers.calibrate import calibrate
+        from ckplan.savers.saver import max_save_processes
+
+        why = "PyTorch's serialisers into /dev/null, not fio; `ckplan calibrate` runs it again"
+        session.phase_ran("calibration", why)
+        calibration = late(
+            "calibration", lambda: calibrate(job.preset.name, min(job.writers, max_save_processes()), progress)
+        )
+        if calibration is not None and job.facts.hosts > 1:
+            notes.append(f"serialisers calibrated on the probing host {calibration.host}, not on the hosts")
+    replayed = late("replay", lambda: _replay(job, session, calibration, progress)) if job.replay else None
+    read_replay: ReadReplay | str | None = None
+    if replayed is not None:
+        done = replayed
+        read_replay = late("read replay", lambda: _read_replay(job, session, done, progress))
+    if isinstance(read_replay, str):
+        notes.append(read_replay)
+        read_replay = None
+    return calibration, replayed, read_replay
 
 
 @dataclass

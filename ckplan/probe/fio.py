@@ -332,6 +332,10 @@ class FioSession:
         self.jobs = writer.jobs if writer else []
         self.write_paths: tuple[Literal["buffered", "direct"], ...] = ("buffered", "direct")
 
+    @property
+    def direct_io(self) -> bool:
+        return "direct" in self.write_paths
+
     def run_job(self, job: FioJob, what: str, note: RunNote, hosts: int = 0) -> dict:
         """One run of `job` on the first `hosts` hosts (0: all), its output kept in raw."""
         raise NotImplementedError

@@ -25,13 +25,14 @@ def diagnose(
     ] = None,
     by: Annotated[str, typer.Option(help="Fit against 'save' number or wall 'time'.")] = "save",
     interval: Annotated[str | None, typer.Option(help="The save interval, if the log has no timestamps.")] = None,
-    plan_file: Annotated[
-        Path | None, typer.Option("--plan", help="A plan, to compare with ckplan's prediction.")
-    ] = None,
+    plan: Annotated[Path | None, typer.Option("--plan", help="A plan, to compare with ckplan's prediction.")] = None,
     storage: Annotated[str | None, typer.Option("--storage", help="The target's profile, with --plan.")] = None,
-    collective_timeout: Annotated[
+    collective_timeout_s: Annotated[
         str | None,
-        typer.Option(help="The process group's timeout (default: torch.distributed's NCCL default, 10 minutes)."),
+        typer.Option(
+            "--collective-timeout",
+            help="The process group's timeout (default: torch.distributed's NCCL default, 10 minutes).",
+        ),
     ] = None,
     json: o.Json = False,
 ) -> None:
@@ -43,9 +44,9 @@ def diagnose(
         pattern=pattern,
         by=by,
         interval=interval or None,
-        plan=plan_file,
+        plan=plan,
         storage=storage,
-        collective_timeout_s=collective_timeout or None,
+        collective_timeout_s=collective_timeout_s or None,
     )
     emit(result, json)
 

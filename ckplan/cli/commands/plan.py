@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
 from ckplan.api import PROVISION_FRAMEWORK, PROVISION_GPUS, PROVISION_TP
 from ckplan.cli import options as o
+from ckplan.planning.policy import Policy  # the option group's type, resolved when the command is built
 from ckplan.render import emit
-
-if TYPE_CHECKING:
-    from ckplan.planning.policy import Policy
 
 commands = typer.Typer()
 
@@ -65,7 +63,9 @@ def report(
 
 @commands.command()
 @o.plan_options(plan_file=False, exclude=("gpus", "from_dir"), framework=PROVISION_FRAMEWORK, tp=PROVISION_TP)
-@o.policy_options(exclude=("mode", "iteration_time", "local_disk", "changed_fraction", "save_time", "stall_time"))
+@o.policy_options(
+    exclude=("mode", "iteration_s", "local_disk_bytes", "changed_fraction", "save_time_s", "stall_time_s")
+)
 def provision(
     spec: o.PlanSpec,
     policy: Policy,

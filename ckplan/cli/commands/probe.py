@@ -35,7 +35,7 @@ def probe(
         int | None,
         typer.Option(help="Most writers to test (default: the plan's writers per node, else the CPU count)."),
     ] = None,
-    plan_file: o.PlanFile = None,
+    plan: o.PlanFile = None,
     scale: Annotated[
         float, typer.Option(help="Shrink every replayed file by this factor to fit a small machine.")
     ] = 1.0,
@@ -95,7 +95,7 @@ def probe(
         path,
         preset=o.preset(quick, thorough),
         writers=writers,
-        plan=plan_file,
+        plan=plan,
         scale=scale,
         max_bytes=max_bytes,
         save=save,
@@ -177,13 +177,14 @@ def clean(
     if not path.strip():  # Path("") is the current directory: an empty argument must not clean it
         raise InputError("clean needs a directory or s3://bucket/prefix, got an empty path")
     from ckplan.probe.backends import ProbeTarget
-    from ckplan.probe.engine import S3Options, TargetSpec
+    from ckplan.probe.backends.s3 import S3Options
+    from ckplan.probe.engine import TargetSpec
     from ckplan.units import parse_duration
 
     result = ProbeTarget(
         TargetSpec(
             path,
-            s3=S3Options(
+            options=S3Options(
                 endpoint_url=endpoint_url,
                 region=region,
                 profile=profile,

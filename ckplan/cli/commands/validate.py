@@ -16,7 +16,7 @@ commands = typer.Typer()
 
 @commands.command()
 def validate(
-    plan_file: Annotated[Path, typer.Option("--plan", help="A plan from `ckplan size --json`.")],
+    plan: Annotated[Path, typer.Option("--plan", help="A plan from `ckplan size --json`.")],
     storage: Annotated[
         str, typer.Option("--storage", help="The target's profile (from `ckplan probe`), a saved name or a file.")
     ],
@@ -52,7 +52,7 @@ def validate(
             raise InputError("give a directory to save into (and --restore), or --record, not both")
         from ckplan.diagnose.records import validate_records
 
-        emit(validate_records(record, o.load_plan(plan_file), profile_store.resolve(storage)), json)
+        emit(validate_records(record, o.load_plan(plan), profile_store.resolve(storage)), json)
         return
     if path is None:
         raise InputError("give a directory on the target to save into (or --record RECORD.jsonl)")
@@ -61,7 +61,7 @@ def validate(
     with o.stop_on_signals():
         result = run(
             Path(path),
-            o.load_plan(plan_file),
+            o.load_plan(plan),
             profile_store.resolve(storage),
             scale=scale,
             repeats=repeats,

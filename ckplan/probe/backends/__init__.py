@@ -27,8 +27,10 @@ class ProbeTarget:
 
     def __init__(self, spec: TargetSpec):
         self.spec, self.plan = spec, spec.plan
-        # an s3:// URL (malformed ones get the S3 parser's message), hosts given, else a directory on this host
-        kind = "s3" if spec.path.startswith("s3:") else "hosts" if spec.hosts or spec.hosts_file else "filesystem"
+        # an s3:// URL (malformed ones get the S3 parser's message), hosts' options given, else a directory on this
+        # host; an object store's options on a directory are its defaults' and name no other backend
+        kind = getattr(spec.options, "kind", None)
+        kind = "s3" if spec.path.startswith("s3:") else "hosts" if kind == "hosts" else "filesystem"
         module, name = BACKENDS[kind]
         self.backend: Backend = getattr(importlib.import_module(module), name)(spec)
         self.kind = self.backend.kind

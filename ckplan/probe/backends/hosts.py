@@ -16,8 +16,9 @@ import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from ckplan import children, filesystem, scratch
 from ckplan.confine import confined_key
@@ -35,6 +36,16 @@ NAMED_HOSTS = 5  # hosts an error names before it counts the rest
 UNRESOLVED = "host {!r} does not resolve to an address: check ‹hosts› or ‹hosts_file›"
 
 
+@dataclass(frozen=True)
+class HostsOptions:
+    """The hosts backend's own options (TargetSpec.options): which hosts write, and how long to wait for them."""
+
+    kind: ClassVar[TargetKind] = "hosts"
+    hosts: str | None = None  # host[:port],… as given (--hosts), parsed by hostlist
+    hosts_file: Path | None = None  # one host[:port] per line (--hosts-file)
+    agent_wait_s: float | None = None  # wait this long for every agent to answer before probing
+
+
 class HostsBackend:
     kind: TargetKind = "hosts"
 
@@ -44,7 +55,8 @@ class HostsBackend:
         self.timeout_s = 3 * PRESETS[spec.preset].measuring_s + 60  # a run that takes thrice the whole probe's has hung
 
     def prepare(self, spec: TargetSpec) -> Facts:
-        self.hosts = hostlist.parse_hosts(spec.hosts, spec.hosts_file, notice=spec.notice)
+        o = spec.options if isinstance(spec.options, HostsOptions) else HostsOptions()
+        self.hosts = hostlist.parse_hosts(o.hosts, o.hosts_file, notice=spec.notice)
         if not self.path.is_absolute():
             raise InputError(f"give the target as an absolute path, as the hosts see it: {self.path}")
         fio.check_ready(self.path, spec.emit_jobs)
@@ -59,8 +71,8 @@ class HostsBackend:
                     f"more, two where it ends in a partial MiB), and fio runs at most {fio.MAX_JOBS:,} at once: "
                     "probe without --plan"
                 )
-        if spec.agent_wait_s is not None:
-            wait_for_agents(self.hosts, spec.agent_wait_s)
+        if o.agent_wait_s is not None:
+            wait_for_agents(self.hosts, o.agent_wait_s)
         # the driver sees the target where it mounts it too (a login node): then its free space bounds the probe
         visible = self.path.is_dir()
         hidden = (

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 from urllib.parse import urlsplit, urlunsplit
 
 from ckplan import scratch
@@ -311,11 +311,24 @@ class Writer:
         return got
 
 
+@dataclass(frozen=True)
+class S3Options:
+    """The S3 backend's own options (TargetSpec.options): where the endpoint is, whose credentials, the part size."""
+
+    kind: ClassVar[TargetKind] = "s3"
+    endpoint_url: str | None = None
+    region: str | None = None
+    profile: str | None = None
+    part_bytes: int | None = None  # None: DEFAULT_PART_BYTES
+    timeout_s: float = 30.0
+
+
 class S3Backend:
     kind: TargetKind = "s3"
 
     def __init__(self, spec: TargetSpec):
-        o = spec.s3
+        o = spec.options if isinstance(spec.options, S3Options) else S3Options()
+        self.timeout_s = o.timeout_s
         self.spec = spec
         self.loc = parse_url(spec.path, o.endpoint_url, o.region, o.profile)
         self.part_bytes = o.part_bytes or DEFAULT_PART_BYTES
@@ -325,7 +338,7 @@ class S3Backend:
     def prepare(self, spec: TargetSpec) -> Facts:
         if not MIN_PART_BYTES <= self.part_bytes <= MAX_PART_BYTES:
             raise InputError(
-                f"‹part_bytes› must be 5 MiB to 5 GiB (S3's smallest and largest part), got {self.part_bytes:,} bytes"
+                f"‹part_size› must be 5 MiB to 5 GiB (S3's smallest and largest part), got {self.part_bytes:,} bytes"
             )
         # the streams' writers, or every rank of the busiest node at once in the replay, as the other backends run them
         self.threads = max(spec.writers_per_host, spec.plan.max_writers_per_node if spec.plan else 1)
@@ -335,7 +348,7 @@ class S3Backend:
                 f"an S3 probe runs at most {MAX_STREAMS:,} concurrent streams (a thread and a connection each), "
                 f"and {which} asks for {self.threads:,}"
             )
-        self.s3 = client(self.loc, spec.s3.timeout_s, 2 * self.threads + 4)
+        self.s3 = client(self.loc, self.timeout_s, 2 * self.threads + 4)
         try:
             self.s3.head_bucket(Bucket=self.loc.bucket)
         except Exception as exc:  # noqa: BLE001 — every failure becomes one line
@@ -389,7 +402,7 @@ class S3Backend:
         probe's is kept unless `force`. After removing anything it lists again, as CLEAN_QUIET_S says."""
         from ckplan.probe.engine import CleanResult
 
-        loc, s3 = self.loc, client(self.loc, self.spec.s3.timeout_s, 4)
+        loc, s3 = self.loc, client(self.loc, self.timeout_s, 4)
         removed: set[str] = set()
         kept: dict[str, str] = {}
         deadline, quiet_from = time.monotonic() + CLEAN_WAIT_S, 0.0
@@ -433,6 +446,7 @@ class S3Session:
     hosts = 1
     page_cache = False  # no page cache between the client and the store
     write_paths: tuple[Literal["buffered", "direct"], ...] = ("buffered",)
+    direct_io = None  # an object store has no O_DIRECT
 
     def __init__(self, s3: Any, area: Scratch, part_bytes: int, pool: ThreadPoolExecutor, progress: Progress):
         self.area, self.pool, self.progress, self.cancel = area, pool, progress, threading.Event()
