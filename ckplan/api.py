@@ -504,7 +504,7 @@ def open_probe(
             calibrate=calibrate,
             emit_jobs=Path(emit_jobs) if emit_jobs is not None else None,
             notice=notice,
-            options=s3 if path.startswith("s3:") else many if hosts or hosts_file else None,
+            options=s3 if path.startswith("s3:") else many if hosts or hosts_file is not None else None,
         )
     )
     target.prepare()  # every check that can fail comes before a byte is written

@@ -481,6 +481,8 @@ WRONG_ARGUMENTS: list[tuple[str, Callable[[], object], str]] = [
     ("open_probe", lambda: api.open_probe("/x", scale="1"), "scale: Input should be a valid number, got '1'"),  # type: ignore[arg-type]
     ("open_probe", lambda: api.open_probe("/x", preset="fast"), "preset: Input should be 'quick', 'default' or"),  # type: ignore[arg-type]
     ("open_probe", lambda: api.open_probe("/x", writers=0), "writers must be ≥ 1"),
+    # an empty hosts file is the current directory, as Path("") is, and names the hosts backend: refused, not a probe
+    ("open_probe", lambda: api.open_probe("/tmp", hosts_file=""), "hosts_file . is a directory"),
     ("open_probe", lambda: api.open_probe("/x", scale=math.nan), "scale is not a number"),
     ("probe", lambda: api.probe(123), "path takes str | os.PathLike[str], got 123"),  # type: ignore[arg-type]
     ("probe", lambda: api.probe("/x", scale=-1.0), "scale"),

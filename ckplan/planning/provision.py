@@ -17,7 +17,9 @@ collective save's fixed cost come first, and a stated share of S
 from __future__ import annotations
 
 import math
-from typing import Literal
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -183,24 +185,23 @@ def provision_one(
     storage: StorageProfile | None = None,
     max_restore_s: float | None = None,
 ) -> Provision:
+    """The storage that lets `plan` meet the goodput target (or the loss window alone) in `mode`: the longest persist
+    time that still meets it, the bandwidth and file rate that give that time, and that storage checked forward."""
     mtbf, _ = job_mtbf_with_source(plan, policy)
     restart, reads = _restart(plan, policy, storage, max_restore_s)
-    busiest = plan.busiest_node
     machine = machine_figures(storage.calibration if storage else None, policy.serialize_bytes_per_s)
     # the busiest writer's serialiser and a collective save's fixed cost: time no storage can shorten
-    serialize = max(s for _, s in writer_loads(plan, busiest.node, machine.rates()).values())
+    serialize = max(s for _, s in writer_loads(plan, plan.busiest_node.node, machine.rates()).values())
     coordination = coordination_seconds(plan, machine)
     blocking, notes = _blocking(plan, policy, mode, data, storage)
-    capacity = (keep + 1) * plan.total_bytes  # the newest save is written before the oldest is deleted
-    staging = busiest.bytes if mode in ("async", "staged") else 0
-    base = dict(
+    base: dict[str, Any] = dict(
         gpus=plan.setup.gpus,
         nodes=plan.setup.nodes,
         checkpoint_bytes=plan.total_bytes,
         files_per_save=plan.file_count,
         mtbf_s=mtbf,
-        capacity_bytes=capacity,
-        staging_bytes_per_node=staging,
+        capacity_bytes=(keep + 1) * plan.total_bytes,  # the newest save is written before the oldest is deleted
+        staging_bytes_per_node=plan.busiest_node.bytes if mode in ("async", "staged") else 0,
     )
     floor = (serialize + coordination) / (1 - METADATA_SHARE) + 1e-6  # no storage can finish faster than the serialiser
     if reads is None and max_restore_s is not None:
@@ -213,29 +214,11 @@ def provision_one(
     if reads is not None:
         base["read_bandwidth_bytes_per_s"], base["node_read_bandwidth_bytes_per_s"] = reads
 
-    def needs(persist: float) -> tuple[float, float, float]:
-        """(aggregate bytes/s, busiest node's bytes/s, files/s) that give this persist time: the model inverted."""
-        needed = required_bandwidth(
-            plan,
-            persist,
-            fixed_seconds=persist * METADATA_SHARE + coordination,
-            writer_cpu_seconds=serialize,
-            overlap=False,
-        )
-        assert needed is not None  # persist ≥ floor leaves time for the bytes
-        return needed[0], needed[1], plan.file_count / (persist * METADATA_SHARE)
-
-    def storage_for(persist: float) -> StorageProfile:
-        """The storage that gives this persist time, reading as fast as it writes. Near the floor the figures pass
-        what a profile holds (1 PB/s, 10^12 files/s): capped there, where a load is its deserialisation alone."""
-        burst, node_bw, files = (min(x, MAX_RATE_BYTES_PER_S) for x in needs(persist))
-        node_files = min(busiest.files / (persist * METADATA_SHARE), MAX_FILES_PER_S)
-        calibration = storage.calibration if storage else None
-        return provisioned_profile(node_bw, burst, node_files, min(files, MAX_FILES_PER_S), calibration=calibration)
+    inverse = _Inverse(plan, serialize, coordination, storage.calibration if storage else None)
 
     def trial(persist: float) -> tuple[Scenario, Policy, RestartCost]:
         """A persist time's scenario, with R: given, the target, or fixed + the load on the storage that gives it."""
-        cost = restart or restart_cost(plan, storage_for(persist), policy)
+        cost = restart or restart_cost(plan, inverse.storage(persist), policy)
         return _scenario(mode, persist, blocking, notes), with_restart(policy, cost), cost
 
     def meets(persist: float) -> bool:
@@ -245,35 +228,12 @@ def provision_one(
     if not meets(floor):
         s, p, cost = trial(floor)
         return Provision(feasible=False, dominant_term=_dominant(p, s, mtbf, goodput), restart=cost, **base)
-    lo, hi = floor, floor
-    while meets(hi * 2) and hi < 1e7:
-        hi *= 2
-    hi *= 2
-    for _ in range(60):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if meets(mid) else (lo, mid)
-    persist = lo
-    burst, node_bw, files = needs(persist)
-    profile = storage_for(persist)
+    persist = _longest(meets, floor)
+    burst, node_bw, files = inverse.needs(persist)
     _, policy, cost = trial(persist)
-    # the provisioned storage, checked by the forward model: the same scenario recommend would build on it
-    check = async_scenario(plan, profile, policy) if mode == "async" else sync_scenario(plan, profile, policy)
-    if mode == "staged":
-        check = _scenario(mode, check.save_seconds, blocking, notes)
+    check = _forward(plan, inverse.storage(persist), policy, mode, blocking, notes)
     ev, _ = evaluate(check, mtbf, policy)
-    headroom, headroom_unsaturated, have = None, None, None
-    if storage is not None:
-        # what the measured storage gives the plan's nodes at once: the save-time model's own aggregate (the curve
-        # over hosts, a stated model beyond it, the system's limit), not the per-node figure times the nodes
-        have = aggregate_estimate(
-            storage,
-            storage.bandwidth_at(busiest.writers, plan.write_path),
-            plan.nodes_writing,
-            policy.aggregate_limit_bytes_per_s,
-        )
-        headroom = have.bytes_per_s / burst
-        if have.unsaturated_bytes_per_s is not None:
-            headroom_unsaturated = have.unsaturated_bytes_per_s / burst
+    have = _measured_aggregate(plan, storage, policy)
     return Provision(
         feasible=True,
         save_seconds=persist,
@@ -285,11 +245,83 @@ def provision_one(
         files_per_s=files,
         expected_ettr=ev.ettr,
         expected_waste_fraction=ev.expected_waste_fraction,
-        headroom=headroom,
-        headroom_unsaturated=headroom_unsaturated,
+        headroom=have.bytes_per_s / burst if have is not None else None,
+        headroom_unsaturated=(
+            have.unsaturated_bytes_per_s / burst
+            if have is not None and have.unsaturated_bytes_per_s is not None
+            else None
+        ),
         storage_aggregate=have,
         restart=cost,
         **base,
+    )
+
+
+@dataclass(frozen=True)
+class _Inverse:
+    """The save-time model inverted for a plan: what storage gives a persist time, past the time no storage can
+    shorten (the busiest writer's serialiser, a collective save's fixed cost)."""
+
+    plan: CheckpointPlan
+    serialize_s: float
+    coordination_s: float
+    calibration: Calibration | None
+
+    def needs(self, persist: float) -> tuple[float, float, float]:
+        """(aggregate bytes/s, busiest node's bytes/s, files/s) that give this persist time."""
+        needed = required_bandwidth(
+            self.plan,
+            persist,
+            fixed_seconds=persist * METADATA_SHARE + self.coordination_s,
+            writer_cpu_seconds=self.serialize_s,
+            overlap=False,
+        )
+        assert needed is not None  # persist ≥ floor leaves time for the bytes
+        return needed[0], needed[1], self.plan.file_count / (persist * METADATA_SHARE)
+
+    def storage(self, persist: float) -> StorageProfile:
+        """The storage that gives this persist time, reading as fast as it writes. Near the floor the figures pass
+        what a profile holds (1 PB/s, 10^12 files/s): capped there, where a load is its deserialisation alone."""
+        burst, node_bw, files = (min(x, MAX_RATE_BYTES_PER_S) for x in self.needs(persist))
+        node_files = min(self.plan.busiest_node.files / (persist * METADATA_SHARE), MAX_FILES_PER_S)
+        return provisioned_profile(
+            node_bw, burst, node_files, min(files, MAX_FILES_PER_S), calibration=self.calibration
+        )
+
+
+def _forward(
+    plan: CheckpointPlan, profile: StorageProfile, policy: Policy, mode: str, blocking: float, notes: list[str]
+) -> Scenario:
+    """The provisioned storage, checked by the forward model: the same scenario recommend would build on it."""
+    check = async_scenario(plan, profile, policy) if mode == "async" else sync_scenario(plan, profile, policy)
+    return _scenario(mode, check.save_seconds, blocking, notes) if mode == "staged" else check
+
+
+def _longest(meets: Callable[[float], bool], floor: float) -> float:
+    """The longest persist time that still `meets` the target, from `floor` (which meets it): doubled until it
+    fails, then bisected."""
+    lo, hi = floor, floor
+    while meets(hi * 2) and hi < 1e7:
+        hi *= 2
+    hi *= 2
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if meets(mid) else (lo, mid)
+    return lo
+
+
+def _measured_aggregate(
+    plan: CheckpointPlan, storage: StorageProfile | None, policy: Policy
+) -> AggregateEstimate | None:
+    """What the measured storage gives the plan's nodes at once: the save-time model's own aggregate (the curve over
+    hosts, a stated model beyond it, the system's limit), not the per-node figure times the nodes."""
+    if storage is None:
+        return None
+    return aggregate_estimate(
+        storage,
+        storage.bandwidth_at(plan.busiest_node.writers, plan.write_path),
+        plan.nodes_writing,
+        policy.aggregate_limit_bytes_per_s,
     )
 
 

@@ -57,11 +57,7 @@ def measured_plan(
     _one_save(seen, source)
     parts = {fw.name: part for fw in FRAMEWORKS.values() if (part := fw.names.world(_own(read, fw), ep)) is not None}
     world = _World.infer(list(parts.values()), gpus, ep)
-    if world.gpus > MAX_GPUS:  # rank numbers in the names past any world ckplan plans
-        raise InputError(
-            f"‹from_dir› {source}: the file names give {world.gpus:,} ranks, more than the {MAX_GPUS:,} GPUs ckplan "
-            "plans for: not one checkpoint's files"
-        )
+    _check_world(world.gpus, source)
     gpn = min(gpus_per_node or DEFAULT_GPUS_PER_NODE, world.gpus)
     par = Parallelism(gpus=world.gpus, gpus_per_node=gpn, tp=world.tp, pp=world.pp, zero=world.zero)
     for fw in FRAMEWORKS.values():
@@ -70,26 +66,12 @@ def measured_plan(
         ManifestFile(path=f.path, bytes=f.bytes, rank=f.rank, node=par.node(f.rank), kind=f.kind(par)) for f in seen
     ]
     manifest.sort(key=lambda m: (m.rank, m.path))
-
     renamed = [f.renamed_from for f in seen if f.renamed_from]  # written under a temporary name, then renamed
     from_files = manifest_fields(manifest, len(renamed))
     total_bytes = from_files["total_bytes"]
-    if total_bytes == 0:
-        raise InputError(
-            f"‹from_dir› {source}: its {len(manifest):,} file(s) hold 0 bytes: a save still being written, or one "
-            "that failed, not a checkpoint"
-        )
-    empty = sorted(f.path for f in seen if f.bytes == 0 and f.names_writer)
-    if empty:
-        notes = [
-            *(notes or []),
-            f"{len(empty):,} state file(s) hold 0 bytes ({', '.join(empty[:3])}{', …' if len(empty) > 3 else ''}): "
-            "a framework never writes an empty one; a save interrupted, or still being written?",
-        ]
+    notes = [*(notes or []), *_empty_files(seen, source, total_bytes)]
     breakdown = _breakdown(manifest)
     state_bytes = sum(s.bytes for s in breakdown)
-    steps = [int(s[2]) for f in seen for part in PurePosixPath(f.path).parts[:-1] if (s := STEP_DIR.fullmatch(part))]
-    steps += [step for f in seen if (step := f.step()) is not None]  # in the file's name
     setup = TrainingSetup(
         model=None,
         parameters=parameters,
@@ -104,7 +86,7 @@ def measured_plan(
         pp=par.pp,
         dp=par.dp,
         zero=world.zero,
-        step=max(steps, default=0),
+        step=_saved_step(seen),
     )
     assumptions = [
         f"{MEASURED}: {source} — {framework} checkpoint, {len(manifest):,} files, {fmt_bytes(total_bytes)} "
@@ -114,7 +96,7 @@ def measured_plan(
         *_given_notes(gpn, gpus_per_node, par.gpus, parameters),
         f"operations: one create, one fsync per file, one write() per {fmt_bytes(WRITE_CALL_BYTES)}"
         + (f", {len(renamed)} rename(s) of {', '.join(sorted(set(renamed)))}" if renamed else ""),
-        *(notes or []),
+        *notes,
     ]
     restore, unknown_reads = _restore(FRAMEWORKS[framework], list(parts.values()), par, manifest, total_bytes, ep)
     return CheckpointPlan(
@@ -131,6 +113,37 @@ def measured_plan(
         assumptions=assumptions + unknown_reads,
         restore=restore,
     )
+
+
+def _check_world(gpus: int, source: str) -> None:
+    if gpus > MAX_GPUS:  # rank numbers in the names past any world ckplan plans
+        raise InputError(
+            f"‹from_dir› {source}: the file names give {gpus:,} ranks, more than the {MAX_GPUS:,} GPUs ckplan "
+            "plans for: not one checkpoint's files"
+        )
+
+
+def _empty_files(seen: list[Named], source: str, total_bytes: int) -> list[str]:
+    """A save of no bytes refused; a note on state files of none (a framework never writes an empty one)."""
+    if total_bytes == 0:
+        raise InputError(
+            f"‹from_dir› {source}: its {len(seen):,} file(s) hold 0 bytes: a save still being written, or one "
+            "that failed, not a checkpoint"
+        )
+    empty = sorted(f.path for f in seen if f.bytes == 0 and f.names_writer)
+    if not empty:
+        return []
+    return [
+        f"{len(empty):,} state file(s) hold 0 bytes ({', '.join(empty[:3])}{', …' if len(empty) > 3 else ''}): "
+        "a framework never writes an empty one; a save interrupted, or still being written?"
+    ]
+
+
+def _saved_step(seen: list[Named]) -> int:
+    """The training step the save is of: from a step directory above a file, or a file's own name; 0 if none."""
+    steps = [int(s[2]) for f in seen for part in PurePosixPath(f.path).parts[:-1] if (s := STEP_DIR.fullmatch(part))]
+    steps += [step for f in seen if (step := f.step()) is not None]
+    return max(steps, default=0)
 
 
 def _check_inputs(gpus_per_node: int | None, gpus: int | None, parameters: int | None, ep: int | None) -> None:

@@ -24,6 +24,27 @@ AwsProfile = Annotated[
     str | None, typer.Option("--profile", help="S3: AWS profile from ~/.aws/config.", rich_help_panel="S3")
 ]
 S3Timeout = Annotated[str, typer.Option(help="S3: connect and read timeout per request.", rich_help_panel="S3")]
+PartSize = Annotated[str, typer.Option("--part-size", help="S3: multipart part size.", rich_help_panel="S3")]
+Hosts = Annotated[
+    str | None,
+    typer.Option(
+        help="Probe from many hosts at once, each running `ckplan agent`: host[:port],…, "
+        "Slurm host lists such as gpu[001-016]:8766, or slurm (the job's nodes).",
+        rich_help_panel="Multi-host",
+    ),
+]
+HostsFile = Annotated[
+    Path | None,
+    typer.Option("--hosts-file", help="One host[:port] or host list per line.", rich_help_panel="Multi-host"),
+]
+AgentWait = Annotated[
+    str | None,
+    typer.Option(
+        "--agent-wait",
+        help="Wait up to this long for every host's agent to answer (agents srun started a moment ago), e.g. 2m.",
+        rich_help_panel="Multi-host",
+    ),
+]
 
 
 @commands.command()
@@ -49,30 +70,11 @@ def probe(
     endpoint_url: EndpointUrl = None,
     region: Region = None,
     profile: AwsProfile = None,
-    part_size: Annotated[
-        str, typer.Option("--part-size", help="S3: multipart part size.", rich_help_panel="S3")
-    ] = "8MiB",
+    part_size: PartSize = "8MiB",
     timeout: S3Timeout = "30s",
-    hosts: Annotated[
-        str | None,
-        typer.Option(
-            help="Probe from many hosts at once, each running `ckplan agent`: host[:port],…, "
-            "Slurm host lists such as gpu[001-016]:8766, or slurm (the job's nodes).",
-            rich_help_panel="Multi-host",
-        ),
-    ] = None,
-    hosts_file: Annotated[
-        Path | None,
-        typer.Option("--hosts-file", help="One host[:port] or host list per line.", rich_help_panel="Multi-host"),
-    ] = None,
-    agent_wait: Annotated[
-        str | None,
-        typer.Option(
-            "--agent-wait",
-            help="Wait up to this long for every host's agent to answer (agents srun started a moment ago), e.g. 2m.",
-            rich_help_panel="Multi-host",
-        ),
-    ] = None,
+    hosts: Hosts = None,
+    hosts_file: HostsFile = None,
+    agent_wait: AgentWait = None,
     no_calibrate: Annotated[
         bool, typer.Option("--no-calibrate", help="Skip measuring this machine's serialisers (`ckplan calibrate`).")
     ] = False,
@@ -90,6 +92,8 @@ def probe(
     """Measure what a target sustains: buffered and direct bandwidth against writers, small files, fsync latency,
     this machine's serialisers, and a replay of a plan."""
     from ckplan import api
+    from ckplan.probe.engine import incomplete, shared_target_warnings
+    from ckplan.render.profile import live_progress
 
     target = api.open_probe(
         path,
@@ -113,12 +117,8 @@ def probe(
         notice=lambda line: print(f"ckplan: {visible(line)}", file=sys.stderr, flush=True),
     )
     estimate = target.estimated_seconds  # prepares: every check that can fail comes before a byte is written
-    from ckplan.render.profile import live_progress
-
     with o.stop_on_signals(), live_progress(estimate) as live:
         result = target.run(live)
-    from ckplan.probe.engine import incomplete, shared_target_warnings
-
     for warning in shared_target_warnings(result.notes):  # in the profile too, but shared figures must not pass unseen
         print(f"ckplan: warning: {visible(warning)}", file=sys.stderr)
     where = api.keep_profile(result, save, out)
