@@ -250,6 +250,15 @@ def test_a_replay_faster_than_the_aggregate_bandwidth_is_not_used():
     assert (steady.source, steady.seconds) == ("replay", 1.8)
 
 
+def test_one_hosts_replay_faster_than_the_probes_bandwidth_is_the_save():
+    """One node of 1 GB on a disk the bandwidth phase measured at 0.5 GB/s (2 s); its replay, timed by the wall
+    clock on that host minutes later, took 1.2 s (0.83 GB/s, past 1.2 × 0.5 GB/s): the disk's rate moved, no cost
+    went untimed, and the replay is the save."""
+    plan = hand_plan([("a.pt", GB, 0, 0)])
+    fast = predict_save(plan, hand_profile({1: 0.5e9}, replay=_replay(plan, full_scale_seconds=1.2)))
+    assert (fast.source, fast.seconds, fast.notes) == ("replay", 1.2, [])
+
+
 def test_required_bandwidth_inverts_the_model():
     """Solved for bandwidth: the figures that make the forward model give exactly the target time."""
     plan = hand_plan([("r0.pt", 2 * GB, 0, 0), ("r1.pt", 2 * GB, 1, 0)])
