@@ -368,7 +368,13 @@ def test_every_framework_has_a_layout_a_saver_and_an_extractor():
     # Megatron before DCP; Accelerate before HF Trainer, whose model.safetensors both write; DLIO first, whose saves
     # are refused; diagnose feeds the extractors in the same order
     assert list(FRAMEWORKS) == ["dlio", "accelerate", "hf", "megatron", "deepspeed", "dcp", "lightning"]
-    assert [cls.name for cls in LOG_EXTRACTORS] == ["hf", "megatron", "deepspeed", "torchtitan", "lightning"]
+    assert [cls.name for cls in LOG_EXTRACTORS] == [
+        "hf",
+        "megatron",
+        "deepspeed",
+        "torchtitan",
+        "lightning",
+    ]
     assert {fw.saver.kind for fw in FRAMEWORKS.values()} == set(get_args(SaverKind)), "a saver kind no framework uses"
 
 
@@ -422,3 +428,32 @@ def backend_kind_checks(tree: ast.AST, kinds: set[str]) -> list[int]:
 def test_the_backend_kind_scan_finds_what_it_looks_for():
     sample = ast.parse('direct = None if facts.fs_type == "s3" else True\nfine = kind == "buffered"')
     assert backend_kind_checks(sample, {"s3", "hosts", "filesystem"}) == [1]
+
+
+MAX_FUNCTION_LINES = 80
+
+
+def _long_functions(source: str) -> list[tuple[str, int]]:
+    tree = ast.parse(source)
+    return [
+        (node.name, node.end_lineno - node.lineno + 1)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.end_lineno is not None
+        and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES
+    ]
+
+
+def test_the_function_length_scan_finds_a_long_function():
+    body = "".join(f"    x{i} = {i}\n" for i in range(MAX_FUNCTION_LINES))
+    assert _long_functions(f"def long():\n{body}") == [("long", MAX_FUNCTION_LINES + 1)]
+    assert _long_functions(f"def short():\n{body[: body.rindex('    x')]}") == []
+
+
+def test_no_function_in_the_package_is_over_80_lines():
+    found = {
+        f"{path.relative_to(ROOT.parent)}: {name}": lines
+        for path in sorted(ROOT.rglob("*.py"))
+        for name, lines in _long_functions(path.read_text())
+    }
+    assert found == {}

@@ -41,14 +41,14 @@ from __future__ import annotations
 
 import math
 from functools import partial
-from typing import Literal, TypedDict
+from typing import Any, Literal, TypedDict
 
 from ckplan.errors import InputError
 from ckplan.frameworks.layout import WritePath
 from ckplan.planning.defaults import DEFAULT_DESERIALIZE_BYTES_PER_S
 from ckplan.planning.policy import DEFAULT_DCP_FIXED_S, DEFAULT_SERIALIZE_BYTES_PER_S
 from ckplan.planning.scaling import AggregateEstimate, aggregate_estimate
-from ckplan.profile import BandwidthPoint, Calibration, StorageProfile, at_writers
+from ckplan.profile import BandwidthPoint, Calibration, ReadReplay, Replay, StorageProfile, at_writers
 from ckplan.schema import Model
 from ckplan.sizing.plan import CheckpointPlan
 from ckplan.sizing.restore import RestoreManifest
@@ -212,74 +212,137 @@ def _predict_save(
     node_bytes = busiest.bytes if node_bytes is None else node_bytes
     node_files = busiest.files if node_files is None else node_files
     total_files = plan.file_count if total_files is None else total_files
-    writers = busiest.writers
     nodes = plan.nodes_writing
     _, path = profile.curve(plan.write_path)
-    notes = (
-        []
-        if path == plan.write_path
-        else [
-            f"the plan writes with {plan.write_path} I/O, which this profile did not measure: its {path} curve is used"
-        ]
-    )
-    node_bw = profile.bandwidth_at(writers, path)
+    notes = _path_notes(plan.write_path, path)
+    node_bw = profile.bandwidth_at(busiest.writers, path)
     aggregate = aggregate_estimate(profile, node_bw, nodes, aggregate_limit)
     agg_bw = aggregate.bytes_per_s
     default_shape = total_bytes == plan.total_bytes and node_files == busiest.files and framework_costs
-    replay = profile.replay
-    if not (
-        replay
-        and default_shape
-        and replay.plan_fingerprint == plan.fingerprint
-        and replay.write_path == plan.write_path
-    ):
-        replay = None
+    replay = profile.replay if default_shape and _replays(profile.replay, plan) else None
     common = dict(
         node_bandwidth_bytes_per_s=node_bw,
         aggregate_bandwidth_bytes_per_s=agg_bw,
         aggregate=aggregate,
         write_path=path,
-        writers_per_node=writers,
+        writers_per_node=busiest.writers,
         nodes=nodes,
     )
-
-    def replayed(extra: list[str]) -> SaveTime:
-        assert replay is not None
-        r = replay.full_scale_seconds
+    replayed = partial(_replayed, machine=machine, plan=plan, notes=notes, common=common)
+    if replay is not None and replay.nodes >= nodes:  # it wrote every node's share: a direct measurement
+        if (refused := _refused_replay(replay, plan.total_bytes, aggregate)) is None:
+            return replayed(replay, [])
+        notes, replay = [*notes, refused], None
+    t_agg, rates = total_bytes / agg_bw, machine.rates() if framework_costs else {}
+    t_bw, serialize, limited_by = _bandwidth_seconds(plan, profile, path, rates, scale, node_bytes / node_bw, t_agg)
+    t_coord = coordination_seconds(plan, machine) if framework_costs else 0.0
+    t_meta = node_files / profile.small_files.files_per_s
+    if profile.shared and profile.aggregate_files_per_s:
+        t_meta = max(t_meta, total_files / profile.aggregate_files_per_s)
+    t_tail = profile.fsync_latency.p99_s
+    terms = dict(coordination_seconds=t_coord, metadata_seconds=t_meta, fsync_tail_seconds=t_tail, source="model")
+    if replay is not None:
+        # the replay wrote only some of the plan's nodes: the others' bytes reach the shared system too, so the save
+        # takes the longer of the replay and all nodes' bytes at the aggregate bandwidth (with the model's other terms)
+        t_all = t_coord + t_agg + t_meta + t_tail
+        covered = (
+            f"the replay wrote {replay.nodes} of the plan's {nodes} nodes ({replay.full_scale_seconds:.3g} s at full "
+            f"size); all {nodes} nodes' bytes at the aggregate bandwidth, {aggregate.label}, take {t_all:.3g} s"
+        )
+        if replay.full_scale_seconds >= t_all:
+            return replayed(replay, [covered + ": the replay binds"])
         return SaveTime(
-            seconds=r,
-            bandwidth_seconds=r,
-            serialize_seconds=replay.serialize_seconds,
-            coordination_seconds=replay.fixed_seconds,
-            metadata_seconds=0,
-            fsync_tail_seconds=0,
-            limited_by="replay",
-            source="replay",
-            machine=machine if replay.method == "raw bytes" or plan.coordinated_save else None,
-            replay_seconds=r,
+            seconds=t_all,
+            bandwidth_seconds=t_agg,
+            serialize_seconds=0.0,
+            limited_by="aggregate bandwidth",
+            machine=machine,
+            replay_seconds=replay.full_scale_seconds,
             replay_nodes=replay.nodes,
-            notes=notes + extra,
+            notes=notes + [covered + ": the aggregate binds"],
+            **terms,
             **common,
         )
+    return SaveTime(
+        seconds=t_coord + t_bw + t_meta + t_tail,
+        bandwidth_seconds=t_bw,
+        serialize_seconds=serialize,
+        limited_by=limited_by,
+        machine=machine if framework_costs else None,
+        notes=notes,
+        **terms,
+        **common,
+    )
 
-    if replay is not None and replay.nodes >= nodes:  # it wrote every node's share: a direct measurement
-        implied = plan.total_bytes / replay.full_scale_seconds
-        # one host's replay is timed by the wall clock (ckplan's writer, the framework's saver, its S3 client): it is
-        # the save, even where it beats the probe's earlier bandwidth phases (a disk's rate moves between minutes:
-        # 1.51 GB/s replayed after 818 MB/s measured, the saves 1.64 s for a 1.59 s replay)
-        if replay.nodes == 1 or implied <= agg_bw * REPLAY_OVER_AGGREGATE:
-            return replayed([])
-        # a replay on many hosts, faster than the aggregate bandwidth of the same probe allows, left a cost untimed
-        # (it sums fio's per-job write runtimes, which leave out each file's create, fsync and close: 3.45 s for a
-        # 9.34 s save of 2,089 small files on the testbed), so the model stands
-        notes = notes + [
-            f"the replay's {replay.full_scale_seconds:.3g} s would move {implied / 1e6:.4g} MB/s, more than the "
-            f"aggregate bandwidth the probe measured ({agg_bw / 1e6:.4g} MB/s, {aggregate.label}) allows: it left a "
-            "cost untimed, and the model is used instead"
-        ]
-        replay = None
-    rates = machine.rates() if framework_costs else {}
-    loads = [(b * scale, ser * scale) for b, ser in writer_loads(plan, busiest.node, rates).values()]
+
+def _path_notes(planned: WritePath, measured: WritePath) -> list[str]:
+    if planned == measured:
+        return []
+    return [f"the plan writes with {planned} I/O, which this profile did not measure: its {measured} curve is used"]
+
+
+def _refused_replay(replay: Replay, total_bytes: int, aggregate: AggregateEstimate) -> str | None:
+    """Why a replay of every node is not the save, or None where it is. One host's replay is the save, even where it
+    beats the probe's earlier bandwidth phases (a disk's rate moves between minutes: 1.51 GB/s replayed after
+    818 MB/s measured, the saves 1.64 s for a 1.59 s replay). A replay on many hosts faster than the aggregate
+    bandwidth of the same probe allows measured something else."""
+    implied = total_bytes / replay.full_scale_seconds
+    if replay.nodes == 1 or implied <= aggregate.bytes_per_s * REPLAY_OVER_AGGREGATE:
+        return None
+    return (
+        f"the replay's {replay.full_scale_seconds:.3g} s would move {implied / 1e6:.4g} MB/s, more than the "
+        f"aggregate bandwidth the probe measured ({aggregate.bytes_per_s / 1e6:.4g} MB/s, {aggregate.label}) "
+        "allows: it left a cost untimed, and the model is used instead"
+    )
+
+
+def _replays(replay: Replay | None, plan: CheckpointPlan) -> bool:
+    """Whether the profile's replay wrote this plan's files through its write path."""
+    return replay is not None and replay.plan_fingerprint == plan.fingerprint and replay.write_path == plan.write_path
+
+
+def _replayed(
+    replay: Replay,
+    extra: list[str],
+    *,
+    machine: MachineFigures,
+    plan: CheckpointPlan,
+    notes: list[str],
+    common: dict[str, Any],
+) -> SaveTime:
+    r = replay.full_scale_seconds
+    return SaveTime(
+        seconds=r,
+        bandwidth_seconds=r,
+        serialize_seconds=replay.serialize_seconds,
+        coordination_seconds=replay.fixed_seconds,
+        metadata_seconds=0,
+        fsync_tail_seconds=0,
+        limited_by="replay",
+        source="replay",
+        machine=machine if replay.method == "raw bytes" or plan.coordinated_save else None,
+        replay_seconds=r,
+        replay_nodes=replay.nodes,
+        notes=notes + extra,
+        **common,
+    )
+
+
+BandwidthLimit = Literal["node bandwidth", "aggregate bandwidth", "single writer"]
+
+
+def _bandwidth_seconds(
+    plan: CheckpointPlan,
+    profile: StorageProfile,
+    path: WritePath,
+    rates: dict[str, float],
+    scale: float,
+    t_node_bytes: float,
+    t_agg: float,
+) -> tuple[float, float, BandwidthLimit]:
+    """T_bw = max(T_single, T_node, T_agg), the serialisation inside it, and which term binds; `t_node_bytes` is the
+    busiest node's bytes at its bandwidth, `scale` its bytes over the plan's."""
+    loads = [(b * scale, ser * scale) for b, ser in writer_loads(plan, plan.busiest_node.node, rates).values()]
     one_stream = profile.bandwidth_at(1, path)
     copy = (
         profile.page_cache_write.bytes_per_s * profile.alone_factor()
@@ -295,59 +358,17 @@ def _predict_save(
     else:
         t_single, ser_single = max(((ser + b / one_stream), ser) for b, ser in loads)
         ser_heaviest = max(loads)[1]
-    t_node, t_agg = ser_heaviest + node_bytes / node_bw, total_bytes / agg_bw
+    t_node = ser_heaviest + t_node_bytes
     t_bw = max(t_single, t_node, t_agg)
-    limited_by: Literal["node bandwidth", "aggregate bandwidth", "single writer"] = (
+    limited_by: BandwidthLimit = (
         "single writer"
         if t_bw == t_single
         else "node bandwidth"
-        if t_bw == t_node or nodes == 1
+        if t_bw == t_node or plan.nodes_writing == 1
         else "aggregate bandwidth"
     )
     serialize = ser_single if limited_by == "single writer" else ser_heaviest if limited_by == "node bandwidth" else 0.0
-    t_coord = coordination_seconds(plan, machine) if framework_costs else 0.0
-    t_meta = node_files / profile.small_files.files_per_s
-    if profile.shared and profile.aggregate_files_per_s:
-        t_meta = max(t_meta, total_files / profile.aggregate_files_per_s)
-    t_tail = profile.fsync_latency.p99_s
-    if replay is not None:
-        # the replay wrote only some of the plan's nodes: the others' bytes reach the shared system too, so the save
-        # takes the longer of the replay and all nodes' bytes at the aggregate bandwidth (with the model's other terms)
-        t_all = t_coord + t_agg + t_meta + t_tail
-        covered = (
-            f"the replay wrote {replay.nodes} of the plan's {nodes} nodes ({replay.full_scale_seconds:.3g} s at full "
-            f"size); all {nodes} nodes' bytes at the aggregate bandwidth, {aggregate.label}, take {t_all:.3g} s"
-        )
-        if replay.full_scale_seconds >= t_all:
-            return replayed([covered + ": the replay binds"])
-        return SaveTime(
-            seconds=t_all,
-            bandwidth_seconds=t_agg,
-            serialize_seconds=0.0,
-            coordination_seconds=t_coord,
-            metadata_seconds=t_meta,
-            fsync_tail_seconds=t_tail,
-            limited_by="aggregate bandwidth",
-            source="model",
-            machine=machine,
-            replay_seconds=replay.full_scale_seconds,
-            replay_nodes=replay.nodes,
-            notes=notes + [covered + ": the aggregate binds"],
-            **common,
-        )
-    return SaveTime(
-        seconds=t_coord + t_bw + t_meta + t_tail,
-        bandwidth_seconds=t_bw,
-        serialize_seconds=serialize,
-        coordination_seconds=t_coord,
-        metadata_seconds=t_meta,
-        fsync_tail_seconds=t_tail,
-        limited_by=limited_by,
-        source="model",
-        machine=machine if framework_costs else None,
-        notes=notes,
-        **common,
-    )
+    return t_bw, serialize, limited_by
 
 
 def required_bandwidth(
@@ -515,32 +536,7 @@ def predict_load(plan: CheckpointPlan, profile: StorageProfile, aggregate_limit:
     )
     replay = profile.read_replay
     if replay is not None and replay.plan_fingerprint == plan.fingerprint:
-        r = replay.full_scale_seconds
-        covered = f"the read replay loaded {replay.nodes} of the plan's {restore.nodes} nodes ({r:.3g} s at full size)"
-        if replay.nodes >= restore.nodes or r >= t_agg:
-            return LoadTime(
-                seconds=r,
-                read_seconds=r,
-                deserialize_seconds=replay.deserialize_seconds,
-                limited_by="replay",
-                source="replay",
-                replay_seconds=r,
-                replay_nodes=replay.nodes,
-                notes=notes + ([] if replay.nodes >= restore.nodes else [covered + ": the replay binds"]),
-                **common,
-            )
-        notes.append(f"{covered}; all nodes at the aggregate read bandwidth take {t_agg:.3g} s: the aggregate binds")
-        return LoadTime(
-            seconds=t_agg,
-            read_seconds=t_agg,
-            deserialize_seconds=0.0,
-            limited_by="aggregate bandwidth",
-            source="model",
-            replay_seconds=r,
-            replay_nodes=replay.nodes,
-            notes=notes,
-            **common,
-        )
+        return _read_replayed(replay, restore.nodes, t_agg, notes, common)
     return LoadTime(
         seconds=seconds,
         read_seconds=t_read,
@@ -549,6 +545,36 @@ def predict_load(plan: CheckpointPlan, profile: StorageProfile, aggregate_limit:
         limited_by=limited_by,
         source="model",
         notes=notes,
+        **common,
+    )
+
+
+def _read_replayed(replay: ReadReplay, nodes: int, t_agg: float, notes: list[str], common: dict[str, Any]) -> LoadTime:
+    """The load from a read replay of the plan: the replay where it read every node or binds, else all `nodes` at
+    the aggregate read bandwidth (`t_agg`)."""
+    r = replay.full_scale_seconds
+    covered = f"the read replay loaded {replay.nodes} of the plan's {nodes} nodes ({r:.3g} s at full size)"
+    if replay.nodes >= nodes or r >= t_agg:
+        return LoadTime(
+            seconds=r,
+            read_seconds=r,
+            deserialize_seconds=replay.deserialize_seconds,
+            limited_by="replay",
+            source="replay",
+            replay_seconds=r,
+            replay_nodes=replay.nodes,
+            notes=notes + ([] if replay.nodes >= nodes else [covered + ": the replay binds"]),
+            **common,
+        )
+    return LoadTime(
+        seconds=t_agg,
+        read_seconds=t_agg,
+        deserialize_seconds=0.0,
+        limited_by="aggregate bandwidth",
+        source="model",
+        replay_seconds=r,
+        replay_nodes=replay.nodes,
+        notes=[*notes, f"{covered}; all nodes at the aggregate read bandwidth take {t_agg:.3g} s: the aggregate binds"],
         **common,
     )
 

@@ -333,39 +333,90 @@ def build_plan(
     if precision not in PRECISIONS:
         raise InputError(f"unknown precision {precision!r}{did_you_mean(precision, list(PRECISIONS))}")
     layout = framework_of(framework).layout
-    if zero is None:
-        zero = layout.default_zero
+    zero = layout.default_zero if zero is None else zero
     par = _parallelism(
         arch, gpus, gpus_per_node, tp, pp, zero, ep, borrowed=parameters is not None and model_name is None
     )
-    if ep > 1 and not layout.supports_ep:
-        takes = ", ".join(name for name, other in sorted(FRAMEWORKS.items()) if other.layout.supports_ep)
-        raise InputError(f"‹ep› {ep}: the {framework} layout has no expert parallelism (the layouts with it: {takes})")
-    layout.check(par)
-    known = layout.options  # the --option names a layout reads; most read none
-    for name in options or {}:
-        if name not in known:
-            takes = f"takes {', '.join(known)}" if known else "takes no --option"
-            raise InputError(f"unknown ‹options› {name!r}: the {framework} layout {takes}")
-    layout.check_options(par, options or {})
-    write_path = layout.write_path(options or {})
-    overrides = dict(dtype_overrides or {})
+    _check_layout(layout, par, ep, options or {})
+    setup = TrainingSetup(
+        model=model_name,
+        parameters=int(parameters) if parameters else parameter_count(arch),
+        shape_source=arch.name,
+        optimizer=optimizer,
+        precision=precision,
+        framework=framework,
+        gpus=gpus,
+        gpus_per_node=par.gpus_per_node,
+        nodes=math.ceil(gpus / par.gpus_per_node),
+        tp=tp,
+        pp=pp,
+        dp=par.dp,
+        zero=zero,
+        ep=ep,
+        dtype_overrides=dict(dtype_overrides or {}),
+        step=step,
+        options=options or {},
+    )
+    return _sized(setup, arch, par, layout)
+
+
+def _sized(setup: TrainingSetup, arch: Architecture, par: Parallelism, layout: Layout) -> CheckpointPlan:
+    """The plan of one save of `setup`: its states, its files as the layout writes them, and their restore reads."""
     ts = model_tensors(arch)
     derived = parameter_count(arch)
-    params = int(parameters) if parameters else derived
+    params, options, zero = setup.parameters or derived, setup.options, setup.zero
     scale = params / derived
 
     def states(tensors: list[Tensor]) -> list[StateBytes]:
-        return state_breakdown(tensors, optimizer, precision, overrides, layout.fp32_master(zero))
+        fp32_master = layout.fp32_master(zero)
+        return state_breakdown(tensors, setup.optimizer, setup.precision, setup.dtype_overrides, fp32_master)
 
     held = states(ts)
-    saved = layout.persisted(held, zero, options or {})
+    saved = layout.persisted(held, zero, options)
     breakdown = [s.model_copy(update={"bytes": int(round(s.bytes * scale))}) for s in saved]
     not_saved = [s.model_copy(update={"bytes": int(round(s.bytes * scale))}) for s in _dropped(held, saved)]
     manifest = layout.files(
-        LayoutInput(par=par, tensors=ts, states=states, scale=scale, step=step, options=options or {})
+        LayoutInput(par=par, tensors=ts, states=states, scale=scale, step=setup.step, options=options)
+    )
+    _check_manifest(manifest, f"{params:,} parameters are too few for {setup.framework} on ‹gpus› {setup.gpus}")
+    state_bytes = sum(s.bytes for s in breakdown)
+    files = manifest_fields(manifest, layout.renames_per_save)
+    assumptions = _assumptions(arch, setup.model, params, derived, layout, par, held, saved, options)
+    restore, unknown_reads = plan_restore(layout, par, manifest, files["total_bytes"])
+    return CheckpointPlan(
+        setup=setup,
+        parameters=params,
+        bytes_per_parameter=state_bytes / params,
+        state_bytes=state_bytes,
+        small_file_bytes=files["total_bytes"] - state_bytes,
+        breakdown=breakdown,
+        not_saved=not_saved,
+        **files,
+        write_path=layout.write_path(options),
+        coordinated_save=layout.coordinated_save,
+        assumptions=assumptions + unknown_reads,
+        restore=restore,
     )
 
+
+def _check_layout(layout: Layout, par: Parallelism, ep: int, options: dict[str, str]) -> None:
+    """The layout takes this parallelism, expert parallelism where asked, and these --option names."""
+    if ep > 1 and not layout.supports_ep:
+        takes = ", ".join(name for name, other in sorted(FRAMEWORKS.items()) if other.layout.supports_ep)
+        raise InputError(
+            f"‹ep› {ep}: the {layout.name} layout has no expert parallelism (the layouts with it: {takes})"
+        )
+    layout.check(par)
+    known = layout.options  # the --option names a layout reads; most read none
+    for name in options:
+        if name not in known:
+            takes = f"takes {', '.join(known)}" if known else "takes no --option"
+            raise InputError(f"unknown ‹options› {name!r}: the {layout.name} layout {takes}")
+    layout.check_options(par, options)
+
+
+def _check_manifest(manifest: list[ManifestFile], too_few: str) -> None:
+    """A manifest ckplan can plan: not too many files, and no state file left empty."""
     if len(manifest) > MAX_MANIFEST_FILES:
         raise InputError(
             f"this save writes {len(manifest):,} files; ckplan plans saves of at most {MAX_MANIFEST_FILES:,} files "
@@ -374,45 +425,8 @@ def build_plan(
     empty = [f.path for f in manifest if f.bytes == 0 and f.kind != "small"]
     if empty:  # a model of a handful of parameters, sharded so that some ranks hold none of them
         raise InputError(
-            f"{params:,} parameters are too few for {framework} on ‹gpus› {gpus}: {len(empty):,} state file(s) would "
-            f"hold 0 bytes ({empty[0]}{', …' if len(empty) > 1 else ''})"
+            f"{too_few}: {len(empty):,} state file(s) would hold 0 bytes ({empty[0]}{', …' if len(empty) > 1 else ''})"
         )
-    state_bytes = sum(s.bytes for s in breakdown)
-    files = manifest_fields(manifest, layout.renames_per_save)
-    assumptions = _assumptions(arch, model_name, params, derived, layout, par, held, saved, options or {})
-    restore, unknown_reads = plan_restore(layout, par, manifest, files["total_bytes"])
-    return CheckpointPlan(
-        setup=TrainingSetup(
-            model=model_name,
-            parameters=params,
-            shape_source=arch.name,
-            optimizer=optimizer,
-            precision=precision,
-            framework=framework,
-            gpus=gpus,
-            gpus_per_node=par.gpus_per_node,
-            nodes=math.ceil(gpus / par.gpus_per_node),
-            tp=tp,
-            pp=pp,
-            dp=par.dp,
-            zero=zero,
-            ep=ep,
-            dtype_overrides=overrides,
-            step=step,
-            options=options or {},
-        ),
-        parameters=params,
-        bytes_per_parameter=state_bytes / params,
-        state_bytes=state_bytes,
-        small_file_bytes=files["total_bytes"] - state_bytes,
-        breakdown=breakdown,
-        not_saved=not_saved,
-        **files,
-        write_path=write_path,
-        coordinated_save=layout.coordinated_save,
-        assumptions=assumptions + unknown_reads,
-        restore=restore,
-    )
 
 
 def _parallelism(
