@@ -40,7 +40,7 @@ from ckplan.units import MAX_GPUS
 
 FORMAT: Literal["ckplan.save-record"] = "ckplan.save-record"
 VERSION: Literal[1] = 1
-Framework = Literal["hf", "lightning", "dcp", "deepspeed", "torch.save", "other"]
+Framework = Literal["hf", "accelerate", "lightning", "dcp", "deepspeed", "torch.save", "other"]
 Counted = Literal["directory", "own files"]
 # the rounding a JSON float of epoch seconds allows between `seconds` and end − start (doubles near 1.8e9 s are
 # exact to ~0.24 µs)
@@ -53,6 +53,7 @@ ADAPTERS = {
     "dcp_save": ("dcp", "save"),
     "dcp_async_save": ("dcp", "async_save"),
     "record_deepspeed": ("deepspeed", "record_deepspeed"),
+    "record_accelerate": ("accelerate", "record_accelerate"),
     "torch_save": ("torch_save", "save"),
 }
 

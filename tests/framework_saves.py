@@ -12,7 +12,8 @@ scratch directory, HF_HUB_OFFLINE=1, DS_ACCELERATOR=cpu.
 With CKPLAN_TEST_RECORD=FILE in the environment, every save goes through ckplan.record's adapter for its framework
 into FILE, and each rank writes the wall-clock span of the call that saves (around train() or fit() for HF Trainer
 and Lightning, whose saves happen inside it) to FILE.wall-RANK as JSON: tests/test_record_frameworks.py bounds each
-record by it.
+record by it. With CKPLAN_TEST_LOG=FILE, accelerate's run logs at INFO into FILE with an asctime format, for
+`ckplan diagnose` to read.
 
 Writer ranks: run as root, every rank first takes gid OWNER_GID + rank as its group (its uid stays root, so it
 reads and writes as before), so the group of each file on disk is the rank that created it, whatever wrote it
@@ -35,6 +36,7 @@ SEQUENCE = 16
 BATCH = 2
 MEGATRON_CPU_REFUSAL = "Torch not compiled with CUDA enabled"
 RECORD = os.environ.get("CKPLAN_TEST_RECORD")
+LOG = os.environ.get("CKPLAN_TEST_LOG")  # accelerate: its log, at INFO, into this file
 
 
 def rank() -> int:
@@ -231,6 +233,10 @@ def run_accelerate(config_dir: str, out: str, case: str) -> None:
     from accelerate import Accelerator
     from accelerate.utils import ProjectConfiguration
 
+    if LOG:  # Accelerate's INFO lines with Python logging's asctime, as a training script configures them
+        import logging
+
+        logging.basicConfig(filename=LOG, format="%(asctime)s - %(levelname)s - %(name)s - %(message)s", level="INFO")
     accelerator = Accelerator(
         cpu=True,
         mixed_precision="bf16" if case == "bf16" else "no",
@@ -247,6 +253,10 @@ def run_accelerate(config_dir: str, out: str, case: str) -> None:
         optimizer.step()
         scheduler.step()
         optimizer.zero_grad()
+    if RECORD:
+        from ckplan.record import record_accelerate
+
+        record_accelerate(accelerator, RECORD, step=lambda: STEPS)
     timed(accelerator.save_state)
 
 

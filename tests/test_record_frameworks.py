@@ -10,12 +10,14 @@ saves through the framework's adapter, and its record is checked against the sav
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 from pathlib import Path
 
 import pytest
 
+from ckplan.diagnose.logs import extract
 from tests.conftest import run_json
 from tests.framework_saves import STEPS
 from tests.test_framework_oracle import launch, scratch  # noqa: F401  (scratch: the oracle's fixture)
@@ -162,6 +164,29 @@ def test_deepspeed(scratch, monkeypatch):  # noqa: F811
     )
 
 
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_accelerate(scratch, monkeypatch, ranks):  # noqa: F811
+    log = scratch / f"accelerate-{ranks}.log"
+    monkeypatch.setenv("CKPLAN_TEST_LOG", str(log))
+    out, lines = recorded(scratch, monkeypatch, "accelerate", ranks, f"record-accelerate-{ranks}", "bf16")
+    save = out / "checkpoints" / "checkpoint_0"
+    check_lines(lines, list(range(ranks)), ranks, "accelerate", [save])
+    assert {line["path"] for line in lines} == {str(save)}
+    nbytes = on_disk([save])[0]
+    args = ["--framework", "accelerate", "--gpus", str(ranks)]
+    diagnose_and_validate(scratch, scratch / f"record-accelerate-{ranks}.jsonl", args, nbytes, lines)
+    # the same save read back from Accelerate's own log: from "Saving current state to DIR" to the main process's
+    # last line naming DIR, inside the main process's recorded save (asctime keeps milliseconds, cut, not rounded)
+    (found,), _, _ = extract([log])
+    saying = [ln for ln in log.read_text().splitlines() if str(save) in ln]
+    first, last = (dt.datetime.strptime(ln[:23], "%Y-%m-%d %H:%M:%S,%f") for ln in (saying[0], saying[-1]))
+    assert "Saving current state to" in saying[0] and "random_states_0.pkl" in saying[-1]
+    assert (found.source, found.label) == ("accelerate", "checkpoint_0")
+    assert found.seconds > 0 and found.seconds == pytest.approx((last - first).total_seconds(), abs=1e-6)
+    (main,) = [line for line in lines if line["rank"] == 0]
+    assert found.seconds <= main["seconds"] + 0.001, (found.seconds, main["seconds"])
+
+
 @pytest.mark.parametrize(
     ("kind", "ranks", "case", "saved"),
     [
@@ -169,6 +194,7 @@ def test_deepspeed(scratch, monkeypatch):  # noqa: F811
         ("lightning", 1, "bf16-mixed-async", "checkpoints"),
         ("dcp", 2, "ddp-async", f"step-{STEPS}"),
         ("deepspeed", 2, "z1-bf16", "z1-bf16"),
+        ("accelerate", 2, "bf16", "checkpoints"),
     ],
 )
 def test_a_record_path_that_is_a_fifo_stalls_no_save(scratch, monkeypatch, kind, ranks, case, saved):  # noqa: F811

@@ -369,6 +369,7 @@ def test_every_framework_has_a_layout_a_saver_and_an_extractor():
     # are refused; diagnose feeds the extractors in the same order
     assert list(FRAMEWORKS) == ["dlio", "accelerate", "hf", "megatron", "deepspeed", "dcp", "lightning"]
     assert [cls.name for cls in LOG_EXTRACTORS] == [
+        "accelerate",
         "hf",
         "megatron",
         "deepspeed",

@@ -41,6 +41,7 @@ from ckplan.frameworks.layout import (
     torch_save_bytes,
     total,
 )
+from ckplan.frameworks.logs import DirectorySpan
 from ckplan.frameworks.names import Named, ProcessFile, WorldPart, process_ranks, process_world
 from ckplan.model.states import StateBytes
 
@@ -132,11 +133,21 @@ class AccelerateNames:
         return process_ranks(files, RandomStates)
 
 
+# Accelerate (accelerator.py save_state, checkpointing.py), through Python logging with a "%(asctime)s" format
+# ("YYYY-mm-dd HH:MM:SS,mmm") at INFO: from "Saving current state to DIR" to the last timestamped line that names DIR,
+# the main process's "Random states saved in DIR/random_states_0.pkl"; custom objects registered for checkpointing
+# log only where their save begins, so theirs is not counted.
+class Accelerate(DirectorySpan):
+    name = "accelerate"
+    marker = "Saving current state to"
+    needles = (marker.encode(),)
+    start = re.compile(r"Saving current state to (\S+)")
+
+
 FRAMEWORK = Framework(
     AccelerateLayout(),
     AccelerateNames(),
     Saver("safetensors", "safetensors.torch.save_file model + torch.save optimizer/scheduler/RNG"),
-    (),
-    no_extractor="Accelerate logs its saves at INFO without a timestamp of its own; no sample of a training log "
-    "that times them has been checked; --pattern reads one",
+    (Accelerate,),
+    recorders=("record_accelerate",),
 )

@@ -28,7 +28,7 @@ Under DeepSpeed (the Trainer's `deepspeed=` config), read from transformers' tra
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
@@ -58,7 +58,7 @@ from ckplan.frameworks.layout import (
     torch_save_bytes,
     total,
 )
-from ckplan.frameworks.logs import Extractor, Save, literal_runs, stamp
+from ckplan.frameworks.logs import DirectorySpan
 from ckplan.frameworks.names import Named, ProcessFile, WorldPart, process_ranks, process_world
 from ckplan.model.states import StateBytes
 from ckplan.units import parse_bytes
@@ -279,33 +279,11 @@ class HfNames:
 
 # Hugging Face Trainer ("[INFO|trainer.py:N] YYYY-mm-dd HH:MM:SS,mmm >> ..."): from "Saving model checkpoint to
 # DIR" to the last timestamped line that names DIR. Trainer prints no end marker, so this is a lower bound.
-class HfTrainer(Extractor):
+class HfTrainer(DirectorySpan):
     name = "hf"
-    needles = (b"Saving model checkpoint to",)
+    marker = "Saving model checkpoint to"
+    needles = (marker.encode(),)
     start = re.compile(r"Saving model checkpoint to (\S+)")
-
-    def __init__(self) -> None:
-        self.dir: str | None = None
-        self.dir_needle = b""
-        self.begin = self.last = 0.0
-
-    def feed(self, line: str) -> Iterator[Save]:
-        if "Saving model checkpoint to" in line and (m := self.start.search(line)):
-            yield from self.finish()
-            t = stamp(line)
-            if t is not None:
-                self.dir, self.begin, self.last = m.group(1).rstrip("/."), t, t
-                self.dir_needle = max(literal_runs(self.dir), key=len, default="").encode()
-        elif self.dir and self.dir in line and (t := stamp(line)) is not None:
-            self.last = t
-
-    def finish(self) -> Iterator[Save]:
-        if self.dir and self.last > self.begin:
-            yield Save(self.last - self.begin, self.last, self.dir.rsplit("/", 1)[-1], self.name)
-        self.dir = None
-
-    def wanted(self) -> bytes | re.Pattern[bytes] | None:
-        return self.dir_needle if self.dir else None  # every line naming the directory
 
 
 FRAMEWORK = Framework(

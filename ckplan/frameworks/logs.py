@@ -97,3 +97,34 @@ class Extractor:
 
     def wanted(self) -> bytes | re.Pattern[bytes] | None:
         return None
+
+
+class DirectorySpan(Extractor):
+    """A save from the timestamped line that says it begins writing a directory (`marker`, then the directory, which
+    `start` captures) to the last timestamped line that names that directory: for frameworks that log no end."""
+
+    marker = ""
+    start: re.Pattern[str]
+
+    def __init__(self) -> None:
+        self.dir: str | None = None
+        self.dir_needle = b""
+        self.begin = self.last = 0.0
+
+    def feed(self, line: str) -> Iterator[Save]:
+        if self.marker in line and (m := self.start.search(line)):
+            yield from self.finish()
+            t = stamp(line)
+            if t is not None:
+                self.dir, self.begin, self.last = m.group(1).rstrip("/."), t, t
+                self.dir_needle = max(literal_runs(self.dir), key=len, default="").encode()
+        elif self.dir and self.dir in line and (t := stamp(line)) is not None:
+            self.last = t
+
+    def finish(self) -> Iterator[Save]:
+        if self.dir and self.last > self.begin:
+            yield Save(self.last - self.begin, self.last, self.dir.rsplit("/", 1)[-1], self.name)
+        self.dir = None
+
+    def wanted(self) -> bytes | re.Pattern[bytes] | None:
+        return self.dir_needle if self.dir else None  # every line naming the directory
