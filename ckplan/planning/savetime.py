@@ -33,7 +33,9 @@ instead of the model: it is a direct measurement, extrapolated from its scale by
 the nodes it wrote (`Replay.nodes`): for a plan with more, the save takes the longer of the replay and
 T_coord + total bytes ÷ B_aggregate + T_meta + T_tail for all the plan's nodes, and says which binds. A replay of
 every node on many hosts whose bytes would cross faster than REPLAY_OVER_AGGREGATE × B_aggregate left a cost
-untimed (fio's runtimes): the model is used, and a note says why; one host's replay is timed by the wall clock.
+untimed (fio's raw writes through a FUSE client finish before the bytes cross, where the framework's saver's do
+not: docs/benchmarks.md, the testbed's small files): the model is used, and a note says why. One host's replay
+is ckplan's writer or the framework's saver, and is the save.
 See docs/benchmarks.md (issues 7 and 13) for the measurements behind each term.
 """
 
