@@ -25,7 +25,7 @@ import stat
 from pathlib import Path
 
 from ckplan.errors import InputError
-from ckplan.frameworks import SAVE_SIBLINGS, STEP_DIR, read_name
+from ckplan.frameworks import FRAMEWORKS, SAVE_SIBLINGS, STEP_DIR
 from ckplan.sizing.measured import measured_plan
 from ckplan.sizing.plan import MAX_MANIFEST_FILES, CheckpointPlan
 
@@ -80,7 +80,7 @@ def scan(directory: Path) -> tuple[list[tuple[str, int]], list[str]]:
         for entry in top:
             walk.entry(entry, "", 1)
         files, notes = walk.done()
-        return _newest_lightning_save(files, notes, name, path)
+        return _newest_loose_save(files, notes, name, path)
     kinds = sorted({m[1] for m in steps.values()})
     if len(kinds) > 1:
         raise InputError(
@@ -100,42 +100,15 @@ def scan(directory: Path) -> tuple[list[tuple[str, int]], list[str]]:
     return walk.done()
 
 
-# a file of these kinds beside .ckpt files says the directory is not a Lightning run's
-STATE_SUFFIXES = (".pt", ".pth", ".bin", ".distcp", ".safetensors")
-
-
-def _newest_lightning_save(
+def _newest_loose_save(
     files: list[tuple[str, int]], notes: list[str], name: str, path: Path
 ) -> tuple[list[tuple[str, int]], list[str]]:
-    """A Lightning run's newest checkpoint out of everything under DIR, or the files as they are when DIR holds
-    no Lightning checkpoint. Paths of .ckpt files lying in DIR itself are led by DIR's name."""
-    read = {p: named for p, b in files if (named := read_name(p, b)[0]).whole_checkpoint}
-    ckpts = [(p, b) for p, b in files if p in read]
-    if not ckpts or any(p.endswith(STATE_SUFFIXES) for p, _ in files):
-        return files, notes
-    steps = {p: -1 if (step := read[p].step()) is None else step for p, _ in ckpts}
-    newest = max(steps.values())
-    if newest < 0 and len(ckpts) > 1:
-        raise InputError(
-            f"‹from_dir› {path} holds {len(ckpts)} Lightning checkpoints whose names give no step "
-            f"({', '.join(sorted(steps)[:3])}{', …' if len(ckpts) > 3 else ''}): give the directory of one"
-        )
-    chosen = next(p for p, step in steps.items() if step == newest)
-    where = str(Path(chosen).parent)
-    kept = [
-        (p, b)
-        for p, b in ckpts
-        if steps[p] == newest or (str(Path(p).parent) == where and Path(p).name.startswith("last"))
-    ]
-    saves = len({step for step in steps.values() if step >= 0})
-    if saves > 1:
-        notes.append(f"{path} holds {saves} Lightning checkpoints: the newest, {chosen}, is measured")
-    if len(files) > len(kept):
-        left = len(files) - len(kept)
-        notes.append(f"{left} other file{'' if left == 1 else 's'} under {path} left out: not part of the save")
-    if where == ".":
-        kept = [(f"{name}/{p}", b) for p, b in kept]
-    return kept, notes
+    """The newest save among a run's loose checkpoint files (Lightning's .ckpt), as the first framework that keeps
+    its saves so finds it; else the files as they are."""
+    for fw in FRAMEWORKS.values():
+        if fw.newest_save is not None and (found := fw.newest_save(files, notes, name, str(path))) is not None:
+            return found
+    return files, notes
 
 
 class _Walk:

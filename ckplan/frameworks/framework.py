@@ -6,6 +6,7 @@ processes, and a recorder is the name of an adapter that ckplan.record imports o
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -29,6 +30,13 @@ class Saver:
 DCP_SAVER = Saver("dcp", "torch.distributed.checkpoint.save (gloo)")
 
 
+# (path, bytes) of a directory's files, with the notes of what was chosen among them
+LooseSave = tuple[list[tuple[str, int]], list[str]]
+# the newest save among the loose files of a directory a run saves into (its files, its notes, the directory's own
+# name, the directory as given), for a framework whose saves are files rather than step directories; None: none
+NewestSave = Callable[[list[tuple[str, int]], list[str], str, str], LooseSave | None]
+
+
 @dataclass(frozen=True, slots=True)
 class Framework:
     layout: Layout  # the files a save writes and a resume reads, and the capabilities the planner reads there
@@ -37,6 +45,7 @@ class Framework:
     extractors: tuple[type[Extractor], ...]  # what diagnose reads this framework's logs with
     no_extractor: str | None = None  # why there is none, where `extractors` is empty
     recorders: tuple[str, ...] = ()  # the adapters in ckplan.record that time this framework's saves in the job
+    newest_save: NewestSave | None = None  # `size --from` of a run's directory of loose checkpoint files
 
     def __post_init__(self) -> None:
         if bool(self.extractors) == bool(self.no_extractor):

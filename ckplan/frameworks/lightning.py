@@ -15,7 +15,7 @@ from pathlib import PurePosixPath
 from typing import ClassVar
 
 from ckplan.errors import InputError
-from ckplan.frameworks.framework import Framework, Saver
+from ckplan.frameworks.framework import Framework, LooseSave, Saver
 from ckplan.frameworks.layout import (
     RNG_STATE_BYTES,
     SCHEDULER_BYTES,
@@ -107,7 +107,6 @@ def ckpt_step(name: str) -> int:
 @dataclass(kw_only=True)
 class CkptFile(Named):
     names_writer: ClassVar[bool] = True
-    whole_checkpoint: ClassVar[bool] = True
 
     def kind(self, par: Parallelism) -> FileKind:
         return "mixed"  # the module's state_dict, the optimizer's and the loops' in one torch.save
@@ -138,10 +137,47 @@ class LightningNames:
         return []
 
 
+# a file of these kinds beside .ckpt files says the directory is not a Lightning run's
+STATE_SUFFIXES = (".pt", ".pth", ".bin", ".distcp", ".safetensors")
+
+
+def newest_save(files: list[tuple[str, int]], notes: list[str], name: str, path: str) -> LooseSave | None:
+    """A Lightning run's newest checkpoint out of every file under DIR (`path`, named `name`), with a `last*.ckpt`
+    beside it; None where DIR holds no Lightning checkpoint. Paths of .ckpt files lying in DIR itself are led by
+    DIR's name."""
+    steps = {p: ckpt_step(PurePosixPath(p).name) for p, _ in files if CKPT.fullmatch(PurePosixPath(p).name)}
+    if not steps or any(p.endswith(STATE_SUFFIXES) for p, _ in files):
+        return None
+    newest = max(steps.values())
+    if newest < 0 and len(steps) > 1:
+        raise InputError(
+            f"‹from_dir› {path} holds {len(steps)} Lightning checkpoints whose names give no step "
+            f"({', '.join(sorted(steps)[:3])}{', …' if len(steps) > 3 else ''}): give the directory of one"
+        )
+    chosen = next(p for p, step in steps.items() if step == newest)
+    where = PurePosixPath(chosen).parent
+    kept = [
+        (p, b)
+        for p, b in files
+        if p in steps
+        and (steps[p] == newest or (PurePosixPath(p).parent == where and PurePosixPath(p).name.startswith("last")))
+    ]
+    saves = len({step for step in steps.values() if step >= 0})
+    if saves > 1:
+        notes.append(f"{path} holds {saves} Lightning checkpoints: the newest, {chosen}, is measured")
+    if len(files) > len(kept):
+        left = len(files) - len(kept)
+        notes.append(f"{left} other file{'' if left == 1 else 's'} under {path} left out: not part of the save")
+    if str(where) == ".":
+        kept = [(f"{name}/{p}", b) for p, b in kept]
+    return kept, notes
+
+
 FRAMEWORK = Framework(
     LightningLayout(),
     LightningNames(),
     Saver("torch.save", "torch.save of one .ckpt"),
     (Lightning,),
     recorders=("RecordingCheckpointIO",),
+    newest_save=newest_save,
 )

@@ -33,7 +33,6 @@ class Named:
     names_writer: ClassVar[bool] = False
     renamed_from: ClassVar[str | None] = None  # the temporary name the file is written under and renamed from
     coordinated: ClassVar[bool] = False  # written by a save that coordinates its ranks (DCP's planner)
-    whole_checkpoint: ClassVar[bool] = False  # the whole checkpoint in one file, a run's directory holding many
 
     @property
     def name(self) -> str:
