@@ -385,6 +385,12 @@ def test_megatron_legacy_expert_parallel_directories(tmp_path):
     s = plan["setup"]
     assert (s["framework"], s["gpus"], s["tp"], s["pp"], s["step"]) == ("megatron", 2, 1, 1, 50)
     assert sorted(_ranks(plan).values()) == [(0, 0), (1, 0)]
+    # an --ep the names agree with changes nothing; another is refused with the size the names show
+    assert run_json("size", "--from", str(tmp_path / "iter_0000050"), "--ep", "2")["manifest"] == plan["manifest"]
+    assert_one_line_error(
+        run_cli("size", "--from", str(tmp_path / "iter_0000050"), "--ep", "4"),
+        "--ep 4 disagrees with the expert-parallel size 2 the checkpoint's names show",
+    )
 
 
 def test_megatron_torch_dist_iteration(tmp_path):

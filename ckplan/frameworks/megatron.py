@@ -181,7 +181,9 @@ class MegatronNames:
             "by data-parallel rank 0 of each; rank order tp, ep, dp, pp; the data-parallel size is not "
             "in the names"
         )
-        return WorldPart([note], label="Megatron", tp=tp, pp=pp, unit=tp * pp, lower=tp * pp * eps)
+        return WorldPart(
+            [note], label="Megatron", tp=tp, pp=pp, unit=tp * pp, lower=tp * pp * eps, ep=eps if eps > 1 else None
+        )
 
     def ranks(self, files: Sequence[Named], par: Parallelism, ep: int | None) -> list[str]:
         for f in files:

@@ -109,6 +109,7 @@ class WorldPart:
     tp: int | None = None  # the model-parallel split, where the names give it
     pp: int | None = None
     zero: int = 0
+    ep: int | None = None  # the expert-parallel size, where the names give it
     # the expert-parallel size (--ep) places these files' writers and readers: why a resume's reads are not
     # known without it
     needs_ep: str | None = None

@@ -304,7 +304,10 @@ class _World:
         if world % (tp * pp):
             notes.append(f"world {world} is not a multiple of tp {tp} × pp {pp}: taken as tp 1, pp 1")
             tp = pp = 1
-        if ep is not None and ep > 1 and not any(part.needs_ep for part in parts):
+        shown = next((part.ep for part in parts if part.ep), None)
+        if ep is not None and shown is not None and ep != shown:
+            raise InputError(f"‹ep› {ep} disagrees with the expert-parallel size {shown} the checkpoint's names show")
+        if ep is not None and ep > 1 and shown is None and not any(part.needs_ep for part in parts):
             takes = " or ".join(fw.names.ep_files for fw in FRAMEWORKS.values() if fw.names.ep_files)
             raise InputError(f"‹ep› {ep} applies to {takes}; this one has none")
         return cls(gpus=world, tp=tp, pp=pp, zero=max((part.zero for part in parts), default=0), notes=notes)
