@@ -22,7 +22,8 @@ def record_accelerate(accelerator: Any, to: str | os.PathLike[str], step: Callab
     save_state = accelerator.save_state
 
     def recorded(*args: Any, **kwargs: Any) -> Any:
-        iteration = accelerator.project_configuration.iteration  # save_state counts it up
+        # save_state counts it up; read without raising, as everything the recorder does beside the save
+        iteration = getattr(getattr(accelerator, "project_configuration", None), "iteration", 0)
         timing = Timing()
         location = save_state(*args, **kwargs)
         timing.done()
