@@ -95,14 +95,19 @@ def check_figures(p: dict, directory: Path) -> None:
     assert p["small_files"]["files_per_s"] == pytest.approx(files / runtime_s, rel=0.01)
     writes = sum(j["write"]["total_ios"] for j in measured)
     assert p["small_files"]["ops_per_s"] == pytest.approx((3 * files + writes) / runtime_s, rel=0.01)
-    # reads: one cold fio read per reader count (--quick: one repeat after the warm-up), each of exactly the bytes
-    # it laid out (size × readers), their pages dropped first; the point is fio's bytes over its runtime
+    # reads: one cold fio read per reader count (--quick: one repeat after the warm-up), their pages dropped first,
+    # each of the bytes it laid out (size × readers) unless the runtime cap ended it first (a reader is sized from
+    # the write rate, and a read slower than half of it meets the cap: seen on sshfs); the point is fio's bytes over
+    # its runtime
     reads = [d["jobs"][0] for d in p["raw_fio"] if d["jobs"][0]["jobname"] in ("bw-read-1", "bw-read-2")]
     assert [b["writers"] for b in p["read_bandwidth"]] == [1, 2] == [int(j["job options"]["numjobs"]) for j in reads]
     for j, point in zip(reads, p["read_bandwidth"], strict=True):
         asked = int(j["job options"]["size"]) * int(j["job options"]["numjobs"])
-        assert j["read"]["io_bytes"] == asked and j["job options"]["invalidate"] == "1"
-        assert point["bytes_per_s"] == pytest.approx(asked / (j["read"]["runtime"] / 1000), rel=0.01)
+        got, runtime_ms = j["read"]["io_bytes"], j["read"]["runtime"]
+        cap_ms = float(j["job options"]["runtime"].removesuffix("s")) * 1000
+        assert j["job options"]["invalidate"] == "1" and 0 < got <= asked
+        assert got == asked or runtime_ms >= cap_ms - 50, (got, asked, runtime_ms, cap_ms)
+        assert point["bytes_per_s"] == pytest.approx(got / (runtime_ms / 1000), rel=0.01)
     lat = p["fsync_latency"]
     assert 0 < lat["p50_s"] <= lat["p99_s"] <= lat["p999_s"]
     loop = fsync_p50(directory)
