@@ -50,6 +50,7 @@ if TYPE_CHECKING:
     from ckplan.planning.provision import ProvisionSweep
     from ckplan.planning.recommend import Comparison, Recommendation
     from ckplan.probe.backends import ProbeTarget
+    from ckplan.probe.request import ProbeRequest
     from ckplan.profile import StorageProfile
     from ckplan.request import PlanRequest
     from ckplan.sizing.plan import CheckpointPlan
@@ -101,6 +102,7 @@ _ANNOTATED_MODELS = {
     "Diagnosis": "ckplan.diagnose.trend",
     "PlanRequest": "ckplan.request",
     "Policy": "ckplan.planning.policy",
+    "ProbeRequest": "ckplan.probe.request",
     "ProbeTarget": "ckplan.probe.backends",
     "ProvisionSweep": "ckplan.planning.provision",
     "Recommendation": "ckplan.planning.recommend",
@@ -116,8 +118,12 @@ def _validated(function: Callable[..., Result]) -> Callable[..., Result]:
 
     from pydantic import ConfigDict, validate_call
 
-    # the names the annotations use, which pydantic resolves in the function's module
-    named = set(re.findall(r"\w+", " ".join(str(a) for a in function.__annotations__.values())))
+    # the names the annotations use, and those of the TypedDict a **kwargs unpacks, which pydantic resolves in the
+    # function's module
+    text = " ".join(str(a) for a in function.__annotations__.values())
+    for name in re.findall(r"Unpack\[(\w+)\]", text):
+        text += " " + " ".join(str(a) for a in globals()[name].__annotations__.values())
+    named = set(re.findall(r"\w+", text))
     globals().update(
         {
             name: getattr(importlib.import_module(module), name)
@@ -429,90 +435,9 @@ def diagnose(
     return diagnose_logs(paths, pattern, how, every, the_plan, profile, timeout)
 
 
-@_checked
-def open_probe(
-    path: PathLike,
-    *,
-    preset: Literal["quick", "default", "thorough"] = "default",
-    writers: int | None = None,
-    plan: CheckpointPlan | PathLike | None = None,
-    scale: float = 1.0,
-    max_bytes: Number | None = None,
-    save: str | None = None,
-    out: PathLike | None = None,
-    endpoint_url: str | None = None,
-    region: str | None = None,
-    profile: str | None = None,
-    part_size: Number = "8MiB",
-    timeout: Number = "30s",
-    hosts: str | None = None,
-    hosts_file: PathLike | None = None,
-    agent_wait: Number | None = None,
-    calibrate: bool = True,
-    emit_jobs: PathLike | None = None,
-    notice: Callable[[str], None] | None = None,
-) -> ProbeTarget:
-    """A probe of `path` (a directory, s3://bucket/prefix, or a directory every host of `hosts` sees), every input
-    checked and the target prepared, before a byte is written; `.run()` measures it."""
-    from ckplan import profile_store
-    from ckplan.outputs import check_output_dir, check_output_file
-    from ckplan.probe.backends import ProbeTarget
-    from ckplan.probe.backends.hosts import HostsOptions
-    from ckplan.probe.backends.s3 import S3Options
-    from ckplan.probe.engine import TargetSpec
-    from ckplan.units import MAX_GPUS, check_range, check_scale, parse_bytes, parse_duration
-
-    path = str(path)
-    if not path.strip():  # Path("") is the current directory
-        raise InputError("probe needs a directory or s3://bucket/prefix, got an empty path")
-    if save is not None:
-        profile_store.check_name(save)
-    if hosts is not None and not hosts.strip(" ,"):
-        raise InputError("‹hosts› names no hosts: give host[:port],…")
-    if agent_wait is not None and not (hosts or hosts_file):
-        raise InputError("‹agent_wait› applies to a multi-host probe (‹hosts› or ‹hosts_file›)")
-    if writers is not None:
-        check_range(writers, "‹writers›", 1, MAX_GPUS, limit=f"{MAX_GPUS:,}")
-    if out is not None:
-        check_output_file(Path(out), "‹out›")
-    if emit_jobs is not None and path.startswith("s3:"):
-        raise InputError("‹emit_jobs› writes fio job files; the S3 probe runs ckplan's own client, not fio")
-    if emit_jobs is not None:
-        check_output_dir(Path(emit_jobs), "‹emit_jobs›")
-    check_scale(scale, "‹scale›")
-    s3 = S3Options(  # read whatever the path: a bad --part-size is refused on a directory too
-        endpoint_url=endpoint_url,
-        region=region,
-        profile=profile,
-        part_bytes=parse_bytes(part_size, "‹part_size›"),
-        timeout_s=parse_duration(timeout, "‹timeout›"),
-    )
-    many = HostsOptions(
-        hosts=hosts,
-        hosts_file=Path(hosts_file) if hosts_file is not None else None,
-        agent_wait_s=parse_duration(agent_wait, "‹agent_wait›") if agent_wait is not None else None,
-    )
-    target = ProbeTarget(
-        TargetSpec(
-            path,
-            preset=preset,
-            writers=writers,
-            plan=_plan(plan) if plan is not None else None,
-            scale=scale,
-            max_bytes=parse_bytes(max_bytes, "‹max_bytes›") if max_bytes is not None else None,
-            name=save,
-            calibrate=calibrate,
-            emit_jobs=Path(emit_jobs) if emit_jobs is not None else None,
-            notice=notice,
-            options=s3 if path.startswith("s3:") else many if hosts or hosts_file is not None else None,
-        )
-    )
-    target.prepare()  # every check that can fail comes before a byte is written
-    return target
-
-
-class ProbeOptions(TypedDict, total=False):
-    """open_probe's options, as probe takes them."""
+class ProbeInputs(TypedDict, total=False):
+    """A ProbeRequest's fields and every backend's options (ckplan.probe.request, ckplan.probe.backends), as
+    open_probe and probe take them."""
 
     preset: Literal["quick", "default", "thorough"]
     writers: int | None
@@ -521,25 +446,48 @@ class ProbeOptions(TypedDict, total=False):
     max_bytes: Number | None
     save: str | None
     out: PathLike | None
+    calibrate: bool
+    emit_jobs: PathLike | None
     endpoint_url: str | None
     region: str | None
     profile: str | None
-    part_size: Number
-    timeout: Number
+    part_bytes: Number
+    timeout_s: Number
     hosts: str | None
     hosts_file: PathLike | None
-    agent_wait: Number | None
-    calibrate: bool
-    emit_jobs: PathLike | None
-    notice: Callable[[str], None] | None
+    agent_wait_s: Number | None
 
 
 @_checked
-def probe(path: PathLike, **options: Unpack[ProbeOptions]) -> StorageProfile:
+def open_probe(
+    path: PathLike, *, notice: Callable[[str], None] | None = None, **inputs: Unpack[ProbeInputs]
+) -> ProbeTarget:
+    """A probe of `path` (a directory, s3://bucket/prefix, or a directory every host of `hosts` sees), every input
+    checked and the target prepared, before a byte is written; `.run()` measures it. `notice` is told what a
+    backend found (the hosts Slurm gave)."""
+    from ckplan.probe.request import ProbeRequest
+
+    return open_request(ProbeRequest.from_inputs({"path": os.fspath(path), **inputs}), notice=notice)
+
+
+@_checked
+def open_request(request: ProbeRequest, *, notice: Callable[[str], None] | None = None) -> ProbeTarget:
+    """`open_probe` for a request already made (the CLI's flags make one)."""
+    from ckplan.probe.backends import ProbeTarget
+
+    target = ProbeTarget(request.spec(notice))
+    target.prepare()  # every check that can fail comes before a byte is written
+    return target
+
+
+@_checked
+def probe(
+    path: PathLike, *, notice: Callable[[str], None] | None = None, **inputs: Unpack[ProbeInputs]
+) -> StorageProfile:
     """Measure what a target sustains (`ckplan probe`): open_probe's inputs, then the run; with `save` the profile
     is saved under that name, with `out` written to that file."""
-    result = open_probe(path, **options).run()
-    keep_profile(result, options.get("save"), options.get("out"))
+    result = open_probe(path, notice=notice, **inputs).run()
+    keep_profile(result, inputs.get("save"), inputs.get("out"))
     return result
 
 

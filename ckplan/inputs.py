@@ -38,14 +38,15 @@ class Flag:
     """A field's command-line flag, put in its Annotated metadata: the flag, its help (or a function that writes it,
     where the text lists what this module must not import at import time), how `--help` shows the default (a
     formatter of the command's default, or the text itself; None: not shown), the help panel, and the type the
-    flag reads where it is not the field's own (a count read from "7B"). The field's validators read and bound the
-    value, so the flag restates neither."""
+    flag reads where it is not the field's own (a count read from "7B"), and the value's name in `--help`. The
+    field's validators read and bound the value, so the flag restates neither."""
 
     flag: str
     help: str | Callable[[], str]
     shown: Callable[[Any], str] | str | None = None
-    panel: str = "Plan"
+    panel: str | None = "Plan"  # None: the command's own panel (Options)
     type: Any = None
+    metavar: str | None = None  # what `--help` names the value (DIR), where not its type
 
 
 def flagged_fields(model_cls: type[BaseModel]) -> dict[str, tuple[Flag, FieldInfo]]:

@@ -24,6 +24,7 @@ import ckplan
 from ckplan import api
 from ckplan.errors import InputError
 from ckplan.planning.policy import Policy
+from ckplan.probe.request import ProbeRequest
 from tests.conftest import FIXTURES, run_json
 
 ROOT = Path(__file__).parent.parent
@@ -357,10 +358,17 @@ def test_policy_inputs_name_every_field():
     assert api.ProvisionPolicyInputs.__optional_keys__ == flags & set(Policy.model_fields)
 
 
-def test_probe_options_are_open_probes():
-    """probe's keyword arguments (typed for mypy) are exactly open_probe's."""
-    keywords = {n for n, p in inspect.signature(api.open_probe).parameters.items() if p.kind is p.KEYWORD_ONLY}
-    assert api.ProbeOptions.__optional_keys__ == keywords
+def test_probe_inputs_are_the_requests_fields():
+    """open_probe's and probe's keyword arguments (typed for mypy) are exactly a ProbeRequest's fields and every
+    backend's options, those the request is built from."""
+    from ckplan.probe.backends import backend_options
+    from ckplan.probe.request import ProbeRequest
+
+    options = {n for model in backend_options().values() for n in model.model_fields}
+    assert api.ProbeInputs.__optional_keys__ == (set(ProbeRequest.model_fields) - {"path", "options"}) | options
+    for function in (api.open_probe, api.probe):
+        kinds = [(n, p.kind) for n, p in inspect.signature(function).parameters.items() if n != "path"]
+        assert kinds == [("notice", inspect.Parameter.KEYWORD_ONLY), ("inputs", inspect.Parameter.VAR_KEYWORD)]
 
 
 def test_import_is_lazy():
@@ -484,6 +492,14 @@ WRONG_ARGUMENTS: list[tuple[str, Callable[[], object], str]] = [
     # an empty hosts file is the current directory, as Path("") is, and names the hosts backend: refused, not a probe
     ("open_probe", lambda: api.open_probe("/tmp", hosts_file=""), "hosts_file . is a directory"),
     ("open_probe", lambda: api.open_probe("/x", scale=math.nan), "scale is not a number"),
+    ("open_probe", lambda: api.open_probe("/x", part_bytes="1MiB"), "part_bytes must be 5 MiB to 5 GiB"),
+    ("open_probe", lambda: api.open_probe("/x", agent_wait_s="1m"), "agent_wait_s applies to a multi-host probe"),
+    ("open_request", lambda: api.open_request("/x"), "request: Input should be"),  # type: ignore[arg-type]
+    (
+        "open_request",
+        lambda: api.open_request(ProbeRequest(path="/x"), notice="stderr"),  # type: ignore[arg-type]
+        "notice: Input should be callable, got 'stderr'",
+    ),
     ("probe", lambda: api.probe(123), "path takes str | os.PathLike[str], got 123"),  # type: ignore[arg-type]
     ("probe", lambda: api.probe("/x", scale=-1.0), "scale"),
     ("keep_profile", lambda: api.keep_profile(None, None, None), "result: Input should be"),  # type: ignore[arg-type]

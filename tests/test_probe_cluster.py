@@ -617,6 +617,6 @@ def hosts_session(path: Path, hosts: list, run_id: str):
     from ckplan.probe.backends.hosts import HostsBackend, HostsOptions, HostsSession
     from ckplan.probe.engine import Silent, TargetSpec
 
-    backend = HostsBackend(TargetSpec(str(path), options=HostsOptions(",".join(map(str, hosts)))))
+    backend = HostsBackend(TargetSpec(str(path), options=HostsOptions(hosts=",".join(map(str, hosts)))))
     backend.hosts = hosts
     return HostsSession(backend, run_id, Silent(), None)

@@ -22,7 +22,7 @@ from tests.conftest import run_json
     [
         (TargetSpec("/var/tmp/x"), LocalBackend, "filesystem"),
         (TargetSpec("s3://bucket/prefix"), S3Backend, "s3"),
-        (TargetSpec("/mnt/lustre/x", options=HostsOptions("h1,h2:8766")), HostsBackend, "hosts"),
+        (TargetSpec("/mnt/lustre/x", options=HostsOptions(hosts="h1,h2:8766")), HostsBackend, "hosts"),
         # `ckplan clean DIR` passes the object store's options whatever the path: they name no other backend
         (TargetSpec("/var/tmp/x", options=S3Options(endpoint_url="http://127.0.0.1:9")), LocalBackend, "filesystem"),
         (TargetSpec("s3://bucket/prefix", options=S3Options(timeout_s=5)), S3Backend, "s3"),
@@ -65,10 +65,10 @@ def test_a_multi_host_replay_past_fios_job_limit_is_refused_before_any_run(tmp_p
     from tests.handmade import hand_plan
 
     plan = hand_plan([(f"f{i}.pt", 3 * 2**19, 0, 0) for i in range(2100)])
-    spec = TargetSpec(str(tmp_path), options=HostsOptions("127.0.0.1:9"), plan=plan)
+    spec = TargetSpec(str(tmp_path), options=HostsOptions(hosts="127.0.0.1:9"), plan=plan)
     with pytest.raises(InputError, match="as 4,200 fio jobs"):
         HostsBackend(spec).prepare(spec)
     half = TargetSpec(
-        str(tmp_path), options=HostsOptions("127.0.0.1:9"), plan=plan, scale=0.5
+        str(tmp_path), options=HostsOptions(hosts="127.0.0.1:9"), plan=plan, scale=0.5
     )  # 768 KiB each: one job a file
     assert HostsBackend(half).prepare(half).hosts == 1

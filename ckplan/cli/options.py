@@ -12,13 +12,14 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from inspect import Parameter
 from pathlib import Path
 from types import UnionType
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Union, get_args, get_origin, get_type_hints
 
 import typer
+from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
 from ckplan.errors import InputError
@@ -114,6 +115,7 @@ def _group(
             help=flag.help() if callable(flag.help) else flag.help,
             rich_help_panel=flag.panel,
             show_default=text if text is not None else False,
+            metavar=flag.metavar,
         )
         cli_type = _cli_type(flag, info)
         return inspect.Parameter(name, KEYWORD_ONLY, default=None, annotation=Annotated[cli_type | None, option])
@@ -139,7 +141,10 @@ def _group(
             kwargs[inject] = build(given({n: kwargs.pop(n) for n in fields}))
             return func(**kwargs)
 
-        signature = inspect.Signature(own + [parameter(n, f, i) for n, (f, i) in fields.items()])
+        # the group's options before --json, which ends every command's list in --help
+        last = [p for p in own if p.name == "json"]
+        group = [parameter(n, f, i) for n, (f, i) in fields.items()]
+        signature = inspect.Signature([p for p in own if p.name != "json"] + group + last)
         command.__signature__ = signature  # type: ignore[attr-defined]
         command.__annotations__ = {p.name: p.annotation for p in signature.parameters.values()}
         return command
@@ -182,9 +187,29 @@ def plan_options(*, plan_file: bool = True, exclude: tuple[str, ...] = (), **def
     return _group("spec", {**first, **fields}, {**built, **defaults}, build)
 
 
+def field_options(
+    inject: str,
+    models: Sequence[type[BaseModel]],
+    build: Callable[[dict[str, Any]], Any],
+    exclude: tuple[str, ...] = (),
+) -> Callable:
+    """Give the command `inject` = build(the fields given, by name), with one option per field of `models` that has
+    a Flag, but those in `exclude`; a flag not given is left out, and keeps its model's default."""
+    fields = {n: f for model in models for n, f in flagged_fields(model).items() if n not in exclude}
+    return _group(inject, fields, {}, build)
+
+
 def policy_options(*, exclude: tuple[str, ...] = ()) -> Callable:
     """Give the command `policy: Policy` from the policy flags; a flag not given keeps Policy's default (policy.py)."""
     from ckplan.planning.policy import Policy
 
-    fields = {n: f for n, f in flagged_fields(Policy).items() if n not in exclude}
-    return _group("policy", fields, {}, Policy.from_inputs)
+    return field_options("policy", [Policy], Policy.from_inputs, exclude)
+
+
+def probe_options() -> Callable:
+    """Give the command `probe: dict`, the probe flags given (ProbeRequest's fields and every backend's options),
+    for ProbeRequest.from_inputs beside the command's own inputs."""
+    from ckplan.probe.backends import backend_options
+    from ckplan.probe.request import ProbeRequest
+
+    return field_options("probe", [ProbeRequest, *backend_options().values()], dict)

@@ -10,122 +10,50 @@ import typer
 
 from ckplan.cli import options as o
 from ckplan.errors import InputError
+from ckplan.inputs import validate_inputs
+from ckplan.probe.backends.s3 import S3Options
 from ckplan.render import emit
 from ckplan.terminal import visible
 
 commands = typer.Typer()
 
 
-EndpointUrl = Annotated[
-    str | None, typer.Option("--endpoint-url", help="S3: endpoint of an S3-compatible store.", rich_help_panel="S3")
-]
-Region = Annotated[str | None, typer.Option(help="S3: region.", rich_help_panel="S3")]
-AwsProfile = Annotated[
-    str | None, typer.Option("--profile", help="S3: AWS profile from ~/.aws/config.", rich_help_panel="S3")
-]
-S3Timeout = Annotated[str, typer.Option(help="S3: connect and read timeout per request.", rich_help_panel="S3")]
-PartSize = Annotated[str, typer.Option("--part-size", help="S3: multipart part size.", rich_help_panel="S3")]
-Hosts = Annotated[
-    str | None,
-    typer.Option(
-        help="Probe from many hosts at once, each running `ckplan agent`: host[:port],…, "
-        "Slurm host lists such as gpu[001-016]:8766, or slurm (the job's nodes).",
-        rich_help_panel="Multi-host",
-    ),
-]
-HostsFile = Annotated[
-    Path | None,
-    typer.Option("--hosts-file", help="One host[:port] or host list per line.", rich_help_panel="Multi-host"),
-]
-AgentWait = Annotated[
-    str | None,
-    typer.Option(
-        "--agent-wait",
-        help="Wait up to this long for every host's agent to answer (agents srun started a moment ago), e.g. 2m.",
-        rich_help_panel="Multi-host",
-    ),
-]
+def _notice(line: str) -> None:
+    print(f"ckplan: {visible(line)}", file=sys.stderr, flush=True)
 
 
 @commands.command()
+@o.probe_options()
 def probe(
     path: Annotated[str, typer.Argument(help="A directory on the filesystem to measure, or s3://bucket/prefix.")],
+    probe: dict,
     quick: Annotated[bool, typer.Option("--quick", help="About 15 s: one run per point.")] = False,
     thorough: Annotated[bool, typer.Option("--thorough", help="Longer runs, 5 repeats.")] = False,
-    writers: Annotated[
-        int | None,
-        typer.Option(help="Most writers to test (default: the plan's writers per node, else the CPU count)."),
-    ] = None,
-    plan: o.PlanFile = None,
-    scale: Annotated[
-        float, typer.Option(help="Shrink every replayed file by this factor to fit a small machine.")
-    ] = 1.0,
-    max_bytes: Annotated[
-        str | None, typer.Option("--max-bytes", help="Most bytes the probe may write at once, e.g. 10GB.")
-    ] = None,
-    save: Annotated[
-        str | None, typer.Option(help="Save the profile under this name in the user config directory.")
-    ] = None,
-    out: Annotated[Path | None, typer.Option(help="Write the profile to this file.")] = None,
-    endpoint_url: EndpointUrl = None,
-    region: Region = None,
-    profile: AwsProfile = None,
-    part_size: PartSize = "8MiB",
-    timeout: S3Timeout = "30s",
-    hosts: Hosts = None,
-    hosts_file: HostsFile = None,
-    agent_wait: AgentWait = None,
     no_calibrate: Annotated[
         bool, typer.Option("--no-calibrate", help="Skip measuring this machine's serialisers (`ckplan calibrate`).")
     ] = False,
-    emit_jobs: Annotated[
-        Path | None,
-        typer.Option(
-            "--emit-jobs",
-            metavar="DIR",
-            help="Write every fio run's job file, numbered in the order they ran, and run.sh to rerun them, "
-            "into this new or empty directory.",
-        ),
-    ] = None,
     json: o.Json = False,
 ) -> None:
     """Measure what a target sustains: buffered and direct bandwidth against writers, small files, fsync latency,
     this machine's serialisers, and a replay of a plan."""
     from ckplan import api
     from ckplan.probe.engine import incomplete, shared_target_warnings
+    from ckplan.probe.request import ProbeRequest
     from ckplan.render.profile import live_progress
 
-    target = api.open_probe(
-        path,
-        preset=o.preset(quick, thorough),
-        writers=writers,
-        plan=plan,
-        scale=scale,
-        max_bytes=max_bytes,
-        save=save,
-        out=out,
-        endpoint_url=endpoint_url,
-        region=region,
-        profile=profile,
-        part_size=part_size,
-        timeout=timeout,
-        hosts=hosts,
-        hosts_file=hosts_file,
-        agent_wait=agent_wait,
-        calibrate=not no_calibrate,
-        emit_jobs=emit_jobs,
-        notice=lambda line: print(f"ckplan: {visible(line)}", file=sys.stderr, flush=True),
-    )
+    own = {"path": path, "preset": o.preset(quick, thorough), "calibrate": not no_calibrate}
+    request = ProbeRequest.from_inputs({**own, **probe})
+    target = api.open_request(request, notice=_notice)
     estimate = target.estimated_seconds  # prepares: every check that can fail comes before a byte is written
     with o.stop_on_signals(), live_progress(estimate) as live:
         result = target.run(live)
     for warning in shared_target_warnings(result.notes):  # in the profile too, but shared figures must not pass unseen
         print(f"ckplan: warning: {visible(warning)}", file=sys.stderr)
-    where = api.keep_profile(result, save, out)
+    where = api.keep_profile(result, request.save, request.out)
     if where is not None:
-        print(f"saved profile {save!r} to {where}", file=sys.stderr)
+        print(f"saved profile {request.save!r} to {where}", file=sys.stderr)
     emit(result, json)
-    failed = incomplete(result, [f"written to {kept}" for kept in (where, out) if kept is not None])
+    failed = incomplete(result, [f"written to {kept}" for kept in (where, request.out) if kept is not None])
     if failed is not None:  # a late phase failed: the profile is kept and shown, and the exit code says so (4)
         raise failed
 
@@ -157,9 +85,15 @@ def calibrate(
     emit(result, json)
 
 
+def _s3(given: dict) -> S3Options:
+    return validate_inputs(S3Options, given)
+
+
 @commands.command()
+@o.field_options("s3", [S3Options], _s3, exclude=("part_bytes",))
 def clean(
     path: Annotated[str, typer.Argument(help="The directory (or s3://bucket/prefix) a killed probe wrote under.")],
+    s3: S3Options,
     force: Annotated[
         bool,
         typer.Option(
@@ -167,32 +101,15 @@ def clean(
             help="Also remove what probes that may still run wrote: other hosts' scratch directories, live S3 probes' prefixes.",
         ),
     ] = False,
-    endpoint_url: EndpointUrl = None,
-    region: Region = None,
-    profile: AwsProfile = None,
-    timeout: S3Timeout = "30s",
     json: o.Json = False,
 ) -> None:
     """Remove what a probe killed with -9 left behind: scratch directories, or objects and multipart uploads."""
     if not path.strip():  # Path("") is the current directory: an empty argument must not clean it
         raise InputError("clean needs a directory or s3://bucket/prefix, got an empty path")
     from ckplan.probe.backends import ProbeTarget
-    from ckplan.probe.backends.s3 import S3Options
     from ckplan.probe.engine import TargetSpec
-    from ckplan.units import parse_duration
 
-    result = ProbeTarget(
-        TargetSpec(
-            path,
-            options=S3Options(
-                endpoint_url=endpoint_url,
-                region=region,
-                profile=profile,
-                timeout_s=parse_duration(timeout, "--timeout"),
-            ),
-        )
-    ).clean(force)
-    emit(result, json)
+    emit(ProbeTarget(TargetSpec(path, options=s3)).clean(force), json)
 
 
 @commands.command()

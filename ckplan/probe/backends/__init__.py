@@ -1,37 +1,57 @@
 """The probe's backends, one module each: what a kind of target must do for the engine (probe/engine.py's
-`Backend` and `Session`). Adding a target is one module beside these and one line in BACKENDS; `ProbeTarget`
-picks one from the spec (an s3:// URL, hosts given, else a directory on this host)."""
+`Backend` and `Session`). Adding a target is one module beside these and one line in BACKENDS. A backend with
+options of its own declares them as a model in its module, each field with its flag (ckplan.inputs.Flag), and
+says by `claims(path)` whether a target is its own; `ProbeTarget` picks the first backend that claims the spec."""
 
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ckplan.probe import engine
 
 if TYPE_CHECKING:
+    from pydantic import BaseModel
+
     from ckplan.probe.engine import Backend, CleanResult, Job, Progress, TargetSpec
     from ckplan.profile import StorageProfile
 
-# kind → (module, class); imported when a probe of that kind runs, so that boto3 loads only for S3
-BACKENDS = {
-    "filesystem": ("ckplan.probe.backends.local", "LocalBackend"),
-    "hosts": ("ckplan.probe.backends.hosts", "HostsBackend"),
-    "s3": ("ckplan.probe.backends.s3", "S3Backend"),
+# kind → (module, backend class, its options' model or None), in the order they claim a target: an s3:// URL, then
+# hosts given, else a directory on this host; a module is imported when a probe of its kind runs or its options are
+# read, so that boto3 loads only for S3
+BACKENDS: dict[str, tuple[str, str, str | None]] = {
+    "s3": ("ckplan.probe.backends.s3", "S3Backend", "S3Options"),
+    "hosts": ("ckplan.probe.backends.hosts", "HostsBackend", "HostsOptions"),
+    "filesystem": ("ckplan.probe.backends.local", "LocalBackend", None),
 }
 
 
+def backend_options() -> dict[str, type[BaseModel]]:
+    """Every backend's options model, by kind, in BACKENDS' order."""
+    return {
+        kind: getattr(importlib.import_module(module), options)
+        for kind, (module, _, options) in BACKENDS.items()
+        if options is not None
+    }
+
+
+def claiming_kind(path: str, options: Any) -> str:
+    """The kind of the first backend that claims `path` with the options given (a backend's own options, or its
+    defaults where the spec holds another's or none)."""
+    for kind, model in backend_options().items():
+        own = options if isinstance(options, model) else model()
+        if own.claims(path):  # type: ignore[attr-defined]
+            return kind
+    return "filesystem"
+
+
 class ProbeTarget:
-    """A target to measure into a StorageProfile or clean of what a killed probe left: the backend its spec names
-    (`BACKENDS`), prepared once, on first need, so that every check runs before a byte is written."""
+    """A target to measure into a StorageProfile or clean of what a killed probe left: the backend that claims its
+    spec (`BACKENDS`), prepared once, on first need, so that every check runs before a byte is written."""
 
     def __init__(self, spec: TargetSpec):
         self.spec, self.plan = spec, spec.plan
-        # an s3:// URL (malformed ones get the S3 parser's message), hosts' options given, else a directory on this
-        # host; an object store's options on a directory are its defaults' and name no other backend
-        kind = getattr(spec.options, "kind", None)
-        kind = "s3" if spec.path.startswith("s3:") else "hosts" if kind == "hosts" else "filesystem"
-        module, name = BACKENDS[kind]
+        module, name, _ = BACKENDS[claiming_kind(spec.path, spec.options)]
         self.backend: Backend = getattr(importlib.import_module(module), name)(spec)
         self.kind = self.backend.kind
         self._job: Job | None = None

@@ -16,16 +16,20 @@ import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
+
+from pydantic import AfterValidator, ConfigDict, model_validator
 
 from ckplan import children, filesystem, scratch
 from ckplan.confine import confined_key
 from ckplan.errors import EnvironmentProblem, InputError, MeasurementFailed, describe_errno
+from ckplan.inputs import Flag, parsed
 from ckplan.probe import engine, fio, hostlist, jobfiles
 from ckplan.probe.engine import PRESETS, Facts, FileToWrite, Progress, RunNote, SmallRun, TargetSpec
 from ckplan.profile import TargetKind
+from ckplan.schema import Model
+from ckplan.units import parse_duration
 
 CLEANUP_JOB = "ckplan-cleanup"
 MARKER_JOB = "ckplan-marker"
@@ -36,14 +40,52 @@ NAMED_HOSTS = 5  # hosts an error names before it counts the rest
 UNRESOLVED = "host {!r} does not resolve to an address: check ‹hosts› or ‹hosts_file›"
 
 
-@dataclass(frozen=True)
-class HostsOptions:
-    """The hosts backend's own options (TargetSpec.options): which hosts write, and how long to wait for them."""
+def _named_hosts(hosts: str | None) -> str | None:
+    if hosts is not None and not hosts.strip(" ,"):
+        raise InputError("‹hosts› names no hosts: give host[:port],…")
+    return hosts
+
+
+class HostsOptions(Model):
+    """The hosts backend's own options (TargetSpec.options), with their flags: which hosts write (parsed by
+    hostlist when the probe is prepared), and how long to wait for their agents."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     kind: ClassVar[TargetKind] = "hosts"
-    hosts: str | None = None  # host[:port],… as given (--hosts), parsed by hostlist
-    hosts_file: Path | None = None  # one host[:port] per line (--hosts-file)
-    agent_wait_s: float | None = None  # wait this long for every agent to answer before probing
+    hosts: Annotated[
+        str | None,
+        AfterValidator(_named_hosts),
+        Flag(
+            "--hosts",
+            "Probe from many hosts at once, each running `ckplan agent`: host[:port],…, "
+            "Slurm host lists such as gpu[001-016]:8766, or slurm (the job's nodes).",
+            panel="Multi-host",
+        ),
+    ] = None
+    hosts_file: Annotated[
+        Path | None, Flag("--hosts-file", "One host[:port] or host list per line.", panel="Multi-host")
+    ] = None
+    agent_wait_s: Annotated[
+        float | None,
+        parsed(parse_duration),
+        Flag(
+            "--agent-wait",
+            "Wait up to this long for every host's agent to answer (agents srun started a moment ago), e.g. 2m.",
+            panel="Multi-host",
+            type=str,
+        ),
+    ] = None
+
+    @model_validator(mode="after")
+    def _wait_needs_hosts(self) -> HostsOptions:
+        if self.agent_wait_s is not None and not self.claims(""):
+            raise InputError("‹agent_wait_s› applies to a multi-host probe (‹hosts› or ‹hosts_file›)")
+        return self
+
+    def claims(self, path: str) -> bool:
+        """Whether a probe is this backend's: hosts given."""
+        return self.hosts is not None or self.hosts_file is not None
 
 
 class HostsBackend:

@@ -20,16 +20,21 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 from urllib.parse import urlsplit, urlunsplit
+
+from pydantic import ConfigDict
 
 from ckplan import scratch
 from ckplan.confine import confined_key
 from ckplan.errors import EnvironmentProblem, InputError, MeasurementFailed, missing_extra
+from ckplan.inputs import Flag, parsed
 from ckplan.probe.engine import Facts, FileToWrite, MiB, Progress, RunNote, SmallRun, Stream, StreamPath, TargetSpec
 from ckplan.probe.s3_errors import NO_CREDENTIALS, describe, error_code
 from ckplan.profile import Latency, TargetKind
 from ckplan.savers import raw
+from ckplan.schema import Model
+from ckplan.units import parse_bytes, parse_duration
 
 if TYPE_CHECKING:
     from ckplan.probe.engine import CleanResult
@@ -311,16 +316,38 @@ class Writer:
         return got
 
 
-@dataclass(frozen=True)
-class S3Options:
-    """The S3 backend's own options (TargetSpec.options): where the endpoint is, whose credentials, the part size."""
+def _part_bytes(value: Any, what: str) -> int:
+    part = parse_bytes(value, what)
+    if not MIN_PART_BYTES <= part <= MAX_PART_BYTES:
+        raise InputError(f"{what} must be 5 MiB to 5 GiB (S3's smallest and largest part), got {part:,} bytes")
+    return part
+
+
+class S3Options(Model):
+    """The S3 backend's own options (TargetSpec.options), with their flags: where the endpoint is, whose
+    credentials, the part size and the requests' timeout. Given with a directory, they are read and bounded, and
+    name no other backend."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     kind: ClassVar[TargetKind] = "s3"
-    endpoint_url: str | None = None
-    region: str | None = None
-    profile: str | None = None
-    part_bytes: int | None = None  # None: DEFAULT_PART_BYTES
-    timeout_s: float = 30.0
+    endpoint_url: Annotated[
+        str | None, Flag("--endpoint-url", "S3: endpoint of an S3-compatible store.", panel="S3")
+    ] = None
+    region: Annotated[str | None, Flag("--region", "S3: region.", panel="S3")] = None
+    profile: Annotated[str | None, Flag("--profile", "S3: AWS profile from ~/.aws/config.", panel="S3")] = None
+    part_bytes: Annotated[
+        int, parsed(_part_bytes), Flag("--part-size", "S3: multipart part size.", "8MiB", "S3", type=str)
+    ] = DEFAULT_PART_BYTES
+    timeout_s: Annotated[
+        float,
+        parsed(parse_duration),
+        Flag("--timeout", "S3: connect and read timeout per request.", "30s", "S3", type=str),
+    ] = 30.0
+
+    def claims(self, path: str) -> bool:
+        """Whether a probe of `path` is this backend's: an s3:// URL."""
+        return path.startswith("s3:")
 
 
 class S3Backend:
@@ -331,15 +358,11 @@ class S3Backend:
         self.timeout_s = o.timeout_s
         self.spec = spec
         self.loc = parse_url(spec.path, o.endpoint_url, o.region, o.profile)
-        self.part_bytes = o.part_bytes or DEFAULT_PART_BYTES
+        self.part_bytes = o.part_bytes
         self.s3: Any = None
         self.threads = 1
 
     def prepare(self, spec: TargetSpec) -> Facts:
-        if not MIN_PART_BYTES <= self.part_bytes <= MAX_PART_BYTES:
-            raise InputError(
-                f"‹part_size› must be 5 MiB to 5 GiB (S3's smallest and largest part), got {self.part_bytes:,} bytes"
-            )
         # the streams' writers, or every rank of the busiest node at once in the replay, as the other backends run them
         self.threads = max(spec.writers_per_host, spec.plan.max_writers_per_node if spec.plan else 1)
         if self.threads > MAX_STREAMS:  # each stream is concurrent by definition: a capped pool would measure fewer
