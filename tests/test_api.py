@@ -383,6 +383,18 @@ def test_import_is_lazy():
         ckplan.sise  # noqa: B018
 
 
+def test_probe_checks_its_arguments_in_a_fresh_process(tmp_path):
+    """probe's first call in a process resolves the plan model its keyword TypedDict names (it once raised
+    pydantic's PydanticUndefinedAnnotation there, when no other function had imported it first)."""
+    code = (
+        "from ckplan import api\nfrom ckplan.errors import InputError\ntry:\n"
+        f"    api.probe({str(tmp_path)!r}, scale=2.0)\nexcept InputError as exc:\n    print(exc)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "scale is too large: '2.0' (at most 1, full size)"
+    assert os.listdir(tmp_path) == []
+
+
 def test_example_runs_and_type_checks(tmp_path):
     """The README's example runs, and mypy passes on it; the same example calling the API wrongly (a misspelt
     policy field, a string where a GPU count goes, a Recommendation where a plan goes) fails mypy, so the check

@@ -1154,6 +1154,10 @@ EDGE_CASES = [
     ),
     ("probe-timeout-underflow", ["probe", "s3://bucket/x", "--timeout", "1e-400s"], "--timeout is too close to zero"),
     ("probe-part-size-underflow", ["probe", "s3://bucket/x", "--part-size", "1e-400MiB"], "--part-size is too close"),
+    # the S3 options are read and bounded whatever the target: a part S3 refuses is refused on a directory too
+    ("probe-part-size-small-dir", ["probe", "@target", "--part-size", "1MiB"], "--part-size must be 5 MiB to 5 GiB"),
+    ("probe-agent-wait-alone", ["probe", "@target", "--agent-wait", "1m"], "--agent-wait applies to a multi-host"),
+    ("clean-timeout-zero", ["clean", "@target", "--timeout", "0s"], "--timeout must be > 0"),
     (
         "validate-scale-subnormal",
         ["validate", "@target", "--plan", "@plan.json", "--storage", "nfs", "--scale", "1e-320"],
