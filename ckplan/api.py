@@ -207,49 +207,49 @@ class PolicyInputs(ProvisionPolicyInputs, total=False):
     stall_time_s: Number
 
 
+class ModelInputs(TypedDict, total=False):
+    """The PlanRequest fields (ckplan.request) size and provision both take: the model, its states and its layout."""
+
+    model: str | None
+    config: PathLike | None
+    optimizer: str | None
+    precision: str | None
+    framework: str | None
+    gpus_per_node: int | None
+    tp: int | None
+    pp: int | None
+    zero: int | None
+    ep: int | None
+    dtype_overrides: Mapping[str, str] | None
+    options: Mapping[str, str] | None
+
+
+class SizeInputs(ModelInputs, total=False):
+    """The PlanRequest fields size takes by name (its first argument is the parameter count)."""
+
+    from_dir: PathLike | None
+    gpus: int | None
+
+
+class ProvisionInputs(ModelInputs, ProvisionPolicyInputs, total=False):
+    """What provision takes by name besides its own: the plan's fields at each swept size, and the policy's."""
+
+    params: Number | None
+
+
 @_checked
 def size(
     params: Number | None = None,
     *,
-    model: str | None = None,
-    config: PathLike | None = None,
-    from_dir: PathLike | None = None,
-    optimizer: str | None = None,
-    precision: str | None = None,
-    framework: str | None = None,
-    gpus: int | None = None,
-    gpus_per_node: int | None = None,
-    tp: int | None = None,
-    pp: int | None = None,
-    zero: int | None = None,
-    ep: int | None = None,
-    dtype_overrides: Mapping[str, str] | None = None,
-    options: Mapping[str, str] | None = None,
     interval: Number | None = None,
     max_overhead: Number = DEFAULT_MAX_OVERHEAD,
+    **inputs: Unpack[SizeInputs],
 ) -> CheckpointPlan:
     """What one save writes (`ckplan size`): give one of params (7e9, "7B"; 7B when none is given), model (a catalog
-    name), config (a Hugging Face config.json) or from_dir (a checkpoint measured from disk). None is the default of
-    `ckplan size`. With `interval` (seconds or "5m") the plan carries that interval's bandwidth and IOPS, else those
-    of the typical intervals."""
-    request = plan_request(
-        params=params,
-        model=model,
-        config=config,
-        from_dir=from_dir,
-        optimizer=optimizer,
-        precision=precision,
-        framework=framework,
-        gpus=gpus,
-        gpus_per_node=gpus_per_node,
-        tp=tp,
-        pp=pp,
-        zero=zero,
-        ep=ep,
-        dtype_overrides=dtype_overrides,
-        options=options,
-    )
-    return size_request(request, interval=interval, max_overhead=max_overhead)
+    name), config (a Hugging Face config.json) or from_dir (a checkpoint measured from disk); the other plan fields
+    by name. None is the default of `ckplan size`. With `interval` (seconds or "5m") the plan carries that
+    interval's bandwidth and IOPS, else those of the typical intervals."""
+    return size_request(plan_request(params=params, **inputs), interval=interval, max_overhead=max_overhead)
 
 
 @_checked
@@ -310,49 +310,24 @@ def compare(
 def provision(
     gpus: Sequence[int] | str = PROVISION_GPUS,
     *,
-    params: Number | None = None,
-    model: str | None = None,
-    config: PathLike | None = None,
-    optimizer: str | None = None,
-    precision: str | None = None,
-    framework: str | None = PROVISION_FRAMEWORK,
-    gpus_per_node: int | None = None,
-    tp: int | None = PROVISION_TP,
-    pp: int | None = None,
-    zero: int | None = None,
-    ep: int | None = None,
-    dtype_overrides: Mapping[str, str] | None = None,
-    options: Mapping[str, str] | None = None,
     mode: Literal["sync", "async", "staged"] = "sync",
     target_goodput: Number | None = None,
     keep: int = 2,
     storage: StorageProfile | PathLike | None = None,
     max_restore: Number | None = None,
     policy: Policy | None = None,
-    **inputs: Unpack[ProvisionPolicyInputs],
+    **inputs: Unpack[ProvisionInputs],
 ) -> ProvisionSweep:
     """The write and read bandwidth, file rate and capacity clusters of `gpus` GPUs need (`ckplan provision`): a
-    sweep of sizes, or "1024,4096"; the plan at each size from the plan inputs (a Megatron layout, tp 8, unless
-    given)."""
-    request = plan_request(
-        params=params,
-        model=model,
-        config=config,
-        optimizer=optimizer,
-        precision=precision,
-        framework=framework,
-        gpus_per_node=gpus_per_node,
-        tp=tp,
-        pp=pp,
-        zero=zero,
-        ep=ep,
-        dtype_overrides=dtype_overrides,
-        options=options,
-    )
+    sweep of sizes, or "1024,4096"; the plan at each size from the plan fields given by name (a Megatron layout,
+    tp 8, unless given), under a Policy given whole or by its fields."""
+    plan_fields = set(ProvisionInputs.__optional_keys__) - set(ProvisionPolicyInputs.__optional_keys__)
+    given = {k: v for k, v in inputs.items() if k in plan_fields}
+    request = plan_request(**{"framework": PROVISION_FRAMEWORK, "tp": PROVISION_TP, **given})
     return provision_request(
         request,
         gpus,
-        policy=_policy(policy, dict(inputs)),
+        policy=_policy(policy, {k: v for k, v in inputs.items() if k not in plan_fields}),
         mode=mode,
         target_goodput=target_goodput,
         keep=keep,

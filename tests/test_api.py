@@ -358,6 +358,19 @@ def test_policy_inputs_name_every_field():
     assert api.ProvisionPolicyInputs.__optional_keys__ == flags & set(Policy.model_fields)
 
 
+def test_plan_inputs_are_the_requests_fields():
+    """size's and provision's plan arguments (typed for mypy) are a PlanRequest's fields: size takes every one
+    (the parameter count first), provision all but the world size it sweeps and a measured directory."""
+    from ckplan.request import PlanRequest
+
+    fields = set(PlanRequest.model_fields)
+    assert api.SizeInputs.__optional_keys__ | {"params"} == fields
+    assert list(inspect.signature(api.size).parameters)[0] == "params"
+    plan = api.ProvisionInputs.__optional_keys__ - api.ProvisionPolicyInputs.__optional_keys__
+    assert plan == fields - {"gpus", "from_dir"}
+    assert not plan & set(Policy.model_fields)  # provision tells a plan field from a policy one by name
+
+
 def test_probe_inputs_are_the_requests_fields():
     """open_probe's and probe's keyword arguments (typed for mypy) are exactly a ProbeRequest's fields and every
     backend's options, those the request is built from."""
