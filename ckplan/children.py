@@ -41,6 +41,23 @@ def on_stopping_signals(handler: Callable[[int], None]) -> Iterator[None]:
                 signal.signal(sig, before)
 
 
+@contextlib.contextmanager
+def interrupt_on_signals() -> Iterator[None]:
+    """Inside, SIGTERM (a job's end), SIGHUP (the terminal gone) and SIGQUIT (Ctrl-\\) run the same cleanup as
+    Ctrl-C: KeyboardInterrupt, which the commands that leave scratch, save processes or fio behind undo, and exit
+    130. Only the first signal raises: a second one while that cleanup runs would cut it short and leave the scratch
+    behind (the cleanup's own waits are bounded)."""
+    received: list[int] = []
+
+    def interrupt(signum: int) -> None:
+        if not received:
+            received.append(signum)
+            raise KeyboardInterrupt
+
+    with on_stopping_signals(interrupt):
+        yield
+
+
 def _load_prctl():
     global _prctl
     if _prctl is None and sys.platform.startswith("linux"):

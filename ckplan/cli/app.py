@@ -284,7 +284,7 @@ def _output_lost(exc: OutputLost) -> None:
 
 
 def _exit(code: int) -> None:
-    if code == 130:  # typer turns KeyboardInterrupt (Ctrl-C, or options.stop_on_signals's) into exit code 130
+    if code == 130:  # typer turns KeyboardInterrupt (Ctrl-C, or children.interrupt_on_signals's) into exit code 130
         print("ckplan: interrupted", file=sys.stderr)
     sys.exit(code)
 

@@ -9,10 +9,9 @@ defaults are `build_plan`'s own and a policy's are `Policy`'s, shown in `--help`
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import inspect
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from inspect import Parameter
 from pathlib import Path
 from types import UnionType
@@ -64,25 +63,6 @@ def preset(quick: bool, thorough: bool) -> Literal["quick", "default", "thorough
     if quick and thorough:
         raise InputError("give --quick or --thorough, not both")
     return "quick" if quick else "thorough" if thorough else "default"
-
-
-@contextlib.contextmanager
-def stop_on_signals() -> Iterator[None]:
-    """Inside, SIGTERM (a job's end), SIGHUP (the terminal gone) and SIGQUIT (Ctrl-\\) run the same cleanup as
-    Ctrl-C: KeyboardInterrupt, which the commands that leave scratch, save processes or fio behind undo, and exit
-    130. Only the first signal raises: a second one while that cleanup runs would cut it short and leave the scratch
-    behind (the cleanup's own waits are bounded)."""
-    from ckplan.children import on_stopping_signals
-
-    received: list[int] = []
-
-    def interrupt(signum: int) -> None:
-        if not received:
-            received.append(signum)
-            raise KeyboardInterrupt
-
-    with on_stopping_signals(interrupt):
-        yield
 
 
 def _cli_type(flag: Flag, info: FieldInfo) -> Any:

@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from ckplan.children import interrupt_on_signals
 from ckplan.cli import options as o
 from ckplan.errors import InputError
 from ckplan.inputs import validate_inputs
@@ -45,7 +46,7 @@ def probe(
     request = ProbeRequest.from_inputs({**own, **probe})
     target = api.open_request(request, notice=_notice)
     estimate = target.estimated_seconds  # prepares: every check that can fail comes before a byte is written
-    with o.stop_on_signals(), live_progress(estimate) as live:
+    with interrupt_on_signals(), live_progress(estimate) as live:
         result = target.run(live)
     for warning in shared_target_warnings(result.notes):  # in the profile too, but shared figures must not pass unseen
         print(f"ckplan: warning: {visible(warning)}", file=sys.stderr)
@@ -78,7 +79,7 @@ def calibrate(
     from ckplan.render.profile import live_progress
     from ckplan.savers.calibrate import ESTIMATE_S
 
-    with o.stop_on_signals(), live_progress(ESTIMATE_S[preset]) as live:
+    with interrupt_on_signals(), live_progress(ESTIMATE_S[preset]) as live:
         result = run(preset, ranks, live)
     if out:
         profile_store.write(result, out)

@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from ckplan.children import interrupt_on_signals
 from ckplan.cli import options as o
 from ckplan.errors import InputError
 from ckplan.render import emit
@@ -58,7 +59,7 @@ def validate(
         raise InputError("give a directory on the target to save into (or --record RECORD.jsonl)")
     if mode not in ("sync", "async"):
         raise InputError(f"--mode must be sync or async, got {mode!r}")
-    with o.stop_on_signals():
+    with interrupt_on_signals():
         result = run(
             Path(path),
             o.load_plan(plan),
