@@ -4,6 +4,7 @@ planning/) imports no I/O edge and reads no file; the CLI holds no arithmetic.""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -458,3 +459,13 @@ def test_no_function_in_the_package_is_over_80_lines():
         for name, lines in _long_functions(path.read_text())
     }
     assert found == {}
+
+
+def test_the_option_groups_are_built_without_eval_or_a_list_of_flags():
+    """cli/options.py builds its groups from the models' Flags: short, no eval, and no flag named in it but the
+    two every command shares (--json, --plan) and those it refuses together (--quick, --thorough)."""
+    source = (ROOT / "cli" / "options.py").read_text()
+    assert len(source.splitlines()) < 200
+    calls = {n.func.id for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+    assert not calls & {"eval", "exec"}
+    assert set(re.findall(r'"(--[a-z-]+)"', source)) <= {"--json", "--plan", "--quick", "--thorough"}
