@@ -322,7 +322,7 @@ def provision(
     sweep of sizes, or "1024,4096"; the plan at each size from the plan fields given by name (a Megatron layout,
     tp 8, unless given), under a Policy given whole or by its fields."""
     plan_fields = set(ProvisionInputs.__optional_keys__) - set(ProvisionPolicyInputs.__optional_keys__)
-    given = {k: v for k, v in inputs.items() if k in plan_fields}
+    given = {k: v for k, v in inputs.items() if k in plan_fields and v is not None}  # None: provision's default
     request = plan_request(**{"framework": PROVISION_FRAMEWORK, "tp": PROVISION_TP, **given})
     return provision_request(
         request,
@@ -416,7 +416,7 @@ class ProbeInputs(TypedDict, total=False):
 
     preset: Literal["quick", "default", "thorough"]
     writers: int | None
-    plan: CheckpointPlan | PathLike | None
+    plan: CheckpointPlan | PlanRequest | PathLike | None
     scale: float
     max_bytes: Number | None
     save: str | None
@@ -489,14 +489,9 @@ def _policy(given: Policy | None, inputs: dict[str, Any]) -> Policy:
 
 
 def _plan(plan: CheckpointPlan | PlanRequest | PathLike) -> CheckpointPlan:
-    from ckplan.request import PlanRequest, load_plan
-    from ckplan.sizing.plan import CheckpointPlan
+    from ckplan.request import as_plan
 
-    if isinstance(plan, CheckpointPlan):
-        return plan
-    if isinstance(plan, PlanRequest):
-        return plan.plan()
-    return load_plan(Path(plan))
+    return as_plan(plan)
 
 
 def _storage(storage: StorageProfile | PathLike) -> StorageProfile:

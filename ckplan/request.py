@@ -9,6 +9,7 @@ bounds, and refuse the same inputs in the same words. It sits beside scan.py rat
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -198,6 +199,17 @@ class PlanRequest(Model):
         return scan_plan(
             self.from_dir, gpus_per_node=self.gpus_per_node, gpus=self.gpus, parameters=self.params, ep=self.ep
         )
+
+
+def as_plan(plan: CheckpointPlan | PlanRequest | str | os.PathLike[str]) -> CheckpointPlan:
+    """A plan given whole, made from a request, or read from a plan file."""
+    from ckplan.sizing.plan import CheckpointPlan
+
+    if isinstance(plan, CheckpointPlan):
+        return plan
+    if isinstance(plan, PlanRequest):
+        return plan.plan()
+    return load_plan(Path(plan))
 
 
 def load_plan(path: Path) -> CheckpointPlan:

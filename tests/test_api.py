@@ -116,6 +116,7 @@ def test_provision_matches_cli(cli):
     code, out, err = cli("provision", "--gpus", "64,128", "--params", "70B", "--json")
     assert code == 0, err
     sweep = api.provision([64, 128], params="70B")
+    assert api.provision([64, 128], params="70B", framework=None, tp=None) == sweep  # None: provision's default
     assert json.loads(sweep.model_dump_json()) == json.loads(out)
     assert api.provision("64,128", params=70e9) == sweep
 

@@ -1159,6 +1159,11 @@ EDGE_CASES = [
     ("probe-agent-wait-alone", ["probe", "@target", "--agent-wait", "1m"], "--agent-wait applies to a multi-host"),
     ("clean-timeout-zero", ["clean", "@target", "--timeout", "0s"], "--timeout must be > 0"),
     (
+        "probe-emit-jobs-s3",
+        ["probe", "s3://bucket/x", "--endpoint-url", "http://127.0.0.1:9", "--emit-jobs", "@target"],
+        "--emit-jobs writes fio job files; the S3 probe runs ckplan's own client",
+    ),
+    (
         "validate-scale-subnormal",
         ["validate", "@target", "--plan", "@plan.json", "--storage", "nfs", "--scale", "1e-320"],
         "--scale is subnormal",

@@ -37,6 +37,41 @@ def test_probe_target_picks_the_backend_and_prepares_nothing(spec, cls, kind):
     assert target._job is None  # nothing checked, nothing written until estimated_seconds or run asks
 
 
+@pytest.mark.parametrize(
+    "path,options,kind,endpoint",
+    [
+        ("/var/tmp/x", {}, "filesystem", None),
+        ("/var/tmp/x", {"s3": {"endpoint_url": "http://e:9"}}, "filesystem", None),
+        ("/mnt/lustre/x", {"hosts": {"hosts": "h1,h2"}}, "hosts", None),
+        # an s3:// URL is the object store's, hosts given or not, with its own options kept
+        ("s3://bucket/p", {"hosts": {"hosts": "h1"}, "s3": {"endpoint_url": "http://e:9"}}, "s3", "http://e:9"),
+        ("s3://bucket/p", {"hosts": HostsOptions(hosts="h1")}, "s3", None),
+    ],
+)
+def test_a_request_hands_the_claiming_backend_its_own_options(path, options, kind, endpoint):
+    """A ProbeRequest's options, read into each backend's model whether given as models or mappings, and the spec
+    it makes: the options of the backend ProbeTarget then picks, in BACKENDS' order."""
+    from ckplan.probe.request import ProbeRequest
+
+    spec = ProbeRequest(path=path, options=options).spec()
+    assert ProbeTarget(spec).kind == kind
+    assert getattr(spec.options, "kind", "filesystem") == kind
+    assert getattr(spec.options, "endpoint_url", None) == endpoint
+
+
+def test_a_requests_options_are_its_backends_models():
+    from pydantic import ValidationError
+
+    from ckplan.probe.request import ProbeRequest
+
+    with pytest.raises(ValidationError, match="hosts names no hosts"):
+        ProbeRequest(path="/x", options={"hosts": {"hosts": " ,"}})
+    with pytest.raises(ValidationError, match="options names no backend with options: 'nfs' \\(takes s3, hosts\\)"):
+        ProbeRequest(path="/x", options={"nfs": {}})
+    with pytest.raises(ValidationError, match="part_bytes must be 5 MiB to 5 GiB"):
+        ProbeRequest(path="/x", options={"s3": {"part_bytes": "1MiB"}})
+
+
 def test_a_probe_records_its_target_kind(tmp_path):
     profile = run_json("probe", str(tmp_path), "--quick", "--no-calibrate", "--writers", "1", "--max-bytes", "64MB")
     assert profile["target_kind"] == "filesystem"

@@ -31,7 +31,6 @@ if TYPE_CHECKING:
 KEYWORD_ONLY = Parameter.KEYWORD_ONLY
 
 Json = Annotated[bool, typer.Option("--json", help="Print the result as JSON (the same model the table shows).")]
-PlanFile = Annotated[Path | None, typer.Option("--plan", help="A plan from `ckplan size --json`.")]
 
 
 def pairs(items: list[str] | None, flag: str) -> dict[str, str]:

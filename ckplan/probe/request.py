@@ -14,7 +14,7 @@ from os import PathLike
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import AfterValidator, BeforeValidator, ConfigDict, model_validator
+from pydantic import AfterValidator, BeforeValidator, ConfigDict
 
 from ckplan.errors import InputError
 from ckplan.inputs import Flag, parsed, validate_inputs
@@ -41,12 +41,25 @@ def _writers(writers: int | None) -> int | None:
 
 
 def _plan(plan: Any) -> Any:
-    """A plan file's path, read as the plan it holds; a plan (or anything else) is left to the field's type."""
-    if isinstance(plan, str | PathLike):
-        from ckplan.request import load_plan
+    """A plan file's path or a plan request, as the plan it makes; a plan (or anything else) is left to the type."""
+    from ckplan.request import PlanRequest, as_plan
 
-        return load_plan(Path(plan))
-    return plan
+    return as_plan(plan) if isinstance(plan, str | PathLike | PlanRequest) else plan
+
+
+def _options(options: Any) -> Any:
+    """Backend kind → its options: the backend's own model, or a mapping of its fields read into one."""
+    from ckplan.probe.backends import backend_options
+
+    if not isinstance(options, Mapping):
+        return options
+    models, read = backend_options(), {}
+    for kind, given in options.items():
+        if kind not in models:
+            raise InputError(f"‹options› names no backend with options: {kind!r} (takes {', '.join(models)})")
+        model = models[kind]
+        read[kind] = given if isinstance(given, model) else validate_inputs(model, given)
+    return read
 
 
 def _scale(scale: float) -> float:
@@ -127,13 +140,8 @@ class ProbeRequest(Model):
             metavar="DIR",
         ),
     ] = None
-    options: dict[str, Any] = {}  # backend kind → its options model (probe/backends); a kind not here: its defaults
-
-    @model_validator(mode="after")
-    def _fio_writes_job_files(self) -> ProbeRequest:
-        if self.emit_jobs is not None and self.path.startswith("s3:"):
-            raise InputError("‹emit_jobs› writes fio job files; the S3 probe runs ckplan's own client, not fio")
-        return self
+    # backend kind → its options model (probe/backends); a kind not here: its defaults
+    options: Annotated[dict[str, Any], BeforeValidator(_options)] = {}
 
     @classmethod
     def from_inputs(cls, inputs: Mapping[str, Any]) -> ProbeRequest:
@@ -153,9 +161,11 @@ class ProbeRequest(Model):
     def spec(self, notice: Callable[[str], None] | None = None) -> TargetSpec:
         """The engine's TargetSpec: these inputs, and the options of the first backend they claim the target for
         (none: a directory on this host)."""
+        from ckplan.probe.backends import backend_options
         from ckplan.probe.engine import TargetSpec
 
-        claimed = next((o for o in self.options.values() if o.claims(self.path)), None)
+        given: list[Any] = [self.options.get(kind) or model() for kind, model in backend_options().items()]
+        claimed = next((o for o in given if o.claims(self.path)), None)
         return TargetSpec(
             self.path,
             preset=self.preset,

@@ -363,6 +363,8 @@ class S3Backend:
         self.threads = 1
 
     def prepare(self, spec: TargetSpec) -> Facts:
+        if spec.emit_jobs is not None:
+            raise InputError("‹emit_jobs› writes fio job files; the S3 probe runs ckplan's own client, not fio")
         # the streams' writers, or every rank of the busiest node at once in the replay, as the other backends run them
         self.threads = max(spec.writers_per_host, spec.plan.max_writers_per_node if spec.plan else 1)
         if self.threads > MAX_STREAMS:  # each stream is concurrent by definition: a capped pool would measure fewer
