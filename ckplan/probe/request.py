@@ -152,20 +152,16 @@ class ProbeRequest(Model):
 
         models = backend_options()
         owned = {name for model in models.values() for name in model.model_fields}
-        options = {
-            kind: validate_inputs(model, {k: v for k, v in inputs.items() if k in model.model_fields})
-            for kind, model in models.items()
-        }
+        options = {kind: {k: v for k, v in inputs.items() if k in model.model_fields} for kind, model in models.items()}
         return validate_inputs(cls, {**{k: v for k, v in inputs.items() if k not in owned}, "options": options})
 
     def spec(self, notice: Callable[[str], None] | None = None) -> TargetSpec:
         """The engine's TargetSpec: these inputs, and the options of the first backend they claim the target for
         (none: a directory on this host)."""
-        from ckplan.probe.backends import backend_options
+        from ckplan.probe.backends import claiming
         from ckplan.probe.engine import TargetSpec
 
-        given: list[Any] = [self.options.get(kind) or model() for kind, model in backend_options().items()]
-        claimed = next((o for o in given if o.claims(self.path)), None)
+        _, claimed = claiming(self.path, self.options)
         return TargetSpec(
             self.path,
             preset=self.preset,

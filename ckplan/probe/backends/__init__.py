@@ -6,6 +6,7 @@ says by `claims(path)` whether a target is its own; `ProbeTarget` picks the firs
 from __future__ import annotations
 
 import importlib
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ckplan.probe import engine
@@ -35,14 +36,14 @@ def backend_options() -> dict[str, type[BaseModel]]:
     }
 
 
-def claiming_kind(path: str, options: Any) -> str:
-    """The kind of the first backend that claims `path` with the options given (a backend's own options, or its
-    defaults where the spec holds another's or none)."""
+def claiming(path: str, given: Mapping[str, Any]) -> tuple[str, Any]:
+    """The first backend that claims `path`, by kind, with its options: those `given` for its kind, else its
+    defaults (None: a directory on this host, which has no options)."""
     for kind, model in backend_options().items():
-        own = options if isinstance(options, model) else model()
-        if own.claims(path):  # type: ignore[attr-defined]
-            return kind
-    return "filesystem"
+        own: Any = given.get(kind) or model()
+        if own.claims(path):
+            return kind, own
+    return "filesystem", None
 
 
 class ProbeTarget:
@@ -51,7 +52,8 @@ class ProbeTarget:
 
     def __init__(self, spec: TargetSpec):
         self.spec, self.plan = spec, spec.plan
-        module, name, _ = BACKENDS[claiming_kind(spec.path, spec.options)]
+        own = {spec.options.kind: spec.options} if spec.options is not None else {}
+        module, name, _ = BACKENDS[claiming(spec.path, own)[0]]
         self.backend: Backend = getattr(importlib.import_module(module), name)(spec)
         self.kind = self.backend.kind
         self._job: Job | None = None
