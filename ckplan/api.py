@@ -423,6 +423,7 @@ class ProbeInputs(TypedDict, total=False):
     out: PathLike | None
     calibrate: bool
     emit_jobs: PathLike | None
+    labels: Mapping[str, str]
     endpoint_url: str | None
     region: str | None
     profile: str | None
@@ -431,6 +432,8 @@ class ProbeInputs(TypedDict, total=False):
     hosts: str | None
     hosts_file: PathLike | None
     agent_wait_s: Number | None
+    agent_info_port: int | None
+    drop_caches: bool
 
 
 @_checked

@@ -241,6 +241,19 @@ class FailedPhase(Model):
     missing: str  # what the profile lacks because of it, and what stands in for it
 
 
+# a node's or a pod's name as an agent reports it (Kubernetes' are DNS subdomains, Slurm's host names)
+NodeName = Annotated[str, Field(min_length=1, max_length=253, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
+
+
+class HostPlacement(Model):
+    """One host a multi-host probe drove: the name it was reached by, the node its agent reported, and the agent's
+    pod where it ran in one (Kubernetes), so that runs of one storage from Slurm and Kubernetes compare."""
+
+    host: str
+    node: NodeName
+    pod: NodeName | None = None
+
+
 class StorageProfile(Model):
     kind: Literal["ckplan.storage"] = "ckplan.storage"
     schema_version: int = SCHEMA_VERSION
@@ -255,6 +268,8 @@ class StorageProfile(Model):
     mount_options: dict[str, str] = Field(default_factory=dict)
     shared: bool = True  # one target shared by all nodes (NFS, Lustre, S3) or node-local (NVMe, tmpfs)
     hosts: Hosts = 1
+    placement: list[HostPlacement] = Field(default_factory=list)  # per host (probe --agent-info-port); else empty
+    labels: dict[str, str] = Field(default_factory=dict)  # what the prober said about where it ran (--label)
     direct_io: bool | None = None  # the target accepts O_DIRECT (None: not a file system probe)
     # per host, against writers per host: writes through the page cache with an fsync at the end of each file
     # (object stores: the client's streams), what torch.save, DCP and safetensors get
@@ -316,6 +331,8 @@ class StorageProfile(Model):
                 if a >= b:
                     why = "twice" if a == b else f"after {x} {a}"
                     raise ValueError(f"{name}[{i + 1}]: {x} {b} comes {why}: give each point once, in rising order")
+        if self.placement and len(self.placement) != self.hosts:
+            raise ValueError(f"placement names {len(self.placement)} hosts, the profile's hosts are {self.hosts}")
         if any(p.hosts > self.hosts for p in self.aggregate_bandwidth + self.aggregate_read_bandwidth):
             raise ValueError(f"aggregate_bandwidth has a point of more hosts than the profile's hosts {self.hosts}")
         # a replay writes (or reads) one of the plan's nodes per probed host

@@ -201,6 +201,12 @@ class PlanRequest(Model):
         )
 
 
+def plan_input(plan: Any) -> Any:
+    """A plan field's input: a plan file's path or a plan request as the plan it makes; a plan (or anything else)
+    is left to the field's type."""
+    return as_plan(plan) if isinstance(plan, str | os.PathLike | PlanRequest) else plan
+
+
 def as_plan(plan: CheckpointPlan | PlanRequest | str | os.PathLike[str]) -> CheckpointPlan:
     """A plan given whole, made from a request, or read from a plan file."""
     from ckplan.sizing.plan import CheckpointPlan

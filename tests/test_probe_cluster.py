@@ -620,3 +620,111 @@ def hosts_session(path: Path, hosts: list, run_id: str):
     backend = HostsBackend(TargetSpec(str(path), options=HostsOptions(hosts=",".join(map(str, hosts)))))
     backend.hosts = hosts
     return HostsSession(backend, run_id, Silent(), None)
+
+
+# --- the agent's info port and --linger; the probe's placement (--agent-info-port) and --drop-caches ----------------
+
+
+def _info(port: int) -> tuple[int, dict]:
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5) as reply:
+            return reply.status, json.loads(reply.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def test_agent_info_is_503_until_fio_listens_then_200():
+    """The info server alone (no fio behind its port), then with a listener there: a readiness probe's answers."""
+    from ckplan.agent import AgentSettings, info_server
+
+    fio_port, info_port = _free_port(), _free_port()
+    environ = {"CKPLAN_NODE_NAME": "gpu-node-07", "CKPLAN_POD_NAME": "ckplan-agents-3-abcde"}
+    old = {k: os.environ.get(k) for k in environ}
+    os.environ.update(environ)
+    try:
+        with info_server(AgentSettings("127.0.0.1", fio_port, info_port=info_port)):
+            status, body = _info(info_port)
+            assert (status, body["ready"], body["node"], body["fio_port"]) == (503, False, "gpu-node-07", fio_port)
+            with socket.socket() as listener:
+                listener.bind(("127.0.0.1", fio_port))
+                listener.listen()
+                status, body = _info(info_port)
+        assert (status, body["ready"], body["pod"]) == (200, True, "ckplan-agents-3-abcde")
+    finally:
+        for k, v in old.items():
+            os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+    with pytest.raises(OSError):  # the server went with the context
+        _info(info_port)
+
+
+def test_agent_lingers_only_after_a_probe_has_connected(tmp_path):
+    """--linger 1s: no probe for 3 s and the agent stays; a probe's connection ends, and it exits about 1 s after."""
+    port, info_port = _free_port(), _free_port()
+    job = tmp_path / "job.fio"
+    job.write_text("[ckplan-handshake]\nioengine=null\nsize=4k\n")
+    agent = _agent(["--port", str(port), "--info-port", str(info_port), "--linger", "1s"], tmp_path)
+    try:
+        _wait_listening("127.0.0.1", port, agent)
+        time.sleep(3)
+        assert agent.poll() is None  # nobody has connected yet: an agent waits for the controller's image pull
+        client = subprocess.run(["fio", f"--client=ip:127.0.0.1,{port}", str(job)], capture_output=True, timeout=60)
+        ended = time.monotonic()
+        assert client.returncode == 0
+        _, err = agent.communicate(timeout=20)
+        stopped = time.monotonic()
+    finally:
+        _stop(agent, "127.0.0.1", port, tmp_path)
+    assert agent.returncode == 0 and "the probe that connected is done: none for 1 s (--linger)" in err
+    assert 0.5 <= stopped - ended <= 5, stopped - ended
+    assert server_processes(["127.0.0.1"], port, os.path.realpath(tmp_path)) == []
+
+
+def test_probe_names_a_host_whose_agent_gives_no_info(tmp_path):
+    """No info server behind the port (a plain `ckplan agent`): refused before any fio job is sent."""
+    args = ["--hosts", "127.0.0.1:8765", "--agent-info-port", str(_free_port()), "--quick", "--writers", "1"]
+    proc = run_cli("probe", str(tmp_path), *args)
+    assert_one_line_error(proc, "agent info port", code=3)
+    assert "no agent info from 127.0.0.1:8765 ([Errno 111] Connection refused)" in proc.stderr
+    assert scratch(tmp_path) == []
+
+
+def test_probe_refuses_an_agent_of_another_fio_port(tmp_path):
+    """The info port answers for an agent whose fio server is on another port: the map would be wrong."""
+    from ckplan.agent import AgentSettings, info_server
+
+    info_port = _free_port()
+    with info_server(AgentSettings("127.0.0.1", 9999, info_port=info_port)):
+        args = ["--hosts", "127.0.0.1:8765", "--agent-info-port", str(info_port), "--quick", "--writers", "1"]
+        proc = run_cli("probe", str(tmp_path), *args)
+    assert_one_line_error(proc, "its agent runs fio's server on port 9999, not 8765", code=3)
+
+
+def test_drop_caches_runs_before_each_read_job_and_its_output_is_removed(tmp_path):
+    from ckplan.probe import fio
+    from ckplan.probe.backends.hosts import DROP_CACHES
+    from ckplan.probe.hostlist import Host
+
+    session = hosts_session(tmp_path, [Host("10.0.0.1")], "r1")
+    session.backend.drop_caches = True
+    read, _ = fio.bandwidth_job("read", 2, 1 << 20, 5.0)
+    write, _ = fio.bandwidth_job("buffered", 2, 1 << 20, 5.0)
+    text = session.jobfile(Host("10.0.0.1"), [write, read])
+    sections = {s.split("]")[0]: s for s in text.split("\n[")}
+    assert f"exec_prerun={DROP_CACHES}" in sections["bw-read-2"]
+    assert "exec_prerun" not in sections["bw-buffered-2"]
+    assert "bw-read-2.prerun.txt" in sections["ckplan-cleanup"]
+    session.backend.drop_caches = False
+    assert DROP_CACHES not in session.jobfile(Host("10.0.0.1"), [write, read])
+
+
+def test_a_placement_must_name_every_host():
+    from ckplan.profile import StorageProfile
+    from ckplan.profile_store import resolve
+
+    data = resolve("nfs").model_dump() | {"source": "measured", "hosts": 2}
+    StorageProfile.model_validate(data | {"placement": [{"host": f"h{i}:8765", "node": f"n{i}"} for i in (1, 2)]})
+    with pytest.raises(ValueError, match="placement names 1 hosts, the profile's hosts are 2"):
+        StorageProfile.model_validate(data | {"placement": [{"host": "h1:8765", "node": "n1"}]})

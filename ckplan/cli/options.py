@@ -65,15 +65,19 @@ def preset(quick: bool, thorough: bool) -> Literal["quick", "default", "thorough
 
 
 def _cli_type(flag: Flag, info: FieldInfo) -> Any:
-    """What the flag reads: the flag's own type, else a dict field's NAME=VALUE items, an int or a path as such, and
-    anything else as text, which the field's validator reads ("1h", "5%", "2GB/s")."""
+    """What the flag reads: the flag's own type, else a dict field's NAME=VALUE items or a list field's items, an
+    int or a path as such, and anything else as text, which the field's validator reads ("1h", "5%", "2GB/s")."""
     if flag.type is not None:
         return flag.type
-    kinds = [a for a in get_args(info.annotation) if a is not type(None)] if _optional(info) else [info.annotation]
-    kind = get_args(kinds[0])[0] if get_origin(kinds[0]) is Annotated else kinds[0]
-    if get_origin(kind) is dict:
+    kind = _kind(info)
+    if get_origin(kind) in (dict, list):
         return list[str]
     return kind if kind in (int, Path) else str
+
+
+def _kind(info: FieldInfo) -> Any:
+    kinds = [a for a in get_args(info.annotation) if a is not type(None)] if _optional(info) else [info.annotation]
+    return get_args(kinds[0])[0] if get_origin(kinds[0]) is Annotated else kinds[0]
 
 
 def _optional(info: FieldInfo) -> bool:
@@ -104,7 +108,7 @@ def _group(
         for name, value in values.items():
             if value not in (None, []):
                 flag, info = fields[name]
-                out[name] = pairs(value, flag.flag) if _cli_type(flag, info) == list[str] else value
+                out[name] = pairs(value, flag.flag) if get_origin(_kind(info)) is dict else value
         return out
 
     def decorate(func: Callable) -> Callable:

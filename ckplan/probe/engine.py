@@ -26,6 +26,7 @@ from ckplan.errors import EnvironmentProblem, InputError, MeasurementFailed
 from ckplan.profile import (
     BandwidthPoint,
     FailedPhase,
+    HostPlacement,
     Latency,
     LatePhase,
     Measurement,
@@ -131,6 +132,7 @@ class TargetSpec:
     # the options of one backend, an instance of its module's own class, whose `kind` picks that backend
     # (probe/backends); None: a directory on this host, or an object store's URL with the defaults
     options: Any = None
+    labels: dict[str, str] = field(default_factory=dict)  # what the caller says about where it ran (--label)
 
     @property
     def writers_per_host(self) -> int:
@@ -199,6 +201,7 @@ class Facts:
     mount_options: dict[str, str] = field(default_factory=dict)
     free_bytes: int | None = None  # None: not known here (an object store; shared storage the driver cannot see)
     notes: tuple[str, ...] = ()
+    placement: tuple[HostPlacement, ...] = ()  # per host, the node its agent reported (multi-host, asked)
 
 
 class Session(Protocol):
@@ -384,6 +387,8 @@ def run(job: Job, backend: Backend, progress: Progress | None = None) -> Storage
         target_kind=backend.kind,
         name=job.spec.name or job.facts.name,
         mount_options=job.facts.mount_options,
+        placement=list(job.facts.placement),
+        labels=job.spec.labels,
         direct_io=session.direct_io,
         buffered_bandwidth=bandwidth.curves["buffered"],
         direct_bandwidth=bandwidth.curves.get("direct", []),

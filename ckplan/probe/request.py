@@ -9,8 +9,8 @@ bound and refuse an input in one place and the same words.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
-from os import PathLike
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
@@ -18,6 +18,7 @@ from pydantic import AfterValidator, BeforeValidator, ConfigDict
 
 from ckplan.errors import InputError
 from ckplan.inputs import Flag, parsed, validate_inputs
+from ckplan.request import plan_input
 from ckplan.schema import Model
 from ckplan.sizing.plan import CheckpointPlan
 from ckplan.units import MAX_GPUS, check_range, check_scale, parse_bytes
@@ -40,13 +41,6 @@ def _writers(writers: int | None) -> int | None:
     return writers
 
 
-def _plan(plan: Any) -> Any:
-    """A plan file's path or a plan request, as the plan it makes; a plan (or anything else) is left to the type."""
-    from ckplan.request import PlanRequest, as_plan
-
-    return as_plan(plan) if isinstance(plan, str | PathLike | PlanRequest) else plan
-
-
 def _options(options: Any) -> Any:
     """Backend kind → its options: the backend's own model, or a mapping of its fields read into one."""
     from ckplan.probe.backends import backend_options
@@ -60,6 +54,22 @@ def _options(options: Any) -> Any:
         model = models[kind]
         read[kind] = given if isinstance(given, model) else validate_inputs(model, given)
     return read
+
+
+LABEL_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]{0,62}")
+MAX_LABELS = 32
+MAX_LABEL_VALUE = 253
+
+
+def _labels(labels: dict[str, str]) -> dict[str, str]:
+    if len(labels) > MAX_LABELS:
+        raise InputError(f"‹labels›: {len(labels)} labels, at most {MAX_LABELS}")
+    for key, value in labels.items():
+        if not LABEL_KEY.fullmatch(key):
+            raise InputError(f"‹labels›: {key!r} is not a label name (letters, digits, . _ / -, at most 63)")
+        if not value.isprintable() or len(value) > MAX_LABEL_VALUE:
+            raise InputError(f"‹labels›: {key}'s value must be printable and at most {MAX_LABEL_VALUE} characters")
+    return labels
 
 
 def _scale(scale: float) -> float:
@@ -107,7 +117,7 @@ class ProbeRequest(Model):
     ] = None
     plan: Annotated[
         CheckpointPlan | None,
-        BeforeValidator(_plan),
+        BeforeValidator(plan_input),
         Flag("--plan", "A plan from `ckplan size --json`.", panel=None, type=Path),
     ] = None
     scale: Annotated[
@@ -140,6 +150,17 @@ class ProbeRequest(Model):
             metavar="DIR",
         ),
     ] = None
+    labels: Annotated[
+        dict[str, str],
+        AfterValidator(_labels),
+        Flag(
+            "--label",
+            "Record NAME=VALUE in the profile's labels, as it is: where the probe ran (the Kubernetes manifests "
+            "give the claim, StorageClass and CSI driver). Repeatable.",
+            panel=None,
+            metavar="NAME=VALUE",
+        ),
+    ] = {}
     # backend kind → its options model (probe/backends); a kind not here: its defaults
     options: Annotated[dict[str, Any], BeforeValidator(_options)] = {}
 
@@ -174,4 +195,5 @@ class ProbeRequest(Model):
             emit_jobs=self.emit_jobs,
             notice=notice,
             options=claimed,
+            labels=dict(self.labels),
         )

@@ -84,6 +84,16 @@ def _render_where(p: StorageProfile, objects: bool) -> None:
     }
     if interesting:
         out.print("mount options: " + ", ".join(f"{k}={shown(v)}" if v else k for k, v in interesting.items()))
+    if p.labels:
+        out.print("labels: " + ", ".join(f"{shown(k)}={shown(v)}" for k, v in p.labels.items()))
+    if p.placement:
+        out.print(
+            "placement: "
+            + ", ".join(
+                f"{shown(h.host)} on node {shown(h.node)}" + (f" (pod {shown(h.pod)})" if h.pod else "")
+                for h in p.placement
+            )
+        )
     m = p.measurement
     out.print(
         f"measured with {shown(m.tool)} on {shown(m.host)} at {shown(m.date)}, preset {shown(m.preset)}, "

@@ -144,6 +144,23 @@ def agent(
             show_default=False,
         ),
     ] = None,
+    info_port: Annotated[
+        str | None,
+        typer.Option(
+            "--info-port",
+            help="Also answer GET / on this port with this node's name (`probe --agent-info-port`), 503 until fio "
+            "listens: a pod's readiness probe. Default: $CKPLAN_AGENT_INFO_PORT, else none.",
+            show_default=False,
+        ),
+    ] = None,
+    linger: Annotated[
+        str | None,
+        typer.Option(
+            help="Once a probe has connected, exit after this long with none connected, e.g. 5m (an agent pod's "
+            "end). Default: $CKPLAN_AGENT_LINGER, else never.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Run a fio server on this host for `ckplan probe PATH --hosts …` (fio's protocol has no authentication).
     It stops on SIGTERM (a Slurm job's end), and every fio process with it; safe under `srun --ntasks-per-node=1`."""
@@ -151,7 +168,7 @@ def agent(
 
     from ckplan.agent import agent_command, agent_settings, check_port_free, is_loopback, run_agent
 
-    settings = agent_settings(bind, port, idle_timeout)
+    settings = agent_settings(bind, port, idle_timeout, info_port=info_port, linger=linger)
     check_port_free(settings.address, settings.port)
     cmd = agent_command(settings.address, settings.port)
     where = f"{settings.address}:{settings.port}" + (f" ({settings.bind})" if settings.bind else "")

@@ -19,13 +19,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any, ClassVar
 
-from pydantic import AfterValidator, ConfigDict, model_validator
+from pydantic import AfterValidator, ConfigDict, Field, model_validator
 
 from ckplan import children, filesystem, scratch
 from ckplan.confine import confined_key
 from ckplan.errors import EnvironmentProblem, InputError, MeasurementFailed, describe_errno
 from ckplan.inputs import Flag, parsed
-from ckplan.probe import engine, fio, hostlist, jobfiles
+from ckplan.probe import agent_info, engine, fio, hostlist, jobfiles
 from ckplan.probe.engine import PRESETS, Facts, FileToWrite, Progress, RunNote, SmallRun, TargetSpec
 from ckplan.profile import TargetKind
 from ckplan.schema import Model
@@ -38,6 +38,11 @@ HANDSHAKE_JOB = "[ckplan-handshake]\nioengine=null\nsize=4k\n"
 CONNECT_ATTEMPT_S = 2.0  # each attempt to reach an agent's port, at most (README)
 NAMED_HOSTS = 5  # hosts an error names before it counts the rest
 UNRESOLVED = "host {!r} does not resolve to an address: check ‹hosts› or ‹hosts_file›"
+DROP_CACHES = "(sync && echo 3 > /proc/sys/vm/drop_caches)"  # a subshell: fio appends its own redirection
+
+
+def _reads(job: fio.FioJob) -> bool:
+    return job.options.get("rw") in ("read", "randread")
 
 
 def _named_hosts(hosts: str | None) -> str | None:
@@ -77,10 +82,34 @@ class HostsOptions(Model):
         ),
     ] = None
 
+    agent_info_port: Annotated[
+        int | None,
+        Field(ge=1, le=65535),
+        Flag(
+            "--agent-info-port",
+            "Ask each host's agent (`ckplan agent --info-port`) on this port for its node's name, kept in the "
+            "profile's placement.",
+            panel="Multi-host",
+        ),
+    ] = None
+    drop_caches: Annotated[
+        bool,
+        Flag(
+            "--drop-caches",
+            "Before each read run, every host drops its whole page cache (echo 3 > /proc/sys/vm/drop_caches: root, "
+            "in a container a privileged one). Default: each file's own cached pages (invalidate=1).",
+            panel="Multi-host",
+            type=bool,
+        ),
+    ] = False
+
     @model_validator(mode="after")
     def _wait_needs_hosts(self) -> HostsOptions:
-        if self.agent_wait_s is not None and not self.claims(""):
-            raise InputError("‹agent_wait_s› applies to a multi-host probe (‹hosts› or ‹hosts_file›)")
+        for name, given in (("agent_wait_s", self.agent_wait_s), ("agent_info_port", self.agent_info_port)):
+            if given is not None and not self.claims(""):
+                raise InputError(f"‹{name}› applies to a multi-host probe (‹hosts› or ‹hosts_file›)")
+        if self.drop_caches and not self.claims(""):
+            raise InputError("‹drop_caches› applies to a multi-host probe (‹hosts› or ‹hosts_file›)")
         return self
 
     def claims(self, path: str) -> bool:
@@ -94,6 +123,7 @@ class HostsBackend:
     def __init__(self, spec: TargetSpec):
         self.spec, self.path = spec, Path(spec.path)
         self.hosts: list[hostlist.Host] = []
+        self.drop_caches = False
         self.timeout_s = 3 * PRESETS[spec.preset].measuring_s + 60  # a run that takes thrice the whole probe's has hung
 
     def prepare(self, spec: TargetSpec) -> Facts:
@@ -115,6 +145,8 @@ class HostsBackend:
                 )
         if o.agent_wait_s is not None:
             wait_for_agents(self.hosts, o.agent_wait_s)
+        placement = agent_info.placements(self.hosts, o.agent_info_port) if o.agent_info_port is not None else []
+        self.drop_caches = o.drop_caches
         # the driver sees the target where it mounts it too (a login node): then its free space bounds the probe
         visible = self.path.is_dir()
         hidden = (
@@ -136,6 +168,7 @@ class HostsBackend:
             mount_options={"hosts": ",".join(map(str, self.hosts))},
             free_bytes=filesystem.free_bytes(self.path) if visible else None,
             notes=() if visible else (hidden,),
+            placement=tuple(placement),
         )
 
     @contextlib.contextmanager
@@ -168,7 +201,15 @@ class HostsSession(fio.FioSession):
         self.all = backend.hosts
         self.hosts = len(self.all)
         self.marker = scratch.marker_text()  # this process owns every host's scratch directory
+        self.prerun_jobs: dict[str, None] = {}  # jobs that ran a command on the hosts, whose output files go too
         self.notes.append("buffered writes with a final fsync (end_fsync) on every host")
+        self.notes.append(
+            "reads made cold on every host by dropping its whole page cache before each read run (--drop-caches: "
+            f"{DROP_CACHES}) and each file's cached pages (invalidate=1)"
+            if backend.drop_caches
+            else "reads made cold by dropping each file's cached pages (invalidate=1, posix_fadvise DONTNEED), without "
+            "privilege; other cached data on the hosts stays (--drop-caches drops it all)"
+        )
 
     def scratch(self, host: hostlist.Host) -> str:
         label = re.sub(r"[^A-Za-z0-9.-]", "_", str(host))
@@ -176,6 +217,8 @@ class HostsSession(fio.FioSession):
 
     def jobfile(self, host: hostlist.Host, jobs: list[fio.FioJob]) -> str:
         where = self.scratch(host)
+        if self.backend.drop_caches:  # fio fails the job where the command fails: no read is taken as cold untrue
+            jobs = [fio.FioJob(j.name, {**j.options, "exec_prerun": DROP_CACHES}) if _reads(j) else j for j in jobs]
         head = fio.FioJob("global", {"filename_format": f"{fio.escape_path(where)}/$jobname.$jobnum.$filenum"})
         # fio reports a group under its first job's name: the measuring jobs start a group of their own, or
         # group_reporting would fold them into the marker job's and no host would report the phase
@@ -184,7 +227,9 @@ class HostsSession(fio.FioSession):
         # in a subshell: fio appends `> MARKER_JOB.prerun.txt 2>&1` to the command, which would take echo's output
         mark = f"(mkdir -p {quoted} && echo {shlex.quote(self.marker)} > {quoted}/{scratch.MARKER})"
         marker = fio.FioJob(MARKER_JOB, {"ioengine": "null", "size": "4k", "exec_prerun": mark})
-        return "".join(j.render() for j in [head, marker, first, *jobs[1:], cleanup_job(where)])
+        ran = tuple(dict.fromkeys(j.name for j in jobs if "exec_prerun" in j.options))
+        self.prerun_jobs.update(dict.fromkeys(ran))
+        return "".join(j.render() for j in [head, marker, first, *jobs[1:], cleanup_job(where, ran)])
 
     def run_job(self, job: fio.FioJob, what: str, note: RunNote, hosts: int = 0) -> dict:
         return self.clients({h: [job] for h in self.all[: hosts or None]}, what, note)
@@ -258,13 +303,16 @@ class HostsSession(fio.FioSession):
 
     def cleanup(self) -> None:
         """Send the clean-up job to every host that still answers; those that do not are named by the caller's error."""
-        each_host({host: cleanup_job(self.scratch(host)).render() for host in self.all}, time.monotonic() + 20)
+        ran = tuple(self.prerun_jobs)
+        each_host({host: cleanup_job(self.scratch(host), ran).render() for host in self.all}, time.monotonic() + 20)
 
 
-def cleanup_job(where: str) -> fio.FioJob:
+def cleanup_job(where: str, prerun_jobs: tuple[str, ...] = ()) -> fio.FioJob:
     # the shell opens the redirect to CLEANUP_JOB.prerun.txt before rm runs, so rm removes it as well, with
-    # MARKER_JOB's; fio cuts option values at ';' and '#', hence one command and not a list
-    rm = f"rm -rf {shlex.quote(where)} {CLEANUP_JOB}.prerun.txt {MARKER_JOB}.prerun.txt"
+    # MARKER_JOB's and those of the other jobs that ran a command; fio cuts option values at ';' and '#', hence
+    # one command and not a list
+    outputs = " ".join(shlex.quote(f"{name}.prerun.txt") for name in (CLEANUP_JOB, MARKER_JOB, *prerun_jobs))
+    rm = f"rm -rf {shlex.quote(where)} {outputs}"
     return fio.FioJob(CLEANUP_JOB, {"stonewall": 1, "ioengine": "null", "size": "1M", "exec_prerun": rm})
 
 
