@@ -394,6 +394,16 @@ CASES = [
     ("agent-port-word", ["agent", "--port", "http"], 2),
     ("agent-extra-argument", ["agent", "host"], 2),
     ("agent-bind-empty", ["agent", "--bind", ""], 2),
+    ("agent-info-port-is-fio-port", ["agent", "--port", "8799", "--info-port", "8799"], 2),
+    ("agent-info-port-zero", ["agent", "--info-port", "0"], 2),
+    ("agent-linger-word", ["agent", "--linger", "soon"], 2),
+    # k8s (the Kubernetes rules on names, paths and placement: tests/test_k8s.py has the rest)
+    ("k8s-zero-nodes", ["k8s", "--nodes", "0", "--claim", "c"], 2),
+    ("k8s-no-claim", ["k8s", "--nodes", "2"], 2),
+    ("k8s-name-not-a-label", ["k8s", "--nodes", "2", "--claim", "c", "--name", "My.Probe"], 2),
+    ("k8s-relative-mount-path", ["k8s", "--nodes", "2", "--claim", "c", "--mount-path", "ckpt"], 2),
+    ("k8s-unknown-form", ["k8s", "--nodes", "2", "--claim", "c", "--form", "deployment"], 2),
+    ("k8s-plan-missing", ["k8s", "--nodes", "2", "--claim", "c", "--plan", "@missing"], 2),
     # diagnose
     ("diagnose-no-log", ["diagnose"], 2),
     ("diagnose-log-missing", ["diagnose", "@missing"], 2),
@@ -440,6 +450,7 @@ COMMANDS = {
     "validate",
     "provision",
     "agent",
+    "k8s",
     "diagnose",
     "watch",
     "compress-test",
@@ -1157,6 +1168,15 @@ EDGE_CASES = [
     # the S3 options are read and bounded whatever the target: a part S3 refuses is refused on a directory too
     ("probe-part-size-small-dir", ["probe", "@target", "--part-size", "1MiB"], "--part-size must be 5 MiB to 5 GiB"),
     ("probe-agent-wait-alone", ["probe", "@target", "--agent-wait", "1m"], "--agent-wait applies to a multi-host"),
+    (
+        "probe-agent-info-port-alone",
+        ["probe", "@target", "--agent-info-port", "8766"],
+        "--agent-info-port applies to a multi-host",
+    ),
+    ("probe-drop-caches-alone", ["probe", "@target", "--drop-caches"], "--drop-caches applies to a multi-host"),
+    ("probe-agent-info-port-zero", ["probe", "@target", "--hosts", "h", "--agent-info-port", "0"], "--agent-info-port"),
+    ("probe-label-bad-name", ["probe", "@target", "--label", "a b=c"], "--label: 'a b' is not a label name"),
+    ("probe-label-no-value", ["probe", "@target", "--label", "claim"], "--label takes NAME=VALUE"),
     ("clean-timeout-zero", ["clean", "@target", "--timeout", "0s"], "--timeout must be > 0"),
     (
         "probe-emit-jobs-s3",

@@ -71,6 +71,7 @@ def test_every_render_module_is_covered():
         "diagnose",
         "document",
         "formats",
+        "k8s",
         "plan",
         "profile",
         "provision",
@@ -79,6 +80,21 @@ def test_every_render_module_is_covered():
         "watch",
     }
     assert {m.__name__.rsplit(".", 1)[1] for m in RENDER_MODULES} == tested
+
+
+def test_render_manifests_writes_only_the_yaml_stream(capsys):
+    """The table format of `ckplan k8s` is the YAML kubectl reads: the objects in order, nothing else on stdout."""
+    import yaml
+
+    from ckplan.k8s.manifests import manifests
+    from ckplan.k8s.request import ManifestRequest
+    from ckplan.render import emit
+
+    result = manifests(ManifestRequest(nodes=2, claim="c", node_selector={"pool": "gpu"}))
+    emit(result, False)
+    out = capsys.readouterr().out
+    assert out.startswith("---\napiVersion: v1\nkind: Service\n") and "\x1b" not in out
+    assert [d for d in yaml.safe_load_all(out) if d is not None] == result.objects
 
 
 def test_render_models(screen):

@@ -2,7 +2,7 @@
 
 Each command lives in a module under `ckplan.cli.commands`, parses its flags, calls one library function and
 renders. A command's module is imported, and its click command built, only when that command runs, is completed
-or is listed by `--help`: building all fourteen, with their option groups, cost a third of `ckplan size`'s
+or is listed by `--help`: building all fifteen, with their option groups, cost a third of `ckplan size`'s
 start-up (scripts/bench_size.py). Library imports happen inside the commands for the same reason.
 """
 
@@ -42,6 +42,7 @@ COMMANDS: dict[str, str] = {
     "diagnose": "diagnose",
     "watch": "diagnose",
     "agent": "probe",
+    "k8s": "k8s",
     "compress-test": "compress",
 }
 

@@ -29,6 +29,7 @@ RENDERERS: dict[str, tuple[str, str]] = {
     "RecordValidation": ("validate", "render_record_validation"),
     "WatchResult": ("watch", "render_watch"),
     "CompressReport": ("compress", "render_compress"),
+    "Manifests": ("k8s", "render_manifests"),
 }
 
 
