@@ -228,6 +228,8 @@ def info_server(settings: AgentSettings) -> Iterator[None]:
     fio_port = settings.port
 
     class Handler(http.server.BaseHTTPRequestHandler):
+        timeout = 5.0  # a client that connects and sends nothing holds its thread this long at most
+
         def do_GET(self) -> None:  # noqa: N802 (http.server's name)
             ready = any(p == fio_port for _, p in tcp_sockets(TCP_LISTEN))
             body = own_info(fio_port, ready).model_dump_json().encode()
@@ -243,7 +245,6 @@ def info_server(settings: AgentSettings) -> Iterator[None]:
     family = socket.AF_INET6 if ":" in settings.address else socket.AF_INET
     server_class = type("InfoServer", (http.server.ThreadingHTTPServer,), {"address_family": family})
     server = server_class((settings.address, settings.info_port), Handler)
-    server.timeout = 5.0
     thread = threading.Thread(target=server.serve_forever, name="ckplan-agent-info", daemon=True)
     thread.start()
     try:

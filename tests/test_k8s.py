@@ -140,7 +140,11 @@ def test_job_form_literals_the_schema_does_not_check(plan_file):
     assert config["metadata"]["name"] == "probe7-plan"
     assert json.loads(config["data"]["plan.json"]) == json.loads(plan_file.read_text())
     # what to run next, on stderr: stdout is only the YAML stream kubectl reads
-    assert "kubectl -n ml wait --for=condition=complete job/probe7-probe --timeout=7200s" in err
+    assert "until kubectl -n ml get job/probe7-probe -o jsonpath='{.status.succeeded}{.status.failed}'" in err
+    assert (
+        "kubectl -n ml delete job,service,configmap -l app.kubernetes.io/name=ckplan,app.kubernetes.io/instance=probe7"
+        in err
+    )
     assert "kubectl -n ml logs job/probe7-probe | sed -n" in err and BEGIN in err and END in err
 
 
@@ -204,6 +208,7 @@ def test_jobset_form_literals(plan_file):
     assert [str(h) for h in hosts] == [f"ckplan-agents-{j}-0.ckplan-agents:8765" for j in range(3)]
     assert "kubernetes.form=jobset" in args
     assert "kubectl -n default delete jobset/ckplan configmap/ckplan-plan" in err
+    assert "kubectl -n default logs job/ckplan-probe-0 | sed" in err
 
 
 def test_json_is_the_model_and_the_yaml_its_objects():
@@ -213,7 +218,7 @@ def test_json_is_the_model_and_the_yaml_its_objects():
     assert proc.stderr == ""  # the next steps are in the model
     objects, _ = generate("--nodes", "2", "--claim", "c")
     assert model.objects == objects and model.hosts == "ckplan-agents-[0-1].ckplan-agents:8765"
-    assert model.steps[0] == "kubectl apply -f ckplan-k8s.yaml"
+    assert model.steps[0] == "kubectl apply --server-side -f ckplan-k8s.yaml"
 
 
 def test_library_and_cli_build_the_same_objects():
@@ -240,12 +245,15 @@ def test_probe_flags_after_the_separator_reach_the_controller():
         (["--nodes", "0", "--claim", "c"], "--nodes"),
         (["--nodes", "65537", "--claim", "c"], "--nodes"),
         (["--nodes", "2"], "--claim"),
-        (["--nodes", "2", "--claim", "c", "--name", "Bad_Name"], "--name 'Bad_Name' is not a DNS label"),
-        (["--nodes", "2", "--claim", "c", "--name", "-x"], "is not a DNS label"),
+        (["--nodes", "2", "--claim", "c", "--name", "Bad_Name"], "--name 'Bad_Name' is not a DNS-1035 label"),
+        (["--nodes", "2", "--claim", "c", "--name", "-x"], "is not a DNS-1035 label"),
+        (["--nodes", "2", "--claim", "c", "--name", "7x"], "starting with a letter"),
         (["--nodes", "2", "--claim", "c", "--namespace", "a" * 64], "--namespace"),
         (["--nodes", "2", "--claim", "Claim"], "--claim 'Claim' is not a DNS subdomain"),
         (["--nodes", "2", "--claim", "c", "--mount-path", "ckpt"], "--mount-path must be an absolute path"),
         (["--nodes", "2", "--claim", "c", "--mount-path", "/a/../b"], "without '..'"),
+        (["--nodes", "2", "--claim", "c", "--mount-path", "/etc/ckplan"], "is under /etc, which the image"),
+        (["--nodes", "2", "--claim", "c", "--mount-path", "/tmp"], "is under /tmp"),
         (["--nodes", "2", "--claim", "c", "--form", "helm"], "--form"),
         (["--nodes", "2", "--claim", "c", "--toleration", "gpu:NoRun"], "the effect must be one of"),
         (["--nodes", "2", "--claim", "c", "--node-selector", "pool"], "--node-selector takes NAME=VALUE"),
@@ -253,8 +261,10 @@ def test_probe_flags_after_the_separator_reach_the_controller():
         (["--nodes", "2", "--claim", "c", "--cpu", "two"], "--cpu 'two' is not a Kubernetes quantity"),
         (["--nodes", "2", "--claim", "c", "--image", "bad image"], "--image 'bad image' is not an image"),
         (["--nodes", "2", "--claim", "c", "--deadline", "0s"], "--deadline"),
+        (["--nodes", "2", "--claim", "c", "--deadline", "500ms"], "--deadline"),
         (["--nodes", "2", "--claim", "c", "--port", "65535"], "--port"),
-        (["--nodes", "2000", "--claim", "c", "--name", "n" * 52], "the last agent's hostname"),
+        (["--nodes", "2000", "--claim", "c", "--name", "n" * 52], "the last agent's name"),
+        (["--nodes", "100", "--claim", "c", "--name", "n" * 46, "--form", "jobset"], "over 63 characters"),
         (["--nodes", "2", "--claim", "c", "--", "--hosts", "x"], "the manifests set --hosts themselves"),
         (["--nodes", "2", "--claim", "c", "--", "--out=/x"], "the manifests set --out themselves"),
         (["--nodes", "2", "--claim", "c", "--", "--no-such-flag"], "No such option: --no-such-flag"),
@@ -287,6 +297,6 @@ def test_the_docs_command_makes_valid_manifests(plan_file):
     (command,) = [c for c in re.findall(r"^ckplan k8s .*?(?<!\\)$", docs, re.M | re.S)]
     argv = shlex.split(command.replace("\\\n", " ").split(">")[0])[2:]
     objects, err = generate(*[str(plan_file) if a == "plan.json" else a for a in argv])
-    assert {o["kind"] for o in objects} == {"ConfigMap", "Service", "Job"} and "kubectl -n ml wait" in err
+    assert {o["kind"] for o in objects} == {"ConfigMap", "Service", "Job"} and "until kubectl -n ml get" in err
     for o in objects:
         kubernetes_validate.validate(o, K8S_VERSIONS[-1], strict=True)

@@ -31,7 +31,16 @@ from tests.netns import kill_servers, namespaces, server_processes
 
 pytestmark = [pytest.mark.fio, pytest.mark.root]
 NODES = 3
-CONFIGMAP_DIR = Path("/etc/ckplan")
+# the kubelet's volume mounts, in the pod's own mount namespace: each source directory bound onto its mountPath
+BIND_ALL = 'while [ "$1" != -- ]; do mount --bind "$1" "$2" || exit 99; shift 2; done; shift; exec "$@"'
+
+
+def in_pod(binds: dict[str, Path]) -> list[str]:
+    """The command prefix that runs a container's command with `binds` (mountPath → this machine's directory)."""
+    args = ["unshare", "--mount", "--propagation", "private", "sh", "-c", BIND_ALL, "sh"]
+    for target, source in binds.items():
+        args += [str(source), target]
+    return [*args, "--"]
 
 
 def agent_pods(objects: list[dict[str, Any]]) -> list[tuple[str, str, dict[str, Any], int]]:
@@ -117,7 +126,7 @@ def test_the_manifests_commands_probe_from_three_pods(tmp_path, form):
     plan.write_text(
         PlanRequest.model_validate({"params": 2e7, "gpus": NODES, "gpus_per_node": 1}).plan().model_dump_json()
     )
-    args = ["k8s", "--nodes", str(NODES), "--claim", "shared-ckpt", "--mount-path", str(shared), "--form", form]
+    args = ["k8s", "--nodes", str(NODES), "--claim", "shared-ckpt", "--form", form]
     drop = form == "jobset"  # one form with the privileged cache drop (root here), one without
     args += ["--storage-class", "glusterfs-rwx", "--plan", str(plan)] + (["--drop-caches"] if drop else [])
     args += ["--", "--quick", "--no-calibrate", "--writers", "1"]
@@ -128,20 +137,24 @@ def test_the_manifests_commands_probe_from_three_pods(tmp_path, form):
     assert len(pods) == NODES
     probe = controller(objects)
     bin_path = os.pathsep.join([os.path.dirname(ckplan_exe()[0]), os.environ["PATH"]])
-    created_configmap_dir = not CONFIGMAP_DIR.exists()
+    (claim_path,) = {m["mountPath"] for _, _, c, _ in pods for m in c["volumeMounts"]}
+    plan_path = next(m["mountPath"] for m in probe["volumeMounts"] if m["name"] == "plan")
+    made_dirs = [Path(p) for p in (claim_path, plan_path) if not Path(p).exists()]  # mount points, removed after
     agents: list[tuple[subprocess.Popen, Path, str]] = []
     with namespaces(NODES) as nodes:
         if nodes[0][0] is None:
             pytest.skip("network namespaces unavailable")
         try:
+            for d in made_dirs:
+                d.mkdir()
             for k, ((hostname, _, container, index), (ns, addr)) in enumerate(zip(pods, nodes, strict=True)):
                 workdir = tmp_path / f"{hostname}-workdir"  # the container's workingDir
                 workdir.mkdir()
                 env = pod_env(container, f"node-{k}", f"{hostname}-x7k2p", index, hostname, bin_path)
+                cmd = ["ip", "netns", "exec", ns, *in_pod({claim_path: shared}), *container["command"]]
                 proc = subprocess.Popen(
-                    ["ip", "netns", "exec", ns, *container["command"], *container["args"]],
-                    cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                    start_new_session=True,
+                    [*cmd, *container["args"]], cwd=workdir, env=env, stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT, text=True, start_new_session=True,
                 )  # fmt: skip
                 agents.append((proc, workdir, addr))
             for (proc, _, addr), (_, _, container, _) in zip(agents, pods, strict=True):
@@ -155,14 +168,10 @@ def test_the_manifests_commands_probe_from_three_pods(tmp_path, form):
             configmap.mkdir()
             (data,) = [o["data"] for o in objects if o["kind"] == "ConfigMap"]
             configmap_volume(configmap, data)
-            mounts = {m["mountPath"] for m in probe["volumeMounts"]}
-            assert mounts == {str(shared), str(CONFIGMAP_DIR)}
-            CONFIGMAP_DIR.mkdir(exist_ok=True)  # a mount point for the volume in the controller's mount namespace
             controller_dir = tmp_path / "controller-workdir"
             controller_dir.mkdir()
-            kubelet = 'mount --bind "$1" /etc/hosts && mount --bind "$2" "$3" && shift 3 && exec "$@"'
-            cmd = ["unshare", "--mount", "--propagation", "private", "sh", "-c", kubelet, "sh", str(hosts)]
-            cmd += [str(configmap), str(CONFIGMAP_DIR), *probe["command"], *probe["args"]]
+            binds = {"/etc/hosts": hosts, claim_path: shared, plan_path: configmap}
+            cmd = [*in_pod(binds), *probe["command"], *probe["args"]]
             env = pod_env(probe, "node-c", "ckplan-probe-q8r4z", 0, "ckplan-probe-q8r4z", bin_path) | {"NO_COLOR": "1"}
             run = subprocess.run(cmd, cwd=controller_dir, env=env, capture_output=True, text=True, timeout=400)
             assert all(p.poll() is None for p, _, _ in agents)  # the probe is done; the agents wait (--linger)
@@ -174,8 +183,8 @@ def test_the_manifests_commands_probe_from_three_pods(tmp_path, form):
             left = [pid for _, workdir, _ in agents for pid in server_processes(["0.0.0.0"], 8765, str(workdir))]
             for _, workdir, _ in agents:
                 kill_servers(["0.0.0.0"], 8765, str(workdir))
-            if created_configmap_dir:
-                CONFIGMAP_DIR.rmdir()
+            for d in made_dirs:
+                d.rmdir()
     assert run.returncode == 0, run.stderr[-3000:]
     # the profile comes back through the log, as `kubectl logs` gives it (stdout and stderr together), and the
     # fetch step printed by `ckplan k8s` extracts it
@@ -184,7 +193,7 @@ def test_the_manifests_commands_probe_from_three_pods(tmp_path, form):
     extracted = subprocess.run(["sh", "-c", sed], input=run.stderr + run.stdout, capture_output=True, text=True)
     assert BEGIN in run.stdout and END in run.stdout
     profile = json.loads(extracted.stdout)
-    assert profile["hosts"] == NODES and profile["target"] == str(shared)
+    assert profile["hosts"] == NODES and profile["target"] == claim_path == "/ckpt"
     assert [p["hosts"] for p in profile["aggregate_bandwidth"]] == [1, 2, 3]
     assert profile["replay"] is not None and profile["replay"]["nodes"] == NODES
     assert profile["placement"] == [

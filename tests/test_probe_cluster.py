@@ -728,3 +728,37 @@ def test_a_placement_must_name_every_host():
     StorageProfile.model_validate(data | {"placement": [{"host": f"h{i}:8765", "node": f"n{i}"} for i in (1, 2)]})
     with pytest.raises(ValueError, match="placement names 1 hosts, the profile's hosts are 2"):
         StorageProfile.model_validate(data | {"placement": [{"host": "h1:8765", "node": "n1"}]})
+
+
+def test_drop_caches_on_a_host_that_cannot_is_refused_before_measuring():
+    """A fio server that runs as nobody cannot write /proc/sys/vm/drop_caches: fio skips the check's read without
+    an error, and the probe names the host (exit 3) instead of timing reads that never ran; nothing is left."""
+    import shutil
+    import tempfile
+
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root and setpriv, to run a fio server as another user")
+    port = _free_port()
+    top = Path(tempfile.mkdtemp(prefix="ckplan-nobody-"))
+    try:
+        target, cwd = top / "target", top / "server"
+        for d in (top, target, cwd):
+            d.mkdir(exist_ok=True)
+            d.chmod(0o777)
+        server = subprocess.Popen(
+            ["setpriv", "--reuid", "nobody", "--regid", "nogroup", "--clear-groups", "fio", f"--server=ip:127.0.0.1,{port}"],
+            cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        )  # fmt: skip
+        try:
+            _wait_listening("127.0.0.1", port, server)
+            proc = run_cli(
+                "probe", str(target), "--hosts", f"127.0.0.1:{port}", "--drop-caches", "--quick", "--writers", "1"
+            )
+        finally:
+            server.kill()
+            server.wait()
+            kill_servers(["127.0.0.1"], port, str(cwd))
+        assert_one_line_error(proc, "--drop-caches: 127.0.0.1 cannot drop the page cache", code=3)
+        assert os.listdir(target) == [] and os.listdir(cwd) == []
+    finally:
+        shutil.rmtree(top)

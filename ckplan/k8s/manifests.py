@@ -24,8 +24,10 @@ from ckplan.errors import InputError
 from ckplan.k8s.request import ManifestRequest, toleration
 from ckplan.schema import Model
 
-LINGER = "5m"  # an agent's wait after the last probe connection (the controller's calibration runs without one)
 AGENT_WAIT = "10m"  # the controller's wait for every agent: image pulls and scheduling
+# an agent's wait after the last probe connection: the controller's handshake reaches an early agent and then
+# leaves it alone until every agent answers (up to AGENT_WAIT), and its calibration runs without a connection
+LINGER = "15m"
 PROFILE_FILE = "ckplan-profile.json"  # in the working directory, /tmp
 BEGIN = "----- BEGIN CKPLAN PROFILE -----"
 END = "----- END CKPLAN PROFILE -----"
@@ -187,12 +189,16 @@ def _plan_map(request: ManifestRequest) -> list[dict[str, Any]]:
     return [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": {"plan.json": data}}]
 
 
-def _steps(request: ManifestRequest, wait: str, logs: str, delete: str) -> list[str]:
+def _steps(request: ManifestRequest, done: str, logs: str, delete: str) -> list[str]:
+    """The commands after the manifests: apply (server-side: a client-side apply copies the plan's ConfigMap into
+    an annotation, which holds 256 KiB), wait until the probe has ended either way (`kubectl wait` takes one
+    condition, and would wait for success until the deadline after a failure), fetch the profile between its
+    markers (POSIX sed), plan from it, delete."""
     ns = f"-n {shlex.quote(request.namespace)}"
-    markers = f"/^{BEGIN}$/,/^{END}$/{{//!p}}"
+    markers = f"/^{BEGIN}$/,/^{END}$/{{//!p;}}"
     return [
-        "kubectl apply -f ckplan-k8s.yaml",
-        f"kubectl {ns} wait --for={wait} --timeout={int(request.deadline_s)}s",
+        "kubectl apply --server-side -f ckplan-k8s.yaml",
+        f"until kubectl {ns} get {done} | grep -q .; do sleep 10; done",
         f"kubectl {ns} logs {logs} | sed -n {shlex.quote(markers)} > profile.json",
         "ckplan recommend --storage profile.json",
         f"kubectl {ns} delete {delete}",
@@ -236,7 +242,7 @@ def job_form(request: ManifestRequest, probe_args: list[str]) -> Manifests:
         "metadata": _meta(request, f"{request.name}-probe"),
         "spec": _job_spec(request, controller_pod(request, hosts, probe_args)),
     }
-    instance = f"app.kubernetes.io/instance={request.name}"
+    instance = f"app.kubernetes.io/name=ckplan,app.kubernetes.io/instance={request.name}"
     return Manifests(
         form="job",
         namespace=request.namespace,
@@ -244,7 +250,7 @@ def job_form(request: ManifestRequest, probe_args: list[str]) -> Manifests:
         objects=[*_plan_map(request), service, agent_job, probe_job],
         steps=_steps(
             request,
-            f"condition=complete job/{request.name}-probe",
+            f"job/{request.name}-probe -o jsonpath='{{.status.succeeded}}{{.status.failed}}'",
             f"job/{request.name}-probe",
             f"job,service,configmap -l {instance}",
         ),
@@ -277,7 +283,6 @@ def jobset_form(request: ManifestRequest, probe_args: list[str]) -> Manifests:
             ],
         },
     }
-    pods = f"-l jobset.sigs.k8s.io/jobset-name={request.name},jobset.sigs.k8s.io/replicatedjob-name=probe"
     return Manifests(
         form="jobset",
         namespace=request.namespace,
@@ -285,8 +290,8 @@ def jobset_form(request: ManifestRequest, probe_args: list[str]) -> Manifests:
         objects=[*_plan_map(request), jobset],
         steps=_steps(
             request,
-            f"jsonpath={{.status.terminalState}}=Completed jobset/{request.name}",
-            pods,
+            f"jobset/{request.name} -o jsonpath='{{.status.terminalState}}'",
+            f"job/{request.name}-probe-0",  # JobSet names its Jobs JOBSET-REPLICATEDJOB-INDEX
             f"jobset/{request.name}" + (f" configmap/{request.name}-plan" if request.plan is not None else ""),
         ),
     )

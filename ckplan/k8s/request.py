@@ -24,7 +24,8 @@ from ckplan.units import MAX_HOSTS, parse_duration
 from ckplan.version import __version__
 
 DEFAULT_IMAGE = f"ckplan:{__version__}"  # what the Containerfile builds (docs/kubernetes.md)
-LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")  # RFC 1123: a namespace
+DNS_1035 = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")  # a Service's name, and what JobSet names from ours
 SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?")
 QUANTITY = re.compile(r"[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?")
@@ -62,8 +63,22 @@ def _label(name: str, info: Any) -> str:
     return check_label(name, f"‹{info.field_name}›")
 
 
+def _object_name(name: str) -> str:
+    if len(name) > 63 or not DNS_1035.fullmatch(name):
+        raise InputError(
+            f"‹name› {name!r} is not a DNS-1035 label (at most 63 lower-case letters, digits and '-', starting "
+            "with a letter, ending with a letter or digit): the Service and the pods' hostnames are named from it"
+        )
+    return name
+
+
 def _subdomain(name: str | None, info: Any) -> str | None:
     return None if name is None else check_subdomain(name, f"‹{info.field_name}›")
+
+
+# where the image keeps what its pods need (ckplan in /opt, the plan's ConfigMap in /etc, the working directory
+# /tmp) and the kernel's own: a claim mounted there would hide it, or put the pods' own files on the claim
+SYSTEM_DIRS = ("bin", "boot", "dev", "etc", "lib", "lib64", "opt", "proc", "run", "sbin", "sys", "tmp", "usr")
 
 
 def _mount_path(path: str) -> str:
@@ -72,6 +87,11 @@ def _mount_path(path: str) -> str:
         raise InputError(f"‹mount_path› must be an absolute path in the pods, got {path!r}")
     if ".." in pure.parts or ":" in path or not path.isprintable() or pure == PurePosixPath("/"):
         raise InputError(f"‹mount_path› {path!r} must be a directory below / without '..' or ':'")
+    if pure.parts[1] in SYSTEM_DIRS:
+        raise InputError(
+            f"‹mount_path› {path!r} is under /{pure.parts[1]}, which the image or the kernel uses: mount the "
+            "claim elsewhere (/ckpt, /mnt/ckpt, /data)"
+        )
     return str(pure)
 
 
@@ -146,7 +166,7 @@ class ManifestRequest(Model):
     ] = "job"
     name: Annotated[
         str,
-        AfterValidator(_label),
+        AfterValidator(_object_name),
         Flag("--name", "Prefix of every object's name (NAME-agents, NAME-probe).", "ckplan", PANEL),
     ] = "ckplan"
     namespace: Annotated[str, AfterValidator(_label), Flag("--namespace", "Namespace.", "default", PANEL)] = "default"
@@ -215,7 +235,7 @@ class ManifestRequest(Model):
     deadline_s: Annotated[
         float,
         parsed(parse_duration),
-        Field(gt=0, le=7 * 86400),
+        Field(ge=1, le=7 * 86400),
         Flag("--deadline", "Each Job's activeDeadlineSeconds, e.g. 4h.", "4h", PANEL, type=str),
     ] = 4 * 3600.0
     plan: Annotated[
@@ -226,12 +246,13 @@ class ManifestRequest(Model):
 
     @model_validator(mode="after")
     def _names_fit(self) -> ManifestRequest:
-        """The longest generated name must still be a label: pods' hostnames, the Jobs' names."""
+        """The longest generated name must still be a label: the pods' hostnames (and a JobSet's pods' names)."""
         last = self.nodes - 1
-        longest = f"{self.name}-agents-{last}-0" if self.form == "jobset" else f"{self.name}-agents-{last}"
+        # JobSet's webhook checks its pods' names, which add '-' and 5 random characters to the hostname
+        longest = f"{self.name}-agents-{last}-0-abcde" if self.form == "jobset" else f"{self.name}-agents-{last}"
         if len(longest) > 63:
             raise InputError(
-                f"‹name› {self.name!r} is too long for {self.nodes:,} nodes: the last agent's hostname "
+                f"‹name› {self.name!r} is too long for {self.nodes:,} nodes: the last agent's name "
                 f"{longest!r} would be over 63 characters"
             )
         return self

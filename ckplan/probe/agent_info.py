@@ -57,19 +57,26 @@ def own_info(fio_port: int, ready: bool, environ: Mapping[str, str] | None = Non
 
 
 def ask(host: hostlist.Host, port: int) -> AgentInfo:
-    """Host's agent info from its info port; an OSError or ValueError says why not."""
+    """Host's agent info from its info port, within ASK_TIMEOUT_S in all; an OSError or ValueError says why not."""
+    import time
+
+    deadline = time.monotonic() + ASK_TIMEOUT_S
     conn = http.client.HTTPConnection(host.name, port, timeout=ASK_TIMEOUT_S)
     try:
         conn.request("GET", "/", headers={"Accept": "application/json"})
         reply = conn.getresponse()
-        body = reply.read(MAX_REPLY + 1)
+        body = b""
+        while len(body) <= MAX_REPLY and (chunk := reply.read1(MAX_REPLY + 1 - len(body))):
+            body += chunk
+            if time.monotonic() > deadline:  # a reply trickled a byte at a time would hold the probe
+                raise ValueError(f"its reply took over {ASK_TIMEOUT_S:g} s")
     finally:
         conn.close()
     if len(body) > MAX_REPLY:
         raise ValueError(f"its reply is over {MAX_REPLY:,} bytes")
     try:
         info = AgentInfo.model_validate(json.loads(body))
-    except (ValidationError, json.JSONDecodeError, UnicodeDecodeError):
+    except (ValidationError, ValueError, RecursionError):  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         raise ValueError(f"HTTP {reply.status}, not a ckplan agent's info") from None
     if info.fio_port != host.port:
         raise ValueError(f"its agent runs fio's server on port {info.fio_port}, not {host.port}")
@@ -83,7 +90,7 @@ def placements(hosts: list[hostlist.Host], port: int) -> list[HostPlacement]:
         try:
             info = ask(host, port)
         except (OSError, ValueError, http.client.HTTPException) as exc:
-            return f"{host} ({exc or type(exc).__name__})"
+            return f"{host} ({str(exc) or type(exc).__name__})"
         return HostPlacement(host=str(host), node=info.node, pod=info.pod)
 
     with ThreadPoolExecutor(min(ASKED_AT_ONCE, max(1, len(hosts)))) as pool:

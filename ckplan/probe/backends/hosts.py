@@ -178,6 +178,8 @@ class HostsBackend:
         session = HostsSession(self, scratch.scratch_name(""), progress, writer)
         try:
             session.check_direct_io()
+            if self.drop_caches:
+                session.check_drop_caches()
             yield session
         except BaseException:
             session.cleanup()
@@ -217,7 +219,7 @@ class HostsSession(fio.FioSession):
 
     def jobfile(self, host: hostlist.Host, jobs: list[fio.FioJob]) -> str:
         where = self.scratch(host)
-        if self.backend.drop_caches:  # fio fails the job where the command fails: no read is taken as cold untrue
+        if self.backend.drop_caches:  # a failed drop skips the job's reads, silently: check_drop_caches finds it first
             jobs = [fio.FioJob(j.name, {**j.options, "exec_prerun": DROP_CACHES}) if _reads(j) else j for j in jobs]
         head = fio.FioJob("global", {"filename_format": f"{fio.escape_path(where)}/$jobname.$jobnum.$filenum"})
         # fio reports a group under its first job's name: the measuring jobs start a group of their own, or
@@ -230,6 +232,25 @@ class HostsSession(fio.FioSession):
         ran = tuple(dict.fromkeys(j.name for j in jobs if "exec_prerun" in j.options))
         self.prerun_jobs.update(dict.fromkeys(ran))
         return "".join(j.render() for j in [head, marker, first, *jobs[1:], cleanup_job(where, ran)])
+
+    def check_drop_caches(self) -> None:
+        """Every host can drop its page cache: fio 3.33 runs no I/O of a job whose exec_prerun fails, yet reports
+        no error, so a 4 KiB null read that reads nothing names a host where --drop-caches would fail unseen."""
+        job = fio.FioJob("drop-check", {"ioengine": "null", "rw": "read", "size": "4k"})
+        note = RunNote(
+            "page cache drop check",
+            "refused unless every host read its 4 KiB; not kept in raw_fio",
+            measures=self.on + f"whether {DROP_CACHES} succeeds, before a null 4 KiB read",
+            read=f"{self.stats} named drop-check: read.io_bytes (0: the command failed and fio skipped the job)",
+        )
+        doc = self.run_job(job, "the page cache drop check", note)
+        del self.raw[-1]
+        failed = [host for host, c in self.entries(doc, job.name) if not c.get("read", {}).get("io_bytes")]
+        if failed:
+            raise EnvironmentProblem(
+                f"--drop-caches: {', '.join(failed[:NAMED_HOSTS])} cannot drop the page cache "
+                "(/proc/sys/vm/drop_caches takes root; in a pod, a privileged container)"
+            )
 
     def run_job(self, job: fio.FioJob, what: str, note: RunNote, hosts: int = 0) -> dict:
         return self.clients({h: [job] for h in self.all[: hosts or None]}, what, note)
