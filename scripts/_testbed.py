@@ -86,6 +86,7 @@ class Testbed:
     server_addr: str = SERVER_ADDR
     root: Path = ROOT
     path: Path = SHARED  # the volume, as every node's agent and this host see it
+    s3_endpoint: str | None = None  # Ceph's RADOS Gateway beside CephFS (up(rgw=True)), keys RGW_ACCESS_KEY/SECRET
 
     @property
     def agents(self) -> list[str]:
@@ -100,6 +101,7 @@ class Testbed:
             "client_rate": self.client_rate,
             "nodes": [{"netns": n.name, "addr": n.addr, "mount": str(n.mount), "fuse_pid": n.pid} for n in self.nodes],
             "agents": self.agents,
+            "s3_endpoint": self.s3_endpoint,
         }
 
 
@@ -370,7 +372,7 @@ class CephFS(Filesystem):
         return ROOT / "ceph" / "ceph.conf"
 
     def owns(self, comm: str, text: str) -> bool:
-        return comm.startswith("ceph") and str(ROOT) in text
+        return (comm.startswith("ceph") or comm == "radosgw") and str(ROOT) in text
 
     def cli(self, *args: str) -> str:
         return _in_server("ceph", "-c", str(self.conf), *args).stdout
@@ -429,6 +431,28 @@ class CephFS(Filesystem):
                 raise RuntimeError(f"CephFS has no active metadata server or OSD after 60 s; {_log_tails()}")
             time.sleep(0.3)
 
+    def serve_s3(self) -> str:
+        """Ceph's RADOS Gateway, a real S3 server, on the server's address (through its shaped port), with one
+        user whose keys are RGW_ACCESS_KEY and RGW_SECRET_KEY; its endpoint URL once it answers."""
+        # RGW makes 6 pools at its start: of 8 placement groups each they fit one OSD's limit beside CephFS's
+        self.cli("config", "set", "global", "osd_pool_default_pg_num", "8")
+        self.cli("config", "set", "global", "osd_pool_default_pgp_num", "8")
+        (ROOT / "ceph" / "rgw").mkdir()
+        self.start_rgw()
+        _in_server("radosgw-admin", "-c", str(self.conf), "user", "create", "--uid=ckplan", "--display-name=ckplan",
+                   f"--access-key={RGW_ACCESS_KEY}", f"--secret-key={RGW_SECRET_KEY}")  # fmt: skip
+        return f"http://{SERVER_ADDR}:{RGW_PORT}"
+
+    def start_rgw(self) -> None:
+        """Start (or start again, after a test killed it) the gateway; return once it takes connections."""
+        endpoint = f"beast endpoint={SERVER_ADDR}:{RGW_PORT}"
+        _in_server("radosgw", "-c", str(self.conf), "-n", "client.rgw.a", "--rgw-frontends", endpoint,
+                   "--rgw-data", str(ROOT / "ceph" / "rgw"), "--log-file", str(ROOT / "log" / "rgw.log"))  # fmt: skip
+        _wait_port(SERVER_NS, SERVER_ADDR, RGW_PORT, timeout=60)
+
+    def rgw_pids(self) -> list[int]:
+        return [pid for pid, comm, argv in processes() if comm == "radosgw" and str(ROOT) in " ".join(argv)]
+
     def _active(self) -> bool:
         fs = json.loads(self.cli("fs", "dump", "--format=json"))["filesystems"]
         osds = json.loads(self.cli("osd", "dump", "--format=json"))["osds"]
@@ -440,6 +464,10 @@ class CephFS(Filesystem):
                       f"--pid-file={pidfile}", str(node.mount)))  # fmt: skip
 
 
+RGW_PORT = 7480
+RGW_ACCESS_KEY, RGW_SECRET_KEY = "CKPLANTESTBEDKEY", "ckplan-testbed-secret"
+
+
 def _size_bytes(size: str) -> int:
     """'4g', '512m' (tmpfs's units, powers of 2) → bytes."""
     units = {"k": 2**10, "m": 2**20, "g": 2**30}
@@ -447,7 +475,8 @@ def _size_bytes(size: str) -> int:
     return int(float(text[:-1]) * units[text[-1]]) if text[-1] in units else int(text)
 
 
-FILESYSTEMS: dict[str, Filesystem] = {fs.name: fs for fs in (GlusterFS(), CephFS())}
+CEPHFS = CephFS()
+FILESYSTEMS: dict[str, Filesystem] = {fs.name: fs for fs in (GlusterFS(), CEPHFS)}
 
 
 def _log_tails(lines: int = 8) -> str:
@@ -530,11 +559,18 @@ def up(
     agents: bool = False,
     brick_size: str = "4g",
     fs: str = "glusterfs",
+    rgw: bool = False,
 ) -> Testbed:
-    """Bring the testbed up (see the module's docstring); on any failure, tear down what was made and raise."""
+    """Bring the testbed up (see the module's docstring); on any failure, tear down what was made and raise.
+    With `rgw` (CephFS only), Ceph's RADOS Gateway serves S3 from the same cluster (Testbed.s3_endpoint)."""
     if not 1 <= nodes <= MAX_NODES:
         raise ValueError(f"nodes must be 1 to {MAX_NODES}, not {nodes}")
+    if rgw and fs != "cephfs":
+        raise ValueError("the RADOS Gateway runs on the CephFS testbed's cluster: give fs='cephfs'")
     check_available(fs)
+    for exe in ("radosgw", "radosgw-admin") if rgw else ():
+        if shutil.which(exe) is None:
+            raise Unavailable(f"{exe} is not installed (scripts/setup --test-tools installs it)")
     if any(leftovers().values()):
         raise Unavailable(f"a testbed is already up or left over: {leftovers()}; run `python scripts/_testbed.py down`")
     served = FILESYSTEMS[fs]
@@ -547,6 +583,8 @@ def up(
         _sh("ip", "netns", "add", SERVER_NS)
         _veth(f"{PREFIX}vs", SERVER_NS, SERVER_ADDR)
         served.serve(brick_size)
+        if rgw:
+            bed.s3_endpoint = CEPHFS.serve_s3()
         _shape(f"{PREFIX}vs", server_rate)  # towards the server: every node's writes, together
         _shape("eth0", server_rate, SERVER_NS)  # from the server: every node's reads
         for n in range(1, nodes + 1):
@@ -596,13 +634,14 @@ def main(argv: list[str] | None = None) -> int:
     p_up.add_argument("--agents", action="store_true", help="a `ckplan agent` on each node, port 8765")
     p_up.add_argument("--brick-size", default="4g", help="the bricks' tmpfs size (cephfs: the OSD's memstore)")
     p_up.add_argument("--fs", choices=sorted(FILESYSTEMS), default="glusterfs")
+    p_up.add_argument("--rgw", action="store_true", help="cephfs: also Ceph's RADOS Gateway, a real S3 server")
     sub.add_parser("down", help="remove a testbed's namespaces, mounts, processes and scratch dir")
     sub.add_parser("status", help="print what of a testbed is up (JSON)")
     args = parser.parse_args(argv)
     try:
         if args.command == "up":
             start = time.monotonic()
-            bed = up(args.nodes, args.server_rate, args.client_rate, args.agents, args.brick_size, args.fs)
+            bed = up(args.nodes, args.server_rate, args.client_rate, args.agents, args.brick_size, args.fs, args.rgw)
             print(json.dumps({**bed.describe(), "up_s": round(time.monotonic() - start, 2)}, indent=2))
             if args.agents:
                 # the agents are this process's children: they are started in sessions of their own and outlive it

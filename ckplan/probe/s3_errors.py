@@ -32,6 +32,8 @@ class Location(Protocol):
     def region(self) -> str | None: ...
     @property
     def safe_endpoint(self) -> str: ...
+    @property
+    def url(self) -> str: ...
 
 
 def error_code(exc: Any) -> str:
@@ -40,10 +42,10 @@ def error_code(exc: Any) -> str:
 
 
 def describe(exc: Exception, loc: Location, what: str, measuring: bool = False) -> Exception:
-    """An endpoint that cannot be reached is an environment problem (exit 3); one that drops the connection, breaks a
-    response, throttles or fails with a server error is a failed measurement (4) while `measuring`, an environment
-    problem otherwise; a request it refuses is bad input (2). Anything neither botocore's nor a connection's comes
-    back as it is: a bug in ckplan."""
+    """An endpoint that cannot be reached is an environment problem (exit 3), unless `measuring` (then it went away
+    under the probe); one that drops the connection, breaks a response, throttles or fails with a server error is a
+    failed measurement (4) while `measuring`, an environment problem otherwise; a request it refuses is bad input
+    (2). Anything neither botocore's nor a connection's comes back as it is: a bug in ckplan."""
     import botocore.exceptions as be
 
     failed = MeasurementFailed if measuring else EnvironmentProblem
@@ -65,6 +67,11 @@ def describe(exc: Exception, loc: Location, what: str, measuring: bool = False) 
     if isinstance(exc, (be.CredentialRetrievalError, be.ConfigParseError, be.InvalidConfigError)):
         return EnvironmentProblem(f"cannot read the AWS credentials or config ({name}) during {what}")
     if isinstance(exc, be.EndpointConnectionError):
+        if measuring:  # it answered when the probe began: gone since (a gateway killed or restarted)
+            return MeasurementFailed(
+                f"the S3 endpoint {endpoint} stopped taking connections during {what}; what the probe wrote there "
+                f"may remain (`ckplan clean {loc.url}` removes it once the endpoint is back)"
+            )
         return EnvironmentProblem(
             f"cannot connect to the S3 endpoint {endpoint} during {what}: connection refused or unreachable"
         )
