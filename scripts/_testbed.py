@@ -450,6 +450,9 @@ class CephFS(Filesystem):
                    "--rgw-data", str(ROOT / "ceph" / "rgw"), "--log-file", str(ROOT / "log" / "rgw.log"))  # fmt: skip
         _wait_port(SERVER_NS, SERVER_ADDR, RGW_PORT, timeout=60)
 
+    def rgw_admin(self, *args: str) -> str:
+        return _in_server("radosgw-admin", "-c", str(self.conf), *args).stdout
+
     def rgw_pids(self) -> list[int]:
         return [pid for pid, comm, argv in processes() if comm == "radosgw" and str(ROOT) in " ".join(argv)]
 

@@ -2,7 +2,8 @@
 cluster (scripts/_testbed.py: a monitor, one OSD on memstore), reached through the server's port shaped to
 400 Mbit/s, so that every figure is pinned to the link's rate; and its faults for real (the gateway killed mid-
 probe, credentials it refuses). moto's server stays in tests/test_probe_s3.py for what a real server cannot be
-made to do on cue (a 503 SlowDown, a throttle, a request dropped half-way)."""
+made to do on cue (a 503 SlowDown, a throttle, a request dropped half-way). The bucket removed mid-probe is
+the gateway's own admin command (radosgw-admin bucket rm --purge-objects)."""
 
 from __future__ import annotations
 
@@ -138,3 +139,26 @@ def test_gateway_killed_mid_probe_then_clean_removes_what_it_left(rgw):
     assert cleaned.returncode == 0, cleaned.stderr
     assert json.loads(cleaned.stdout)["removed"]
     assert left_under(rgw.s3_endpoint, "killed") == ([], [])
+
+
+def test_bucket_removed_mid_probe_is_a_failed_measurement(rgw):
+    """The bucket removed under a running probe (its objects purged by the gateway's admin): one line, exit 4."""
+    client(rgw.s3_endpoint).create_bucket(Bucket="doomed")
+    args = ["probe", "s3://doomed/p", "--endpoint-url", rgw.s3_endpoint, "--no-calibrate"]
+    probe = subprocess.Popen(
+        [*ckplan_exe(), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=credentials()
+    )
+    try:
+        s3, deadline = client(rgw.s3_endpoint), time.monotonic() + 60
+        while not s3.list_objects_v2(Bucket="doomed", Prefix="p").get("Contents"):
+            assert probe.poll() is None and time.monotonic() < deadline, probe.communicate()
+            time.sleep(0.2)
+        tb.CEPHFS.rgw_admin("bucket", "rm", "--bucket=doomed", "--purge-objects", "--bypass-gc")
+        out, err = probe.communicate(timeout=300)
+    finally:
+        if probe.poll() is None:
+            probe.kill()
+            probe.communicate()
+    said = f"bucket 'doomed' was removed from {rgw.s3_endpoint} during the S3 probe"
+    assert_one_line_error(subprocess.CompletedProcess(args, probe.returncode, out, err), said, code=4)
+    assert "doomed" not in [b["Name"] for b in client(rgw.s3_endpoint).list_buckets()["Buckets"]]

@@ -89,6 +89,8 @@ def describe(exc: Exception, loc: Location, what: str, measuring: bool = False) 
             return failed(
                 f"the S3 endpoint {endpoint} is busy or failing ({code}{http}) during {what}: try again later"
             )
+        if code == "NoSuchBucket" and measuring:  # it was there when the probe began
+            return MeasurementFailed(f"bucket {loc.bucket!r} was removed from {endpoint} during {what}")
         if code in ("NoSuchBucket", "404", "NotFound"):
             return InputError(f"bucket {loc.bucket!r} does not exist at {endpoint}")
         if code in ("InvalidAccessKeyId", "SignatureDoesNotMatch", "InvalidToken", "ExpiredToken"):
